@@ -1,0 +1,91 @@
+# The README's two set-up commands:
+#   make demo   build everything and run the main job on the embedded default
+#   make test   C++ tests (plain, then AddressSanitizer + UndefinedBehaviorSanitizer),
+#               the C++ example, pytest, clang-format and ruff
+# Both create or refresh .venv and install what is missing: system packages
+# with apt-get when run as root (else a message naming them), Python
+# packages with pip.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+CMAKE := $(VENV)/bin/cmake
+JOBS ?= $(shell nproc)
+CORE_SOURCES := $(shell find cc examples/cpp -name '*.cc' -o -name '*.h') CMakeLists.txt pyproject.toml
+CMAKE_FLAGS := -G Ninja -DCMAKE_MAKE_PROGRAM=$(abspath $(VENV))/bin/ninja -DJAXBATCH_BUILD_TESTS=ON
+
+.PHONY: demo test system-deps build test-cpp test-asan test-py lint format bench clean
+
+demo: build
+	$(VENV)/bin/jaxbatch plan --default
+
+test: lint test-cpp test-asan test-py
+
+# g++, Python's venv module and GoogleTest; installed with apt-get as root.
+system-deps:
+	@missing=""; \
+	command -v g++ >/dev/null || missing="$$missing g++"; \
+	$(PYTHON) -c 'import venv, ensurepip' 2>/dev/null || missing="$$missing python3-venv"; \
+	$(PYTHON) -c 'import sysconfig, os, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
+	  || missing="$$missing python3-dev"; \
+	[ -f /usr/include/gtest/gtest.h ] || missing="$$missing libgtest-dev"; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "make: installing system packages:$$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	  else \
+	    echo "make: missing system packages:$$missing; install them with: sudo apt-get install$$missing"; \
+	    exit 1; \
+	  fi; \
+	fi
+
+$(VENV)/.deps: requirements-dev.txt | system-deps
+	[ -x $(PY) ] || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q -r requirements-dev.txt
+	touch $@
+
+$(VENV)/.built: $(VENV)/.deps $(CORE_SOURCES)
+	$(PIP) install -q --no-build-isolation -e .
+	touch $@
+
+build: $(VENV)/.built
+
+test-cpp: $(VENV)/.deps
+	$(CMAKE) -S . -B build/cpp $(CMAKE_FLAGS) -DCMAKE_BUILD_TYPE=Release
+	$(CMAKE) --build build/cpp -j $(JOBS)
+	$(VENV)/bin/ctest --test-dir build/cpp --output-on-failure -j $(JOBS)
+
+test-asan: $(VENV)/.deps
+	$(CMAKE) -S . -B build/asan $(CMAKE_FLAGS) -DCMAKE_BUILD_TYPE=Debug -DJAXBATCH_SANITIZE=address,undefined
+	$(CMAKE) --build build/asan -j $(JOBS)
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	  $(VENV)/bin/ctest --test-dir build/asan --output-on-failure -j $(JOBS)
+
+test-py: build
+	$(PY) -m pytest
+
+lint: $(VENV)/.deps
+	$(VENV)/bin/clang-format --dry-run --Werror $$(find cc examples/cpp -name '*.cc' -o -name '*.h')
+	$(VENV)/bin/ruff check src tests bench
+	$(VENV)/bin/ruff format --check src tests bench
+
+format: $(VENV)/.deps
+	$(VENV)/bin/clang-format -i $$(find cc examples/cpp -name '*.cc' -o -name '*.h')
+	$(VENV)/bin/ruff format src tests bench
+	$(VENV)/bin/ruff check --fix src tests bench
+
+# The benchmarks need the anchors (grain, ...) in a separate environment.
+BENCH_VENV := .venv-bench
+$(BENCH_VENV)/.deps: bench/requirements.txt requirements-dev.txt | system-deps
+	[ -x $(BENCH_VENV)/bin/python ] || $(PYTHON) -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/pip install -q -r requirements-dev.txt -r bench/requirements.txt
+	$(BENCH_VENV)/bin/pip install -q --no-build-isolation -e .
+	touch $@
+
+bench: $(BENCH_VENV)/.deps $(VENV)/.built
+	$(BENCH_VENV)/bin/pip install -q --no-build-isolation -e .
+	$(BENCH_VENV)/bin/python bench/bench_core.py
+
+clean:
+	rm -rf build $(VENV) $(BENCH_VENV)

@@ -1,0 +1,35 @@
+// Binds collate/: Collate() returning numpy arrays that own C++ buffers.
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include "bindings.h"
+#include "jaxbatch/collate/collator.h"
+
+namespace jaxbatch::bindings {
+
+void BindCollate(nb::module_& m) {
+  m.def(
+      "collate",
+      [](const Dataset& dataset, const BatchPlan& plan, int64_t batch_index,
+         std::vector<std::pair<std::string, double>> pad_values, double default_pad_value) {
+        CollateOptions options{.pad_values = std::move(pad_values),
+                               .default_pad_value = default_pad_value};
+        std::vector<Array> arrays;
+        {
+          nb::gil_scoped_release release;
+          arrays = Collate(dataset, plan, batch_index, options);
+        }
+        // (name, dtype name, array): bfloat16 arrives as uint16, see ToDLPack.
+        nb::list out;
+        for (Array& a : arrays) {
+          out.append(nb::make_tuple(a.name, std::string(DTypeName(a.dtype)),
+                                    WrapArray(a.data, a.dtype, a.shape, std::move(a.owner))));
+        }
+        return out;
+      },
+      nb::arg("dataset"), nb::arg("plan"), nb::arg("batch_index"), nb::arg("pad_values"),
+      nb::arg("default_pad_value"));
+}
+
+}  // namespace jaxbatch::bindings

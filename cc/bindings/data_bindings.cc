@@ -1,0 +1,111 @@
+// Binds data/: RaggedColumn and Dataset.
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/string_view.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include <limits>
+
+#include "bindings.h"
+#include "jaxbatch/base/error.h"
+#include "jaxbatch/data/dataset.h"
+#include "jaxbatch/data/ragged_column.h"
+
+namespace jaxbatch::bindings {
+namespace {
+
+// Holds Python objects for the core; drops them with the GIL held, from
+// whichever thread releases the last reference.
+Keepalive HoldPython(nb::object owner) {
+  auto* held = new nb::object(std::move(owner));
+  return Keepalive(held, [](const nb::object* o) {
+    nb::gil_scoped_acquire gil;
+    delete o;
+  });
+}
+
+RaggedColumn MakeRagged(std::string name, const std::string& dtype,
+                        std::vector<int64_t> inner_shape, ByteInput values, Int64Input offsets,
+                        nb::object owner) {
+  const DType parsed = ParseDType(dtype, "column '" + name + "'");
+  int64_t inner = 1;
+  for (int64_t d : inner_shape) inner *= d;
+  const int64_t row_bytes = inner * static_cast<int64_t>(ItemSize(parsed));
+  // Rows of zero bytes (an inner dimension of 0) never run past the values.
+  const int64_t rows = row_bytes > 0 ? static_cast<int64_t>(values.shape(0)) / row_bytes
+                                     : std::numeric_limits<int64_t>::max();
+  const auto n = static_cast<int64_t>(offsets.shape(0)) - 1;
+  return RaggedColumn::Ragged(std::move(name), parsed, std::move(inner_shape), values.data(), rows,
+                              offsets.data(), n, HoldPython(std::move(owner)));
+}
+
+RaggedColumn MakeFixed(std::string name, const std::string& dtype,
+                       std::vector<int64_t> inner_shape, ByteInput values, int64_t num_examples,
+                       nb::object owner) {
+  const DType parsed = ParseDType(dtype, "column '" + name + "'");
+  return RaggedColumn::Fixed(std::move(name), parsed, std::move(inner_shape), values.data(),
+                             num_examples, HoldPython(std::move(owner)));
+}
+
+// pieces: (uint8 view, dtype name, shape) per example.
+RaggedColumn MakeFromPieces(std::string name, const std::string& dtype,
+                            std::vector<int64_t> inner_shape, bool fixed,
+                            const std::vector<std::tuple<ByteInput, std::string, std::vector<int64_t>>>& pieces) {
+  const DType parsed = ParseDType(dtype, "column '" + name + "'");
+  std::vector<RaggedColumn::Piece> core;
+  core.reserve(pieces.size());
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const auto& [data, piece_dtype, shape] = pieces[i];
+    core.push_back({data.data(),
+                    ParseDType(piece_dtype, "column '" + name + "', example " + std::to_string(i)),
+                    shape});
+  }
+  nb::gil_scoped_release release;
+  return RaggedColumn::FromPieces(std::move(name), parsed, std::move(inner_shape), fixed, core);
+}
+
+}  // namespace
+
+void BindData(nb::module_& m) {
+  nb::class_<RaggedColumn>(m, "RaggedColumn")
+      .def_static("ragged", &MakeRagged, nb::arg("name"), nb::arg("dtype"), nb::arg("inner_shape"),
+                  nb::arg("values"), nb::arg("offsets"), nb::arg("owner"))
+      .def_static("fixed", &MakeFixed, nb::arg("name"), nb::arg("dtype"), nb::arg("inner_shape"),
+                  nb::arg("values"), nb::arg("num_examples"), nb::arg("owner"))
+      .def_static("from_pieces", &MakeFromPieces, nb::arg("name"), nb::arg("dtype"),
+                  nb::arg("inner_shape"), nb::arg("fixed"), nb::arg("pieces"))
+      .def_prop_ro("name", &RaggedColumn::name)
+      .def_prop_ro("dtype", [](const RaggedColumn& c) { return std::string(DTypeName(c.dtype())); })
+      .def_prop_ro("inner_shape", &RaggedColumn::inner_shape)
+      .def_prop_ro("is_fixed", &RaggedColumn::is_fixed)
+      .def_prop_ro("num_examples", &RaggedColumn::num_examples)
+      .def_prop_ro("max_length", &RaggedColumn::max_length)
+      .def("lengths", [](const RaggedColumn& c) { return ToNumpy(c.Lengths()); })
+      .def("example", [](const RaggedColumn& c, int64_t i) {
+        if (i < 0 || i >= c.num_examples()) {
+          throw OutOfRangeError("column '" + c.name() + "': example " + std::to_string(i) +
+                                " out of range; the column has " +
+                                std::to_string(c.num_examples()) + " examples");
+        }
+        // A read-only byte view of the example (the Python layer reshapes it).
+        const size_t bytes = static_cast<size_t>(c.length(i) * c.row_bytes());
+        return nb::ndarray<nb::numpy, const uint8_t, nb::ndim<1>>(c.example_data(i), {bytes},
+                                                                 nb::handle());
+      }, nb::rv_policy::reference_internal);
+
+  nb::class_<Dataset>(m, "Dataset")
+      .def(nb::init<std::vector<RaggedColumn>, std::vector<std::vector<std::string>>>(),
+           nb::arg("columns"), nb::arg("aligned"))
+      .def_prop_ro("num_examples", &Dataset::num_examples)
+      .def_prop_ro("aligned_groups", &Dataset::aligned_groups)
+      .def_prop_ro("default_length_column", &Dataset::default_length_column)
+      .def("column_names", [](const Dataset& d) {
+        std::vector<std::string> names;
+        for (const RaggedColumn& c : d.columns()) names.push_back(c.name());
+        return names;
+      })
+      .def("column", &Dataset::column, nb::rv_policy::reference_internal)
+      .def("are_aligned", &Dataset::AreAligned);
+}
+
+}  // namespace jaxbatch::bindings

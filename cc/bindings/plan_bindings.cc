@@ -1,0 +1,119 @@
+// Binds plan/: planner options, Plan() and BatchPlan.
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/variant.h>
+#include <nanobind/stl/vector.h>
+
+#include "bindings.h"
+#include "jaxbatch/plan/planner.h"
+
+namespace jaxbatch::bindings {
+namespace {
+
+// A view of one of the plan's vectors that keeps the plan alive.
+template <typename T>
+nb::ndarray<nb::numpy, const T, nb::ndim<1>> View(const std::vector<T>& v) {
+  return nb::ndarray<nb::numpy, const T, nb::ndim<1>>(v.data(), {v.size()}, nb::handle());
+}
+
+}  // namespace
+
+void BindPlan(nb::module_& m) {
+  nb::enum_<Remainder>(m, "Remainder")
+      .value("pad", Remainder::kPad)
+      .value("keep", Remainder::kKeep)
+      .value("drop", Remainder::kDrop);
+  nb::enum_<TooLong>(m, "TooLong")
+      .value("error", TooLong::kError)
+      .value("truncate", TooLong::kTruncate)
+      .value("skip", TooLong::kSkip);
+  nb::enum_<PackAlgorithm>(m, "PackAlgorithm")
+      .value("first_fit", PackAlgorithm::kFirstFit)
+      .value("best_fit", PackAlgorithm::kBestFit);
+
+  nb::class_<PadToMaxOptions>(m, "PadToMaxOptions")
+      .def(nb::init<>())
+      .def_rw("batch_size", &PadToMaxOptions::batch_size)
+      .def_rw("pad_to_multiple", &PadToMaxOptions::pad_to_multiple)
+      .def_rw("remainder", &PadToMaxOptions::remainder);
+  nb::class_<FixedBucketsOptions>(m, "FixedBucketsOptions")
+      .def(nb::init<>())
+      .def_rw("boundaries", &FixedBucketsOptions::boundaries)
+      .def_rw("batch_size", &FixedBucketsOptions::batch_size)
+      .def_rw("token_budget", &FixedBucketsOptions::token_budget)
+      .def_rw("remainder", &FixedBucketsOptions::remainder)
+      .def_rw("too_long", &FixedBucketsOptions::too_long);
+  nb::class_<AutoBucketsOptions>(m, "AutoBucketsOptions")
+      .def(nb::init<>())
+      .def_rw("max_shapes", &AutoBucketsOptions::max_shapes)
+      .def_rw("token_budget", &AutoBucketsOptions::token_budget)
+      .def_rw("batch_size", &AutoBucketsOptions::batch_size)
+      .def_rw("pad_to_multiple", &AutoBucketsOptions::pad_to_multiple)
+      .def_rw("remainder", &AutoBucketsOptions::remainder);
+  nb::class_<PackOptions>(m, "PackOptions")
+      .def(nb::init<>())
+      .def_rw("row_length", &PackOptions::row_length)
+      .def_rw("rows_per_batch", &PackOptions::rows_per_batch)
+      .def_rw("max_segments_per_row", &PackOptions::max_segments_per_row)
+      .def_rw("algorithm", &PackOptions::algorithm)
+      .def_rw("lookahead", &PackOptions::lookahead)
+      .def_rw("too_long", &PackOptions::too_long)
+      .def_rw("remainder", &PackOptions::remainder);
+
+  nb::class_<PlanStats>(m, "PlanStats")
+      .def_ro("examples", &PlanStats::examples)
+      .def_ro("batches", &PlanStats::batches)
+      .def_ro("shapes", &PlanStats::shapes)
+      .def_ro("real_elements", &PlanStats::real_elements)
+      .def_ro("padded_elements", &PlanStats::padded_elements)
+      .def_ro("efficiency", &PlanStats::efficiency)
+      .def_ro("batches_per_shape", &PlanStats::batches_per_shape)
+      .def_ro("dropped", &PlanStats::dropped)
+      .def_ro("skipped", &PlanStats::skipped)
+      .def_ro("truncated", &PlanStats::truncated);
+
+  nb::class_<BatchPlan>(m, "BatchPlan")
+      .def_ro("packed", &BatchPlan::packed)
+      .def_ro("allow_truncate", &BatchPlan::allow_truncate)
+      .def_rw("length_column", &BatchPlan::length_column)
+      .def_ro("stats", &BatchPlan::stats)
+      .def_prop_ro("num_batches", &BatchPlan::num_batches)
+      .def_prop_ro("shapes",
+                   [](const BatchPlan& p) {
+                     std::vector<std::tuple<int64_t, int64_t, int64_t>> out;
+                     for (const BatchShape& s : p.shapes) out.emplace_back(s.rows, s.length, s.segments);
+                     return out;
+                   })
+      .def_prop_ro("batch_shape_ids", [](const BatchPlan& p) { return View(p.batch_shape_ids); },
+                   nb::rv_policy::reference_internal)
+      .def_prop_ro("batch_row_begin", [](const BatchPlan& p) { return View(p.batch_row_begin); },
+                   nb::rv_policy::reference_internal)
+      .def_prop_ro("row_example_begin",
+                   [](const BatchPlan& p) { return View(p.row_example_begin); },
+                   nb::rv_policy::reference_internal)
+      .def_prop_ro("example_ids", [](const BatchPlan& p) { return View(p.example_ids); },
+                   nb::rv_policy::reference_internal)
+      .def_prop_ro("dropped_examples", [](const BatchPlan& p) { return View(p.dropped_examples); },
+                   nb::rv_policy::reference_internal)
+      .def_prop_ro("skipped_examples", [](const BatchPlan& p) { return View(p.skipped_examples); },
+                   nb::rv_policy::reference_internal)
+      .def("batch_shape", [](const BatchPlan& p, int64_t b) {
+        const BatchShape s = p.batch(b).shape;
+        return std::make_tuple(s.rows, s.length, s.segments);
+      });
+
+  m.def(
+      "plan",
+      [](Int64Input lengths, const PlannerOptions& options, std::optional<Int64Input> order) {
+        const std::span<const int64_t> l(lengths.data(), lengths.shape(0));
+        std::span<const int64_t> o;
+        if (order) o = std::span<const int64_t>(order->data(), order->shape(0));
+        nb::gil_scoped_release release;
+        return Plan(l, options, o);
+      },
+      nb::arg("lengths"), nb::arg("options"), nb::arg("order").none() = nb::none());
+
+}
+
+}  // namespace jaxbatch::bindings

@@ -1,0 +1,258 @@
+#include "jaxbatch/collate/collator.h"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+
+#include "jaxbatch/base/error.h"
+
+namespace jaxbatch {
+namespace {
+
+// Fills `count` elements of `item_size` bytes at `out` with `pattern`.
+void FillPattern(uint8_t* out, int64_t count, const uint8_t* pattern, size_t item_size,
+                 bool zero) {
+  if (count <= 0) return;
+  const auto bytes = static_cast<size_t>(count) * item_size;
+  if (zero) {
+    std::memset(out, 0, bytes);
+    return;
+  }
+  std::memcpy(out, pattern, item_size);
+  size_t filled = item_size;
+  while (filled < bytes) {  // Doubling copies: O(log n) memcpy calls.
+    const size_t chunk = std::min(filled, bytes - filled);
+    std::memcpy(out + filled, out, chunk);
+    filled += chunk;
+  }
+}
+
+// One column's pad value encoded in its dtype.
+struct PadValue {
+  uint8_t bytes[8] = {};
+  bool zero = true;
+};
+
+PadValue EncodePad(const RaggedColumn& column, const CollateOptions& options) {
+  double value = options.default_pad_value;
+  for (const auto& [name, v] : options.pad_values) {
+    if (name == column.name()) value = v;
+  }
+  PadValue pad;
+  EncodeScalar(value, column.dtype(), pad.bytes, StrCat("pad value for column '", column.name(), "'"));
+  pad.zero = std::all_of(pad.bytes, pad.bytes + ItemSize(column.dtype()),
+                         [](uint8_t b) { return b == 0; });
+  return pad;
+}
+
+void CheckExample(const Dataset& dataset, int64_t example, int64_t batch) {
+  if (example < 0 || example >= dataset.num_examples()) {
+    throw OutOfRangeError(StrCat("collate: batch ", batch, " refers to example ", example,
+                                 " but the dataset has ", dataset.num_examples(),
+                                 " examples; was the plan made for another dataset?"));
+  }
+}
+
+int64_t Take(const RaggedColumn& column, int64_t example, int64_t room, bool allow_truncate,
+             int64_t batch) {
+  const int64_t length = column.length(example);
+  if (length > room && !allow_truncate) {
+    throw InvalidArgumentError(StrCat("collate: column '", column.name(), "', example ", example,
+                                      " has length ", length, " but batch ", batch,
+                                      " has room for ", room,
+                                      "; the plan was made from other lengths"));
+  }
+  return std::min(length, room);
+}
+
+std::vector<int64_t> WithInner(std::vector<int64_t> lead, const RaggedColumn& column) {
+  lead.insert(lead.end(), column.inner_shape().begin(), column.inner_shape().end());
+  return lead;
+}
+
+class BatchCollator {
+ public:
+  BatchCollator(const Dataset& dataset, const BatchPlan& plan, int64_t batch_index,
+                const CollateOptions& options)
+      : dataset_(dataset),
+        plan_(plan),
+        view_(plan.batch(batch_index)),
+        options_(options),
+        length_column_(plan.length_column.empty() ? dataset.default_length_column()
+                                                  : plan.length_column) {
+    (void)dataset_.column(length_column_);  // Throws for an unknown column.
+    for (int64_t e : AllExamples()) CheckExample(dataset_, e, view_.index);
+  }
+
+  std::vector<Array> Run() {
+    std::vector<Array> out;
+    for (const RaggedColumn& column : dataset_.columns()) {
+      if (column.is_fixed()) {
+        Fixed(column, out);
+      } else if (plan_.packed) {
+        Packed(column, out);
+      } else {
+        Padded(column, out);
+      }
+    }
+    ExampleIndex(out);
+    return out;
+  }
+
+ private:
+  std::span<const int64_t> AllExamples() const {
+    const int64_t first = view_.row_begin.front();
+    const int64_t last = view_.row_begin.back();
+    return view_.examples.subspan(static_cast<size_t>(first), static_cast<size_t>(last - first));
+  }
+
+  int64_t rows() const { return view_.shape.rows; }
+  int64_t slots() const { return plan_.packed ? view_.shape.segments : 1; }
+
+  void Padded(const RaggedColumn& column, std::vector<Array>& out) {
+    const bool planned = dataset_.AreAligned(column.name(), length_column_);
+    const int64_t length = planned ? view_.shape.length : column.max_length();
+    const PadValue pad = EncodePad(column, options_);
+    const size_t item = ItemSize(column.dtype());
+    Array values = AllocateArray(column.name(), column.dtype(), WithInner({rows(), length}, column));
+    Array mask = AllocateArray(column.name() + "_mask", DType::kBool, {rows(), length});
+    Array lengths = AllocateArray(column.name() + "_lengths", DType::kInt32, {rows()});
+    auto* lengths_out = reinterpret_cast<int32_t*>(lengths.data);
+    const int64_t row_bytes = length * column.row_bytes();
+    for (int64_t r = 0; r < rows(); ++r) {
+      const std::span<const int64_t> examples = view_.row_examples(r);
+      const int64_t n = examples.empty() ? 0
+                                         : Take(column, examples[0], length,
+                                                planned && plan_.allow_truncate, view_.index);
+      uint8_t* row = values.data + r * row_bytes;
+      if (n > 0) {
+        std::memcpy(row, column.example_data(examples[0]), static_cast<size_t>(n * column.row_bytes()));
+      }
+      FillPattern(row + n * column.row_bytes(), (length - n) * column.inner_size(), pad.bytes, item,
+                  pad.zero);
+      std::memset(mask.data + r * length, 1, static_cast<size_t>(n));
+      std::memset(mask.data + r * length + n, 0, static_cast<size_t>(length - n));
+      lengths_out[r] = static_cast<int32_t>(n);
+    }
+    out.push_back(std::move(values));
+    out.push_back(std::move(mask));
+    out.push_back(std::move(lengths));
+  }
+
+  void Packed(const RaggedColumn& column, std::vector<Array>& out) {
+    if (!dataset_.AreAligned(column.name(), length_column_)) {
+      throw InvalidArgumentError(StrCat(
+          "collate: packed batches need every ragged column aligned with the length column '",
+          length_column_, "', but column '", column.name(),
+          "' is not; declare it aligned or leave it out"));
+    }
+    const int64_t length = view_.shape.length;
+    const int64_t segments = view_.shape.segments;
+    const PadValue pad = EncodePad(column, options_);
+    const size_t item = ItemSize(column.dtype());
+    Array values = AllocateArray(column.name(), column.dtype(), WithInner({rows(), length}, column));
+    Array segment_ids = AllocateArray(column.name() + "_segment_ids", DType::kInt32, {rows(), length});
+    Array positions = AllocateArray(column.name() + "_positions", DType::kInt32, {rows(), length});
+    Array lengths = AllocateArray(column.name() + "_lengths", DType::kInt32, {rows(), segments});
+    auto* ids_out = reinterpret_cast<int32_t*>(segment_ids.data);
+    auto* pos_out = reinterpret_cast<int32_t*>(positions.data);
+    auto* len_out = reinterpret_cast<int32_t*>(lengths.data);
+    const int64_t row_bytes = length * column.row_bytes();
+    for (int64_t r = 0; r < rows(); ++r) {
+      uint8_t* row = values.data + r * row_bytes;
+      int32_t* ids = ids_out + r * length;
+      int32_t* pos = pos_out + r * length;
+      int32_t* lens = len_out + r * segments;
+      int64_t used = 0;
+      int32_t segment = 0;
+      for (int64_t e : view_.row_examples(r)) {
+        const int64_t n = Take(column, e, length - used, plan_.allow_truncate, view_.index);
+        if (n > 0) {
+          std::memcpy(row + used * column.row_bytes(), column.example_data(e),
+                      static_cast<size_t>(n * column.row_bytes()));
+        }
+        ++segment;
+        std::fill(ids + used, ids + used + n, segment);
+        for (int64_t k = 0; k < n; ++k) pos[used + k] = static_cast<int32_t>(k);
+        lens[segment - 1] = static_cast<int32_t>(n);
+        used += n;
+      }
+      FillPattern(row + used * column.row_bytes(), (length - used) * column.inner_size(),
+                  pad.bytes, item, pad.zero);
+      std::fill(ids + used, ids + length, 0);
+      std::fill(pos + used, pos + length, 0);
+      std::fill(lens + segment, lens + segments, 0);
+    }
+    out.push_back(std::move(values));
+    out.push_back(std::move(segment_ids));
+    out.push_back(std::move(positions));
+    out.push_back(std::move(lengths));
+  }
+
+  void Fixed(const RaggedColumn& column, std::vector<Array>& out) {
+    const PadValue pad = EncodePad(column, options_);
+    std::vector<int64_t> lead = {rows()};
+    if (plan_.packed) lead.push_back(slots());
+    Array values = AllocateArray(column.name(), column.dtype(), WithInner(lead, column));
+    const int64_t bytes = column.row_bytes();
+    for (int64_t r = 0; r < rows(); ++r) {
+      const std::span<const int64_t> examples = view_.row_examples(r);
+      uint8_t* row = values.data + r * slots() * bytes;
+      const auto n = static_cast<int64_t>(examples.size());
+      for (int64_t s = 0; s < n; ++s) {
+        std::memcpy(row + s * bytes, column.example_data(examples[static_cast<size_t>(s)]),
+                    static_cast<size_t>(bytes));
+      }
+      FillPattern(row + n * bytes, (slots() - n) * column.inner_size(), pad.bytes,
+                  ItemSize(column.dtype()), pad.zero);
+    }
+    out.push_back(std::move(values));
+  }
+
+  void ExampleIndex(std::vector<Array>& out) {
+    std::vector<int64_t> shape = {rows()};
+    if (plan_.packed) shape.push_back(slots());
+    Array index = AllocateArray("example_index", DType::kInt64, shape);
+    auto* index_out = reinterpret_cast<int64_t*>(index.data);
+    for (int64_t r = 0; r < rows(); ++r) {
+      const std::span<const int64_t> examples = view_.row_examples(r);
+      int64_t* row = index_out + r * slots();
+      std::copy(examples.begin(), examples.end(), row);
+      std::fill(row + examples.size(), row + slots(), -1);
+    }
+    out.push_back(std::move(index));
+  }
+
+  const Dataset& dataset_;
+  const BatchPlan& plan_;
+  BatchView view_;
+  const CollateOptions& options_;
+  std::string length_column_;
+};
+
+}  // namespace
+
+int64_t Array::num_bytes() const {
+  int64_t n = static_cast<int64_t>(ItemSize(dtype));
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+Array AllocateArray(std::string name, DType dtype, std::vector<int64_t> shape) {
+  Array array;
+  array.name = std::move(name);
+  array.dtype = dtype;
+  array.shape = std::move(shape);
+  const auto bytes = static_cast<size_t>(std::max<int64_t>(array.num_bytes(), 1));
+  std::shared_ptr<uint8_t[]> storage = std::make_shared_for_overwrite<uint8_t[]>(bytes);
+  array.data = storage.get();
+  array.owner = std::move(storage);
+  return array;
+}
+
+std::vector<Array> Collate(const Dataset& dataset, const BatchPlan& plan, int64_t batch_index,
+                           const CollateOptions& options) {
+  return BatchCollator(dataset, plan, batch_index, options).Run();
+}
+
+}  // namespace jaxbatch

@@ -1,0 +1,70 @@
+// Collation: one planned batch of a dataset into padded, dense arrays.
+//
+// For a padded batch of shape rows x L, each ragged column becomes
+//   <name>          [rows, L, *inner]  values, padding set to the pad value
+//   <name>_mask     [rows, L]          bool, true on real elements
+//   <name>_lengths  [rows]             int32
+// and for a packed batch (Pack) of shape rows x L with S segments per row
+//   <name>               [rows, L, *inner]
+//   <name>_segment_ids   [rows, L]  int32: 1..n for the row's segments, 0 padding
+//   <name>_positions     [rows, L]  int32: 0.. within each segment, 0 padding
+//   <name>_lengths       [rows, S]  int32: each segment's length, 0 when unused
+// (Grain's names). Fixed columns are stacked ([rows, *inner], or
+// [rows, S, *inner] packed) and `example_index` ([rows] or [rows, S], int64)
+// maps every row or segment back to its example, -1 for padding.
+//
+// A ragged column that is neither the plan's length column nor aligned with
+// it is padded to its longest example in the dataset, so its shape stays
+// fixed; packing needs every ragged column aligned with the length column.
+//
+// Example:
+//   BatchPlan plan = Plan(ds.column("tokens").Lengths(), options);
+//   plan.length_column = "tokens";
+//   std::vector<Array> arrays = Collate(ds, plan, 0, {});
+#ifndef JAXBATCH_COLLATE_COLLATOR_H_
+#define JAXBATCH_COLLATE_COLLATOR_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "jaxbatch/data/dataset.h"
+#include "jaxbatch/data/dtype.h"
+#include "jaxbatch/plan/batch_plan.h"
+
+namespace jaxbatch {
+
+inline constexpr double kDefaultPadValue = 0.0;
+
+// A dense output array. `data` points into memory that `owner` keeps alive,
+// so an array can be handed to numpy without a copy.
+struct Array {
+  std::string name;
+  DType dtype = DType::kFloat32;
+  std::vector<int64_t> shape;
+  uint8_t* data = nullptr;
+  std::shared_ptr<void> owner;
+  int64_t num_bytes() const;
+};
+
+// Allocates an uninitialised array (owned by the returned value).
+Array AllocateArray(std::string name, DType dtype, std::vector<int64_t> shape);
+
+struct CollateOptions {
+  // Value written into padding, per column; others get default_pad_value.
+  std::vector<std::pair<std::string, double>> pad_values;
+  double default_pad_value = kDefaultPadValue;
+};
+
+// Collates batch `batch_index` of `plan` over `dataset`. Throws
+// OutOfRangeError for a batch or example index the dataset does not have,
+// and InvalidArgumentError when an example does not fit the batch's shape
+// (a plan made from other lengths) or a pad value does not fit a dtype.
+std::vector<Array> Collate(const Dataset& dataset, const BatchPlan& plan, int64_t batch_index,
+                           const CollateOptions& options);
+
+}  // namespace jaxbatch
+
+#endif  // JAXBATCH_COLLATE_COLLATOR_H_

@@ -1,0 +1,96 @@
+#include "jaxbatch/data/dataset.h"
+
+#include <algorithm>
+
+#include "jaxbatch/base/error.h"
+
+namespace jaxbatch {
+namespace {
+
+std::string JoinNames(const std::vector<RaggedColumn>& columns) {
+  std::string out;
+  for (const RaggedColumn& c : columns) out += (out.empty() ? "'" : ", '") + c.name() + "'";
+  return out.empty() ? "none" : out;
+}
+
+}  // namespace
+
+Dataset::Dataset(std::vector<RaggedColumn> columns, std::vector<std::vector<std::string>> aligned)
+    : columns_(std::move(columns)), aligned_(std::move(aligned)) {
+  if (columns_.empty()) throw InvalidArgumentError("Dataset: expected at least one column, found none");
+  num_examples_ = columns_[0].num_examples();
+  for (size_t c = 0; c < columns_.size(); ++c) {
+    const RaggedColumn& col = columns_[c];
+    if (col.name().empty()) throw InvalidArgumentError("Dataset: a column has an empty name");
+    for (size_t d = 0; d < c; ++d) {
+      if (columns_[d].name() == col.name()) {
+        throw InvalidArgumentError(StrCat("Dataset: column '", col.name(), "' appears twice"));
+      }
+    }
+    if (col.num_examples() != num_examples_) {
+      throw InvalidArgumentError(StrCat("Dataset: columns must have the same number of examples: '",
+                                        columns_[0].name(), "' has ", num_examples_, " but '",
+                                        col.name(), "' has ", col.num_examples()));
+    }
+  }
+  for (const std::vector<std::string>& group : aligned_) {
+    if (group.empty()) continue;
+    for (const std::string& name : group) {
+      if (!has_column(name)) {
+        throw InvalidArgumentError(StrCat("Dataset: aligned column '", name,
+                                          "' is not a column; columns are ", JoinNames(columns_)));
+      }
+      if (column(name).is_fixed()) {
+        throw InvalidArgumentError(StrCat("Dataset: aligned column '", name,
+                                          "' is fixed-shape; only ragged columns can be aligned"));
+      }
+    }
+    const RaggedColumn& first = column(group[0]);
+    for (size_t g = 1; g < group.size(); ++g) {
+      const RaggedColumn& other = column(group[g]);
+      for (int64_t i = 0; i < num_examples_; ++i) {
+        if (first.length(i) != other.length(i)) {
+          throw InvalidArgumentError(StrCat("Dataset: aligned columns '", first.name(), "' and '",
+                                            other.name(), "' differ at example ", i, ": '",
+                                            first.name(), "' has length ", first.length(i),
+                                            ", '", other.name(), "' has length ",
+                                            other.length(i)));
+        }
+      }
+    }
+  }
+}
+
+const RaggedColumn& Dataset::column(std::string_view name) const {
+  for (const RaggedColumn& col : columns_) {
+    if (col.name() == name) return col;
+  }
+  throw InvalidArgumentError(
+      StrCat("Dataset: no column '", name, "'; columns are ", JoinNames(columns_)));
+}
+
+bool Dataset::has_column(std::string_view name) const {
+  return std::any_of(columns_.begin(), columns_.end(),
+                     [&](const RaggedColumn& c) { return c.name() == name; });
+}
+
+const std::string& Dataset::default_length_column() const {
+  for (const RaggedColumn& col : columns_) {
+    if (!col.is_fixed()) return col.name();
+  }
+  throw InvalidArgumentError(StrCat(
+      "Dataset: every column is fixed-shape, so there are no lengths to plan by; columns are ",
+      JoinNames(columns_)));
+}
+
+bool Dataset::AreAligned(std::string_view a, std::string_view b) const {
+  if (a == b) return true;
+  for (const std::vector<std::string>& group : aligned_) {
+    const bool has_a = std::find(group.begin(), group.end(), a) != group.end();
+    const bool has_b = std::find(group.begin(), group.end(), b) != group.end();
+    if (has_a && has_b) return true;
+  }
+  return false;
+}
+
+}  // namespace jaxbatch

@@ -1,0 +1,156 @@
+#include "jaxbatch/data/ragged_column.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "jaxbatch/base/error.h"
+
+namespace jaxbatch {
+namespace {
+
+std::string ShapeString(std::span<const int64_t> shape) {
+  std::string out = "(";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    out += std::to_string(shape[i]);
+    if (i + 1 < shape.size() || shape.size() == 1) out += ",";
+    if (i + 1 < shape.size()) out += " ";
+  }
+  return out + ")";
+}
+
+// Owned storage for FromPieces: values and offsets in one allocation's keepalive.
+struct OwnedStorage {
+  std::vector<uint8_t> values;
+  std::vector<int64_t> offsets;
+};
+
+}  // namespace
+
+void RaggedColumn::InitShape(std::vector<int64_t> inner_shape) {
+  for (size_t d = 0; d < inner_shape.size(); ++d) {
+    if (inner_shape[d] < 0) {
+      throw InvalidArgumentError(StrCat("column '", name_, "': inner dimension ", d,
+                                        " must be >= 0, found ", inner_shape[d]));
+    }
+  }
+  inner_shape_ = std::move(inner_shape);
+  inner_size_ = 1;
+  for (int64_t d : inner_shape_) inner_size_ *= d;
+  row_bytes_ = inner_size_ * static_cast<int64_t>(ItemSize(dtype_));
+}
+
+RaggedColumn RaggedColumn::Ragged(std::string name, DType dtype, std::vector<int64_t> inner_shape,
+                                  const void* values, int64_t num_value_rows,
+                                  const int64_t* offsets, int64_t num_examples, Keepalive owner) {
+  RaggedColumn col;
+  col.name_ = std::move(name);
+  col.dtype_ = dtype;
+  col.InitShape(std::move(inner_shape));
+  if (num_examples < 0 || (num_examples > 0 && offsets == nullptr)) {
+    throw InvalidArgumentError(
+        StrCat("column '", col.name_, "': expected num_examples + 1 offsets, found none"));
+  }
+  if (num_examples > 0 && offsets[0] < 0) {
+    throw InvalidArgumentError(StrCat("column '", col.name_,
+                                      "', example 0: expected offsets[0] >= 0, found ",
+                                      offsets[0]));
+  }
+  int64_t max_length = 0;
+  for (int64_t i = 0; i < num_examples; ++i) {
+    if (offsets[i + 1] < offsets[i]) {
+      throw InvalidArgumentError(StrCat("column '", col.name_, "', example ", i,
+                                        ": offsets must not decrease, found offsets[", i,
+                                        "]=", offsets[i], " > offsets[", i + 1,
+                                        "]=", offsets[i + 1]));
+    }
+    if (offsets[i + 1] > num_value_rows) {
+      throw InvalidArgumentError(StrCat("column '", col.name_, "', example ", i,
+                                        ": offsets run past the values: offsets[", i + 1,
+                                        "]=", offsets[i + 1], " but values hold ",
+                                        num_value_rows, " rows"));
+    }
+    max_length = std::max(max_length, offsets[i + 1] - offsets[i]);
+  }
+  col.num_examples_ = num_examples;
+  col.max_length_ = max_length;
+  col.values_ = static_cast<const uint8_t*>(values);
+  col.offsets_ = offsets;
+  col.owner_ = std::move(owner);
+  return col;
+}
+
+RaggedColumn RaggedColumn::Fixed(std::string name, DType dtype, std::vector<int64_t> inner_shape,
+                                 const void* values, int64_t num_examples, Keepalive owner) {
+  RaggedColumn col;
+  col.name_ = std::move(name);
+  col.dtype_ = dtype;
+  col.InitShape(std::move(inner_shape));
+  if (num_examples < 0) {
+    throw InvalidArgumentError(
+        StrCat("column '", col.name_, "': num_examples must be >= 0, found ", num_examples));
+  }
+  col.fixed_ = true;
+  col.num_examples_ = num_examples;
+  col.max_length_ = num_examples > 0 ? 1 : 0;
+  col.values_ = static_cast<const uint8_t*>(values);
+  col.owner_ = std::move(owner);
+  return col;
+}
+
+RaggedColumn RaggedColumn::FromPieces(std::string name, DType dtype,
+                                      std::vector<int64_t> inner_shape, bool fixed,
+                                      std::span<const Piece> pieces) {
+  const size_t rank = inner_shape.size() + (fixed ? 0 : 1);
+  auto storage = std::make_shared<OwnedStorage>();
+  storage->offsets.reserve(pieces.size() + 1);
+  storage->offsets.push_back(0);
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const Piece& piece = pieces[i];
+    if (piece.dtype != dtype) {
+      throw InvalidArgumentError(StrCat("column '", name, "', example ", i, ": expected dtype ",
+                                        DTypeName(dtype), ", found ", DTypeName(piece.dtype)));
+    }
+    const std::span<const int64_t> inner =
+        std::span<const int64_t>(piece.shape).subspan(fixed || piece.shape.empty() ? 0 : 1);
+    if (piece.shape.size() != rank ||
+        !std::equal(inner.begin(), inner.end(), inner_shape.begin(), inner_shape.end())) {
+      std::vector<int64_t> expected = inner_shape;
+      if (!fixed) expected.insert(expected.begin(), -1);
+      std::string want = ShapeString(expected);
+      if (!fixed) want.replace(1, 2, "n");
+      throw InvalidArgumentError(StrCat("column '", name, "', example ", i,
+                                        ": expected an array of rank ", rank, " and shape ",
+                                        want, ", found rank ", piece.shape.size(), " and shape ",
+                                        ShapeString(piece.shape)));
+    }
+    const int64_t rows = fixed ? 1 : piece.shape[0];
+    storage->offsets.push_back(storage->offsets.back() + rows);
+  }
+  RaggedColumn col;
+  col.name_ = std::move(name);
+  col.dtype_ = dtype;
+  col.InitShape(std::move(inner_shape));
+  storage->values.resize(static_cast<size_t>(storage->offsets.back() * col.row_bytes_));
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const int64_t bytes = (storage->offsets[i + 1] - storage->offsets[i]) * col.row_bytes_;
+    if (bytes > 0) {
+      std::memcpy(storage->values.data() + storage->offsets[i] * col.row_bytes_, pieces[i].data,
+                  static_cast<size_t>(bytes));
+    }
+  }
+  const auto num_examples = static_cast<int64_t>(pieces.size());
+  const void* values = storage->values.data();
+  const int64_t* offsets = storage->offsets.data();
+  const int64_t rows = storage->offsets.back();
+  std::vector<int64_t> inner = col.inner_shape_;
+  if (fixed) return Fixed(col.name_, dtype, std::move(inner), values, num_examples, storage);
+  return Ragged(col.name_, dtype, std::move(inner), values, rows, offsets, num_examples, storage);
+}
+
+std::vector<int64_t> RaggedColumn::Lengths() const {
+  std::vector<int64_t> lengths(static_cast<size_t>(num_examples_));
+  for (int64_t i = 0; i < num_examples_; ++i) lengths[i] = length(i);
+  return lengths;
+}
+
+}  // namespace jaxbatch

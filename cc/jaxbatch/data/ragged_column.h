@@ -1,0 +1,100 @@
+// RaggedColumn: one named feature of a dataset.
+//
+// A ragged column stores every example's rows back to back in one values
+// buffer, and int64 offsets mark where each example starts: example i is
+// rows [offsets[i], offsets[i+1]) of values, each row of `inner_shape`. That
+// is the layout of an Arrow list array, so Arrow and numpy data come in
+// without a copy: the column only points at the memory and holds `owner`
+// (a numpy array, an Arrow buffer) alive.
+//
+// A fixed column has one element of `inner_shape` per example and no
+// offsets (a stacked numpy array of shape [num_examples, *inner_shape]).
+//
+// Example:
+//   std::vector<int32_t> tokens = {1, 2, 3, 4, 5};
+//   std::vector<int64_t> offsets = {0, 3, 3, 5};  // lengths 3, 0, 2
+//   RaggedColumn col = RaggedColumn::Ragged("tokens", DType::kInt32, {},
+//       tokens.data(), 5, offsets.data(), 3, /*owner=*/nullptr);
+#ifndef JAXBATCH_DATA_RAGGED_COLUMN_H_
+#define JAXBATCH_DATA_RAGGED_COLUMN_H_
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "jaxbatch/data/dtype.h"
+
+namespace jaxbatch {
+
+// Keeps externally owned memory alive for as long as a column uses it.
+using Keepalive = std::shared_ptr<const void>;
+
+class RaggedColumn {
+ public:
+  // One example's array, for FromPieces: `shape` includes the leading
+  // (variable) axis for a ragged column and not for a fixed one.
+  struct Piece {
+    const void* data;
+    DType dtype;
+    std::vector<int64_t> shape;
+  };
+
+  // Points at `values` (num_value_rows rows of inner_shape) and
+  // `offsets` (num_examples + 1 entries). Throws InvalidArgumentError
+  // naming the column and example when offsets decrease, are negative or
+  // run past the values.
+  static RaggedColumn Ragged(std::string name, DType dtype, std::vector<int64_t> inner_shape,
+                             const void* values, int64_t num_value_rows, const int64_t* offsets,
+                             int64_t num_examples, Keepalive owner);
+
+  // Points at `values`: num_examples elements of inner_shape.
+  static RaggedColumn Fixed(std::string name, DType dtype, std::vector<int64_t> inner_shape,
+                            const void* values, int64_t num_examples, Keepalive owner);
+
+  // Copies per-example arrays into one owned buffer (one copy). Every piece
+  // must have `dtype` and rank/inner shape matching `inner_shape`; the error
+  // names the first example that does not.
+  static RaggedColumn FromPieces(std::string name, DType dtype, std::vector<int64_t> inner_shape,
+                                 bool fixed, std::span<const Piece> pieces);
+
+  const std::string& name() const { return name_; }
+  DType dtype() const { return dtype_; }
+  const std::vector<int64_t>& inner_shape() const { return inner_shape_; }
+  bool is_fixed() const { return fixed_; }
+  int64_t num_examples() const { return num_examples_; }
+  // Elements in one row of the variable axis (product of inner_shape).
+  int64_t inner_size() const { return inner_size_; }
+  // Bytes in one row of the variable axis (or one fixed element).
+  int64_t row_bytes() const { return row_bytes_; }
+  // Rows of example i (1 for a fixed column).
+  int64_t length(int64_t i) const { return fixed_ ? 1 : offsets_[i + 1] - offsets_[i]; }
+  int64_t max_length() const { return max_length_; }
+  // First byte of example i.
+  const uint8_t* example_data(int64_t i) const {
+    return values_ + (fixed_ ? i : offsets_[i]) * row_bytes_;
+  }
+  // Lengths of every example, as a planner takes them.
+  std::vector<int64_t> Lengths() const;
+
+ private:
+  RaggedColumn() = default;
+  void InitShape(std::vector<int64_t> inner_shape);
+
+  std::string name_;
+  DType dtype_ = DType::kFloat32;
+  std::vector<int64_t> inner_shape_;
+  bool fixed_ = false;
+  int64_t num_examples_ = 0;
+  int64_t inner_size_ = 1;
+  int64_t row_bytes_ = 0;
+  int64_t max_length_ = 0;
+  const uint8_t* values_ = nullptr;
+  const int64_t* offsets_ = nullptr;
+  Keepalive owner_;
+};
+
+}  // namespace jaxbatch
+
+#endif  // JAXBATCH_DATA_RAGGED_COLUMN_H_

@@ -1,0 +1,76 @@
+#include "jaxbatch/plan/batch_plan.h"
+
+#include <algorithm>
+
+#include "jaxbatch/base/error.h"
+
+namespace jaxbatch {
+
+BatchView BatchPlan::batch(int64_t b) const {
+  if (b < 0 || b >= num_batches()) {
+    throw OutOfRangeError(
+        StrCat("BatchPlan: batch ", b, " out of range; the plan has ", num_batches(), " batches"));
+  }
+  BatchView view;
+  view.index = b;
+  view.shape = shapes[static_cast<size_t>(batch_shape_ids[static_cast<size_t>(b)])];
+  const auto first = static_cast<size_t>(batch_row_begin[static_cast<size_t>(b)]);
+  const auto last = static_cast<size_t>(batch_row_begin[static_cast<size_t>(b) + 1]);
+  view.row_begin = std::span<const int64_t>(row_example_begin).subspan(first, last - first + 1);
+  view.examples = example_ids;
+  return view;
+}
+
+void PlanBuilder::BeginBatch(const BatchShape& shape) {
+  auto it = std::find(plan_.shapes.begin(), plan_.shapes.end(), shape);
+  if (it == plan_.shapes.end()) {
+    plan_.shapes.push_back(shape);
+    it = plan_.shapes.end() - 1;
+  }
+  plan_.batch_shape_ids.push_back(static_cast<int32_t>(it - plan_.shapes.begin()));
+  rows_in_batch_ = 0;
+}
+
+void PlanBuilder::AddRow(std::span<const int64_t> examples) {
+  plan_.example_ids.insert(plan_.example_ids.end(), examples.begin(), examples.end());
+  plan_.row_example_begin.push_back(static_cast<int64_t>(plan_.example_ids.size()));
+  ++rows_in_batch_;
+}
+
+void PlanBuilder::EndBatch() {
+  const BatchShape& shape = plan_.shapes[static_cast<size_t>(plan_.batch_shape_ids.back())];
+  while (rows_in_batch_ < shape.rows) AddRow({});
+  plan_.batch_row_begin.push_back(static_cast<int64_t>(plan_.row_example_begin.size()) - 1);
+}
+
+BatchPlan PlanBuilder::Finish(std::span<const int64_t> lengths, int64_t num_examples) && {
+  PlanStats& stats = plan_.stats;
+  stats.examples = num_examples;
+  stats.batches = plan_.num_batches();
+  stats.shapes = static_cast<int64_t>(plan_.shapes.size());
+  stats.batches_per_shape.assign(plan_.shapes.size(), 0);
+  stats.dropped = static_cast<int64_t>(plan_.dropped_examples.size());
+  stats.skipped = static_cast<int64_t>(plan_.skipped_examples.size());
+  for (int64_t b = 0; b < stats.batches; ++b) {
+    const BatchView view = plan_.batch(b);
+    ++stats.batches_per_shape[static_cast<size_t>(plan_.batch_shape_ids[static_cast<size_t>(b)])];
+    stats.padded_elements += view.shape.rows * view.shape.length;
+    for (int64_t r = 0; r < view.shape.rows; ++r) {
+      int64_t used = 0;
+      for (int64_t e : view.row_examples(r)) {
+        const int64_t length = lengths[static_cast<size_t>(e)];
+        const int64_t take = std::min(length, view.shape.length - used);
+        if (take < length) ++stats.truncated;
+        used += take;
+      }
+      stats.real_elements += used;
+    }
+  }
+  stats.efficiency = stats.padded_elements == 0
+                         ? 1.0
+                         : static_cast<double>(stats.real_elements) /
+                               static_cast<double>(stats.padded_elements);
+  return std::move(plan_);
+}
+
+}  // namespace jaxbatch

@@ -1,0 +1,105 @@
+// BatchPlan: which examples go into which batch, and each batch's shape.
+//
+// A plan is made by a planner (planner.h) from example lengths alone. It is
+// stored flat, so a plan over millions of examples is a few vectors:
+//   batch b owns rows [batch_row_begin[b], batch_row_begin[b+1]);
+//   row r holds examples example_ids[row_example_begin[r] .. row_example_begin[r+1]).
+// A padded plan has at most one example per row (none in a padding row); a
+// packed plan (Pack) has several examples, its segments, per row.
+// Every batch has exactly shapes[batch_shape_ids[b]].rows rows.
+#ifndef JAXBATCH_PLAN_BATCH_PLAN_H_
+#define JAXBATCH_PLAN_BATCH_PLAN_H_
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace jaxbatch {
+
+// A batch's padded shape: `rows` x `length` elements, and for packed rows
+// `segments` = the most examples one row can hold (0 when not packed).
+struct BatchShape {
+  int64_t rows = 0;
+  int64_t length = 0;
+  int64_t segments = 0;
+  friend bool operator==(const BatchShape&, const BatchShape&) = default;
+};
+
+// What a plan costs: every example is in a batch or counted as dropped
+// (remainder="drop") or skipped (too_long="skip").
+struct PlanStats {
+  int64_t examples = 0;         // examples the planner was given
+  int64_t batches = 0;
+  int64_t shapes = 0;           // distinct batch shapes = compilations
+  int64_t real_elements = 0;    // sum of (possibly truncated) lengths placed
+  int64_t padded_elements = 0;  // sum over batches of rows * length
+  double efficiency = 0.0;      // real / padded (1.0 for an empty plan)
+  std::vector<int64_t> batches_per_shape;
+  int64_t dropped = 0;    // examples left out by remainder="drop"
+  int64_t skipped = 0;    // examples left out by too_long="skip"
+  int64_t truncated = 0;  // examples cut to the shape by too_long="truncate"
+};
+
+// One batch of a plan, viewed without a copy.
+struct BatchView {
+  int64_t index = 0;
+  BatchShape shape;
+  // Row r of this batch holds examples row_examples(r); empty for padding.
+  std::span<const int64_t> row_begin;  // rows + 1 entries into `examples`
+  std::span<const int64_t> examples;   // the plan's flat example ids
+  std::span<const int64_t> row_examples(int64_t r) const {
+    return examples.subspan(static_cast<size_t>(row_begin[r]),
+                            static_cast<size_t>(row_begin[r + 1] - row_begin[r]));
+  }
+};
+
+class BatchPlan {
+ public:
+  bool packed = false;
+  // True when too_long="truncate": a collator may cut examples to the shape.
+  bool allow_truncate = false;
+  // The column whose lengths made the plan ("" when planned from lengths).
+  std::string length_column;
+  std::vector<BatchShape> shapes;
+  std::vector<int32_t> batch_shape_ids;
+  std::vector<int64_t> batch_row_begin{0};
+  std::vector<int64_t> row_example_begin{0};
+  std::vector<int64_t> example_ids;
+  std::vector<int64_t> dropped_examples;
+  std::vector<int64_t> skipped_examples;
+  PlanStats stats;
+
+  int64_t num_batches() const { return static_cast<int64_t>(batch_shape_ids.size()); }
+  // Throws OutOfRangeError when `b` is not a batch of this plan.
+  BatchView batch(int64_t b) const;
+};
+
+// Builds a BatchPlan batch by batch, deduplicating shapes.
+// Example:
+//   PlanBuilder builder(/*packed=*/false);
+//   builder.BeginBatch({.rows = 2, .length = 8});
+//   builder.AddRow(std::vector<int64_t>{4});
+//   builder.EndBatch();  // adds one empty padding row
+//   BatchPlan plan = std::move(builder).Finish(lengths);
+class PlanBuilder {
+ public:
+  explicit PlanBuilder(bool packed) { plan_.packed = packed; }
+  void BeginBatch(const BatchShape& shape);
+  void AddRow(std::span<const int64_t> examples);
+  // Fills the batch up to shape.rows with empty rows.
+  void EndBatch();
+  void Drop(int64_t example) { plan_.dropped_examples.push_back(example); }
+  void Skip(int64_t example) { plan_.skipped_examples.push_back(example); }
+  void set_allow_truncate(bool allow) { plan_.allow_truncate = allow; }
+  // Computes stats from `lengths` (indexed by example id).
+  BatchPlan Finish(std::span<const int64_t> lengths, int64_t num_examples) &&;
+
+ private:
+  BatchPlan plan_;
+  int64_t rows_in_batch_ = 0;
+};
+
+}  // namespace jaxbatch
+
+#endif  // JAXBATCH_PLAN_BATCH_PLAN_H_

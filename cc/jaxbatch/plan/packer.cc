@@ -1,0 +1,111 @@
+#include "jaxbatch/plan/packer.h"
+
+#include <algorithm>
+#include <set>
+#include <utility>
+
+namespace jaxbatch {
+namespace {
+
+// Rows of one window, each a list of examples, in the order they opened.
+using WindowRows = std::vector<std::vector<int64_t>>;
+
+// Max segment tree over row room; a full row (no segment slot left) has -1.
+class RoomTree {
+ public:
+  explicit RoomTree(size_t capacity) {
+    size_ = 1;
+    while (size_ < capacity) size_ *= 2;
+    tree_.assign(2 * size_, -1);
+  }
+  void Set(size_t row, int64_t room) {
+    size_t node = row + size_;
+    tree_[node] = room;
+    for (node /= 2; node >= 1; node /= 2) tree_[node] = std::max(tree_[2 * node], tree_[2 * node + 1]);
+  }
+  // Leftmost row with room >= need, or -1.
+  int64_t FirstFit(int64_t need) const {
+    if (tree_[1] < need) return -1;
+    size_t node = 1;
+    while (node < size_) node = tree_[2 * node] >= need ? 2 * node : 2 * node + 1;
+    return static_cast<int64_t>(node - size_);
+  }
+
+ private:
+  size_t size_;
+  std::vector<int64_t> tree_;
+};
+
+void FirstFitWindow(std::span<const int64_t> lengths, std::span<const int64_t> ids,
+                    int64_t row_length, int64_t max_segments, WindowRows& rows) {
+  RoomTree tree(ids.size());
+  std::vector<int64_t> room;
+  for (int64_t id : ids) {
+    const int64_t length = std::min(lengths[static_cast<size_t>(id)], row_length);
+    int64_t row = tree.FirstFit(length);
+    if (row < 0) {
+      row = static_cast<int64_t>(rows.size());
+      rows.emplace_back();
+      room.push_back(row_length);
+    }
+    rows[static_cast<size_t>(row)].push_back(id);
+    room[static_cast<size_t>(row)] -= length;
+    const bool full = static_cast<int64_t>(rows[static_cast<size_t>(row)].size()) >= max_segments;
+    tree.Set(static_cast<size_t>(row), full ? -1 : room[static_cast<size_t>(row)]);
+  }
+}
+
+void BestFitWindow(std::span<const int64_t> lengths, std::span<const int64_t> ids,
+                   int64_t row_length, int64_t max_segments, WindowRows& rows) {
+  std::vector<int64_t> sorted(ids.begin(), ids.end());
+  std::stable_sort(sorted.begin(), sorted.end(), [&](int64_t a, int64_t b) {
+    return lengths[static_cast<size_t>(a)] > lengths[static_cast<size_t>(b)];
+  });
+  std::set<std::pair<int64_t, int64_t>> open;  // (room, row)
+  std::vector<int64_t> room;
+  for (int64_t id : sorted) {
+    const int64_t length = std::min(lengths[static_cast<size_t>(id)], row_length);
+    auto it = open.lower_bound({length, -1});
+    int64_t row;
+    if (it == open.end()) {
+      row = static_cast<int64_t>(rows.size());
+      rows.emplace_back();
+      room.push_back(row_length);
+    } else {
+      row = it->second;
+      open.erase(it);
+    }
+    rows[static_cast<size_t>(row)].push_back(id);
+    room[static_cast<size_t>(row)] -= length;
+    if (static_cast<int64_t>(rows[static_cast<size_t>(row)].size()) < max_segments) {
+      open.insert({room[static_cast<size_t>(row)], row});
+    }
+  }
+}
+
+}  // namespace
+
+PackedRows PackRows(std::span<const int64_t> lengths, std::span<const int64_t> ids,
+                    int64_t row_length, int64_t max_segments, PackAlgorithm algorithm,
+                    int64_t lookahead) {
+  PackedRows packed;
+  packed.example_ids.reserve(ids.size());
+  const size_t window = lookahead > 0 ? static_cast<size_t>(lookahead) : ids.size();
+  WindowRows rows;
+  for (size_t start = 0; start < ids.size(); start += window) {
+    const std::span<const int64_t> chunk = ids.subspan(start, std::min(window, ids.size() - start));
+    rows.clear();
+    if (algorithm == PackAlgorithm::kFirstFit) {
+      FirstFitWindow(lengths, chunk, row_length, max_segments, rows);
+    } else {
+      BestFitWindow(lengths, chunk, row_length, max_segments, rows);
+    }
+    for (const std::vector<int64_t>& row : rows) {
+      packed.example_ids.insert(packed.example_ids.end(), row.begin(), row.end());
+      packed.row_begin.push_back(static_cast<int64_t>(packed.example_ids.size()));
+    }
+  }
+  return packed;
+}
+
+}  // namespace jaxbatch

@@ -1,0 +1,272 @@
+#include "jaxbatch/plan/planner.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "jaxbatch/base/error.h"
+#include "jaxbatch/plan/buckets.h"
+#include "jaxbatch/plan/packer.h"
+
+namespace jaxbatch {
+namespace {
+
+int64_t RoundUp(int64_t value, int64_t multiple) {
+  return std::max(multiple, (value + multiple - 1) / multiple * multiple);
+}
+
+void RequirePositive(int64_t value, const char* planner, const char* option) {
+  if (value <= 0) {
+    throw InvalidArgumentError(StrCat(planner, ": ", option, " must be > 0, found ", value));
+  }
+}
+
+// The ids to plan: `order` checked against the lengths, or 0..n-1.
+std::vector<int64_t> ResolveOrder(std::span<const int64_t> lengths,
+                                  std::span<const int64_t> order) {
+  const auto n = static_cast<int64_t>(lengths.size());
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    if (lengths[i] < 0) {
+      throw InvalidArgumentError(
+          StrCat("plan: example ", i, ": expected a length >= 0, found ", lengths[i]));
+    }
+  }
+  if (order.empty()) {
+    std::vector<int64_t> ids(lengths.size());
+    std::iota(ids.begin(), ids.end(), 0);
+    return ids;
+  }
+  for (size_t k = 0; k < order.size(); ++k) {
+    if (order[k] < 0 || order[k] >= n) {
+      throw OutOfRangeError(StrCat("plan: order[", k, "] = ", order[k],
+                                   " is not an example index; there are ", n, " examples"));
+    }
+  }
+  return {order.begin(), order.end()};
+}
+
+// Applies a TooLong policy to example `id` of length `length` > `limit`.
+// Returns true when the example is still planned (truncated).
+bool HandleTooLong(TooLong policy, int64_t id, int64_t length, int64_t limit,
+                   const char* planner, const char* what, PlanBuilder& builder) {
+  switch (policy) {
+    case TooLong::kError:
+      throw InvalidArgumentError(StrCat(planner, ": example ", id, " has length ", length,
+                                        ", longer than ", what, " ", limit,
+                                        "; pass too_long=\"truncate\" or \"skip\" to allow it"));
+    case TooLong::kTruncate: builder.set_allow_truncate(true); return true;
+    case TooLong::kSkip: builder.Skip(id); return false;
+  }
+  return false;
+}
+
+// Emits the examples of one bucket (or the whole stream) as batches of
+// `rows` rows of `length`, with the last partial batch per `remainder`.
+class BucketBatcher {
+ public:
+  BucketBatcher(int64_t length, int64_t rows) : length_(length), rows_(rows) {}
+
+  // Adds an example; emits a batch when `rows` are collected.
+  void Add(int64_t id, PlanBuilder& builder) {
+    pending_.push_back(id);
+    if (static_cast<int64_t>(pending_.size()) == rows_) Flush(rows_, builder);
+  }
+
+  void Finish(Remainder remainder, PlanBuilder& builder) {
+    if (pending_.empty()) return;
+    switch (remainder) {
+      case Remainder::kPad: Flush(rows_, builder); break;
+      case Remainder::kKeep: Flush(static_cast<int64_t>(pending_.size()), builder); break;
+      case Remainder::kDrop:
+        for (int64_t id : pending_) builder.Drop(id);
+        pending_.clear();
+        break;
+    }
+  }
+
+ private:
+  void Flush(int64_t rows, PlanBuilder& builder) {
+    builder.BeginBatch({.rows = rows, .length = length_});
+    for (const int64_t& id : pending_) builder.AddRow(std::span<const int64_t>(&id, 1));
+    builder.EndBatch();
+    pending_.clear();
+  }
+
+  int64_t length_;
+  int64_t rows_;
+  std::vector<int64_t> pending_;
+};
+
+// Rows per batch for a bucket of `length` under a batch size and/or budget.
+int64_t RowsForLength(int64_t length, int64_t batch_size, int64_t token_budget,
+                      const char* planner) {
+  int64_t rows = batch_size > 0 ? batch_size : std::numeric_limits<int64_t>::max();
+  if (token_budget > 0) {
+    if (length > token_budget) {
+      throw InvalidArgumentError(StrCat(planner, ": token_budget ", token_budget,
+                                        " is smaller than bucket length ", length,
+                                        "; raise token_budget to at least ", length));
+    }
+    rows = std::min(rows, token_budget / length);
+  }
+  return rows;
+}
+
+// Plans buckets with the given boundaries: the common tail of FixedBuckets
+// and AutoBuckets. An example goes to the first boundary >= its length
+// (`rounded` lengths for AutoBuckets' pad_to_multiple).
+BatchPlan PlanBuckets(std::span<const int64_t> lengths, const std::vector<int64_t>& ids,
+                      const std::vector<int64_t>& boundaries, int64_t batch_size,
+                      int64_t token_budget, int64_t multiple, Remainder remainder,
+                      TooLong too_long, const char* planner) {
+  PlanBuilder builder(/*packed=*/false);
+  std::vector<BucketBatcher> buckets;
+  for (int64_t boundary : boundaries) {
+    buckets.emplace_back(boundary, RowsForLength(boundary, batch_size, token_budget, planner));
+  }
+  for (int64_t id : ids) {
+    const int64_t length = lengths[static_cast<size_t>(id)];
+    const int64_t key = RoundUp(length, multiple);
+    auto it = std::lower_bound(boundaries.begin(), boundaries.end(), key);
+    if (it == boundaries.end()) {
+      if (boundaries.empty() ||
+          !HandleTooLong(too_long, id, length, boundaries.back(), planner, "the last boundary",
+                         builder)) {
+        continue;
+      }
+      --it;
+    }
+    buckets[static_cast<size_t>(it - boundaries.begin())].Add(id, builder);
+  }
+  for (BucketBatcher& bucket : buckets) bucket.Finish(remainder, builder);
+  return std::move(builder).Finish(lengths, static_cast<int64_t>(ids.size()));
+}
+
+BatchPlan PlanPadToMax(std::span<const int64_t> lengths, const std::vector<int64_t>& ids,
+                       const PadToMaxOptions& o) {
+  RequirePositive(o.batch_size, "PadToMax", "batch_size");
+  RequirePositive(o.pad_to_multiple, "PadToMax", "pad_to_multiple");
+  PlanBuilder builder(/*packed=*/false);
+  for (size_t start = 0; start < ids.size(); start += static_cast<size_t>(o.batch_size)) {
+    const size_t end = std::min(ids.size(), start + static_cast<size_t>(o.batch_size));
+    const auto count = static_cast<int64_t>(end - start);
+    if (count < o.batch_size && o.remainder == Remainder::kDrop) {
+      for (size_t k = start; k < end; ++k) builder.Drop(ids[k]);
+      break;
+    }
+    int64_t longest = 0;
+    for (size_t k = start; k < end; ++k) {
+      longest = std::max(longest, lengths[static_cast<size_t>(ids[k])]);
+    }
+    const int64_t rows = o.remainder == Remainder::kKeep ? count : o.batch_size;
+    builder.BeginBatch({.rows = rows, .length = RoundUp(longest, o.pad_to_multiple)});
+    for (size_t k = start; k < end; ++k) builder.AddRow(std::span<const int64_t>(&ids[k], 1));
+    builder.EndBatch();
+  }
+  return std::move(builder).Finish(lengths, static_cast<int64_t>(ids.size()));
+}
+
+BatchPlan PlanFixedBuckets(std::span<const int64_t> lengths, const std::vector<int64_t>& ids,
+                           const FixedBucketsOptions& o) {
+  if (o.boundaries.empty()) {
+    throw InvalidArgumentError("FixedBuckets: expected at least one boundary, found none");
+  }
+  for (size_t k = 0; k < o.boundaries.size(); ++k) {
+    if (o.boundaries[k] <= 0 || (k > 0 && o.boundaries[k] <= o.boundaries[k - 1])) {
+      throw InvalidArgumentError(StrCat("FixedBuckets: boundaries must be positive and strictly "
+                                        "increasing, found boundaries[",
+                                        k, "] = ", o.boundaries[k]));
+    }
+  }
+  if (o.batch_size <= 0 && o.token_budget <= 0) {
+    throw InvalidArgumentError("FixedBuckets: expected batch_size or token_budget, found neither");
+  }
+  return PlanBuckets(lengths, ids, o.boundaries, o.batch_size, o.token_budget, 1, o.remainder,
+                     o.too_long, "FixedBuckets");
+}
+
+BatchPlan PlanAutoBuckets(std::span<const int64_t> lengths, const std::vector<int64_t>& ids,
+                          const AutoBucketsOptions& o) {
+  RequirePositive(o.max_shapes, "AutoBuckets", "max_shapes");
+  RequirePositive(o.pad_to_multiple, "AutoBuckets", "pad_to_multiple");
+  if (o.batch_size <= 0 && o.token_budget <= 0) {
+    throw InvalidArgumentError("AutoBuckets: expected batch_size or token_budget, found neither");
+  }
+  const LengthHistogram histogram = RoundedHistogram(lengths, ids, o.pad_to_multiple);
+  auto rows_for_length = [&](int64_t length) {
+    return RowsForLength(length, o.batch_size, o.token_budget, "AutoBuckets");
+  };
+  const std::vector<int64_t> boundaries = OptimalBoundaries(
+      histogram, o.max_shapes, rows_for_length, o.remainder == Remainder::kPad);
+  return PlanBuckets(lengths, ids, boundaries, o.batch_size, o.token_budget, o.pad_to_multiple,
+                     o.remainder, TooLong::kError, "AutoBuckets");
+}
+
+BatchPlan PlanPack(std::span<const int64_t> lengths, const std::vector<int64_t>& ids,
+                   const PackOptions& o) {
+  RequirePositive(o.row_length, "Pack", "row_length");
+  RequirePositive(o.rows_per_batch, "Pack", "rows_per_batch");
+  if (o.max_segments_per_row < 0) {
+    throw InvalidArgumentError(StrCat("Pack: max_segments_per_row must be >= 1 (or 0 for "
+                                      "row_length), found ", o.max_segments_per_row));
+  }
+  if (o.lookahead < 0) {
+    throw InvalidArgumentError(
+        StrCat("Pack: lookahead must be >= 1 (or 0 for all), found ", o.lookahead));
+  }
+  const int64_t segments = o.max_segments_per_row > 0 ? o.max_segments_per_row : o.row_length;
+  PlanBuilder builder(/*packed=*/true);
+  std::vector<int64_t> kept;
+  kept.reserve(ids.size());
+  for (int64_t id : ids) {
+    const int64_t length = lengths[static_cast<size_t>(id)];
+    if (length > o.row_length &&
+        !HandleTooLong(o.too_long, id, length, o.row_length, "Pack", "row_length", builder)) {
+      continue;
+    }
+    kept.push_back(id);
+  }
+  const PackedRows rows =
+      PackRows(lengths, kept, o.row_length, segments, o.algorithm, o.lookahead);
+  const int64_t num_rows = rows.num_rows();
+  for (int64_t first = 0; first < num_rows; first += o.rows_per_batch) {
+    const int64_t count = std::min(o.rows_per_batch, num_rows - first);
+    if (count < o.rows_per_batch && o.remainder == Remainder::kDrop) {
+      for (int64_t k = rows.row_begin[static_cast<size_t>(first)]; k < rows.row_begin.back(); ++k) {
+        builder.Drop(rows.example_ids[static_cast<size_t>(k)]);
+      }
+      break;
+    }
+    const int64_t batch_rows = o.remainder == Remainder::kKeep ? count : o.rows_per_batch;
+    builder.BeginBatch({.rows = batch_rows, .length = o.row_length, .segments = segments});
+    for (int64_t r = first; r < first + count; ++r) {
+      const int64_t begin = rows.row_begin[static_cast<size_t>(r)];
+      const int64_t end = rows.row_begin[static_cast<size_t>(r) + 1];
+      builder.AddRow(std::span<const int64_t>(rows.example_ids)
+                         .subspan(static_cast<size_t>(begin), static_cast<size_t>(end - begin)));
+    }
+    builder.EndBatch();
+  }
+  return std::move(builder).Finish(lengths, static_cast<int64_t>(ids.size()));
+}
+
+}  // namespace
+
+BatchPlan Plan(std::span<const int64_t> lengths, const PlannerOptions& options,
+               std::span<const int64_t> order) {
+  const std::vector<int64_t> ids = ResolveOrder(lengths, order);
+  return std::visit(
+      [&](const auto& o) -> BatchPlan {
+        using T = std::decay_t<decltype(o)>;
+        if constexpr (std::is_same_v<T, PadToMaxOptions>) return PlanPadToMax(lengths, ids, o);
+        if constexpr (std::is_same_v<T, FixedBucketsOptions>) {
+          return PlanFixedBuckets(lengths, ids, o);
+        }
+        if constexpr (std::is_same_v<T, AutoBucketsOptions>) {
+          return PlanAutoBuckets(lengths, ids, o);
+        }
+        if constexpr (std::is_same_v<T, PackOptions>) return PlanPack(lengths, ids, o);
+      },
+      options);
+}
+
+}  // namespace jaxbatch

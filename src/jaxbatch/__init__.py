@@ -1,0 +1,36 @@
+"""jaxbatch: fast, safe batch processing for JAX.
+
+Ragged data is planned into a few padded shapes (or packed rows) and
+collated by a C++ engine, so `jit` compiles a bounded number of times and
+padding waste is measured and minimised.
+
+Example::
+
+    import jaxbatch as jb
+    ds = jb.Dataset.from_arrays({"tokens": [np.arange(n) for n in (5, 3, 9, 2)]})
+    plan = jb.plan(ds, jb.AutoBuckets(max_shapes=2, batch_size=2))
+    for spec in plan:
+        batch = jb.collate(ds, spec)   # tokens, tokens_mask, tokens_lengths, example_index
+"""
+
+from jaxbatch._collate import Batch, collate, unbatch
+from jaxbatch._dataset import Dataset
+from jaxbatch._plan import BatchPlan, BatchShape, BatchSpec, PlanStats, plan
+from jaxbatch._planners import AutoBuckets, FixedBuckets, Pack, PadToMax
+
+__all__ = [
+    "AutoBuckets",
+    "Batch",
+    "BatchPlan",
+    "BatchShape",
+    "BatchSpec",
+    "Dataset",
+    "FixedBuckets",
+    "Pack",
+    "PadToMax",
+    "PlanStats",
+    "collate",
+    "plan",
+    "unbatch",
+]
+__version__ = "0.1.0"

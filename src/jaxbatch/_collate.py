@@ -1,0 +1,146 @@
+"""collate() and unbatch(): planned batches to dense arrays and back."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from jaxbatch import _core
+from jaxbatch._dataset import Dataset
+from jaxbatch._dtypes import numpy_dtype
+from jaxbatch._plan import BatchShape, BatchSpec
+
+_AUX_SUFFIXES = ("_mask", "_lengths", "_segment_ids", "_positions")
+
+
+class Batch(dict):
+    """A collated batch: a dict of numpy arrays (owned by C++ buffers, no
+    copy) that also knows where it came from.
+
+    Keys: each column; ``<name>_mask`` and ``<name>_lengths`` for ragged
+    columns of padded batches; ``<name>_segment_ids``, ``<name>_positions``
+    and per-segment ``<name>_lengths`` for packed batches; ``example_index``
+    (-1 for padding).
+    """
+
+    index: int
+    shape: BatchShape
+    packed: bool
+    length_column: str
+    ragged_columns: tuple[str, ...]
+
+    @property
+    def aux_keys(self) -> tuple[str, ...]:
+        """The keys collate added beside the columns."""
+        return tuple(
+            k for k in self if k == "example_index" or _aux_of(k, self.ragged_columns)
+        )
+
+
+def _aux_of(key: str, ragged: tuple[str, ...]) -> bool:
+    return any(key == c + s for c in ragged for s in _AUX_SUFFIXES)
+
+
+def collate(
+    dataset: Dataset, batch: BatchSpec, *, pad_value: float | Mapping[str, float] = 0
+) -> Batch:
+    """Fills one planned batch with the dataset's examples, in C++ (GIL
+    released): ragged columns padded to the batch shape with ``pad_value``
+    (one number, or a dict per column), masks, lengths, segment ids and
+    positions for packed rows, fixed columns stacked, and ``example_index``.
+
+    Example::
+
+        for spec in plan:
+            batch = jb.collate(ds, spec)  # batch["tokens"], batch["tokens_mask"], ...
+    """
+    if not isinstance(dataset, Dataset):
+        raise TypeError(f"collate: expected a jaxbatch.Dataset, found {type(dataset).__name__}")
+    if not isinstance(batch, BatchSpec):
+        raise TypeError(
+            f"collate: expected a batch from a BatchPlan (plan[i]), found {type(batch).__name__}"
+        )
+    if isinstance(pad_value, Mapping):
+        unknown = [k for k in pad_value if k not in dataset.column_names]
+        if unknown:
+            raise ValueError(
+                f"collate: pad_value names column {unknown[0]!r}, which the dataset does not "
+                f"have; columns are {dataset.column_names}"
+            )
+        pads, default = [(k, float(v)) for k, v in pad_value.items()], 0.0
+    else:
+        pads, default = [], float(pad_value)
+    arrays = _core.collate(dataset._core, batch.plan._core, batch.index, pads, default)
+    out = Batch()
+    for name, dtype, array in arrays:
+        out[name] = array.view(numpy_dtype(dtype)) if dtype == "bfloat16" else array
+    out.index = batch.index
+    out.shape = batch.shape
+    out.packed = batch.plan.packed
+    out.length_column = batch.plan.length_column or dataset.default_length_column
+    out.ragged_columns = tuple(
+        n for n in dataset.column_names if not dataset._core.column(n).is_fixed
+    )
+    return out
+
+
+def unbatch(outputs: Mapping[str, Any] | Any, batch: Batch) -> dict[int, Any]:
+    """Per-example results with the padding removed, keyed by example index.
+
+    ``outputs`` is an array or a dict of arrays whose leading axis is the
+    batch's rows (``[rows, ...]``): per-token arrays (``[rows, L, ...]``,
+    L the batch's padded length) are cut to each example's length, per-row
+    arrays give one entry per example. For packed batches per-token arrays
+    are split by segment and per-segment arrays (``[rows, S, ...]``) indexed.
+    A key that names a ragged column uses that column's lengths; collate's
+    own extra keys (masks, lengths, ...) are left out, so
+    ``unbatch(collate(ds, spec), batch)`` gives back the examples.
+
+    Example::
+
+        logits = model(batch["tokens"])           # [rows, L, vocab]
+        per_example = jb.unbatch(logits, batch)   # {example: [length, vocab]}
+    """
+    if not isinstance(batch, Batch):
+        raise TypeError(f"unbatch: expected the Batch collate returned, found {type(batch)}")
+    single = not isinstance(outputs, Mapping)
+    items = {"": outputs} if single else dict(outputs)
+    index = np.asarray(batch["example_index"])
+    result: dict[int, Any] = {}
+    for key, value in items.items():
+        if not single and key in batch.aux_keys:
+            continue
+        array = np.asarray(value)
+        if array.ndim < 1 or array.shape[0] != batch.shape.rows:
+            raise ValueError(
+                f"unbatch: output {key!r} has shape {array.shape}; expected a leading axis of "
+                f"{batch.shape.rows} rows"
+            )
+        lengths_key = (key if key in batch.ragged_columns else batch.length_column) + "_lengths"
+        lengths = np.asarray(batch[lengths_key])
+        pieces = (_unpack if batch.packed else _unpad)(array, index, lengths, batch.shape)
+        for example, piece in pieces:
+            if single:
+                result[example] = piece
+            else:
+                result.setdefault(example, {})[key] = piece
+    return result
+
+
+def _unpad(array, index, lengths, shape):
+    per_token = array.ndim >= 2 and array.shape[1] == shape.length
+    for r in np.flatnonzero(index >= 0):
+        yield int(index[r]), array[r, : lengths[r]] if per_token else array[r]
+
+
+def _unpack(array, index, lengths, shape):
+    per_token = array.ndim >= 2 and array.shape[1] == shape.length
+    starts = np.cumsum(lengths, axis=1) - lengths
+    rows, slots = np.nonzero(index >= 0)
+    for r, s in zip(rows, slots, strict=True):
+        if per_token:
+            yield int(index[r, s]), array[r, starts[r, s] : starts[r, s] + lengths[r, s]]
+        else:
+            yield int(index[r, s]), array[r, s]

@@ -1,0 +1,197 @@
+"""Dataset: named ragged and fixed-shape columns, held by the C++ core."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from jaxbatch import _core
+from jaxbatch._dtypes import as_bytes, dtype_name, numpy_dtype
+
+
+class Dataset:
+    """Named columns with the same number of examples.
+
+    A ragged column stores every example's rows back to back with int64
+    offsets (an Arrow list array's layout); a fixed column holds one element
+    of the same shape per example. Build one with :meth:`from_arrays` or
+    :meth:`from_arrow`.
+
+    Example::
+
+        ds = jb.Dataset.from_arrays(
+            {"tokens": [np.arange(5), np.arange(3)], "label": np.array([0, 1])}
+        )
+        ds.lengths("tokens")  # array([5, 3])
+    """
+
+    def __init__(self, core: _core.Dataset):
+        self._core = core
+
+    @classmethod
+    def from_arrays(
+        cls,
+        columns: Mapping[str, Any],
+        *,
+        aligned: Sequence[Sequence[str]] | None = None,
+        dtypes: Mapping[str, Any] | None = None,
+    ) -> Dataset:
+        """Builds a dataset from numpy data, per column one of:
+
+        * a list of per-example arrays (ragged; copied once into one buffer),
+        * a tuple ``(values, offsets)`` (ragged; used without a copy): example
+          ``i`` is ``values[offsets[i]:offsets[i+1]]``,
+        * a numpy array ``[num_examples, *inner]`` (fixed-shape, no copy).
+
+        ``aligned`` lists groups of ragged columns that must have equal
+        lengths in every example (tokens and labels). ``dtypes`` fixes a
+        column's dtype (needed for an empty list; examples are converted).
+        Raises ``ValueError`` naming the column and example for bad input.
+        """
+        dtypes = dict(dtypes or {})
+        built = [_make_column(name, data, dtypes.get(name)) for name, data in columns.items()]
+        groups = [list(g) for g in (aligned or [])]
+        return cls(_core.Dataset(built, groups))
+
+    @classmethod
+    def from_arrow(
+        cls,
+        table: Any,
+        *,
+        columns: Sequence[str] | None = None,
+        aligned: Sequence[Sequence[str]] | None = None,
+    ) -> Dataset:
+        """Builds a dataset from a ``pyarrow.Table`` (or RecordBatch).
+
+        ``list`` and ``large_list`` columns become ragged columns without a
+        copy of their values (``list``'s int32 offsets are widened to int64,
+        a copy of the offsets only); ``fixed_size_list`` children give the
+        inner shape; primitive columns become fixed columns. A column of
+        several chunks is combined first (one copy). Nulls are refused.
+        """
+        from jaxbatch._arrow import column_from_arrow
+
+        names = list(columns) if columns is not None else list(table.column_names)
+        missing = [n for n in names if n not in table.column_names]
+        if missing:
+            raise ValueError(
+                f"Dataset.from_arrow: no column {missing[0]!r}; "
+                f"the table has {list(table.column_names)}"
+            )
+        built = [column_from_arrow(n, table.column(n)) for n in names]
+        groups = [list(g) for g in (aligned or [])]
+        return cls(_core.Dataset(built, groups))
+
+    @property
+    def num_examples(self) -> int:
+        return self._core.num_examples
+
+    def __len__(self) -> int:
+        return self._core.num_examples
+
+    @property
+    def column_names(self) -> list[str]:
+        return self._core.column_names()
+
+    @property
+    def default_length_column(self) -> str:
+        """The first ragged column: what planners look at unless told."""
+        return self._core.default_length_column
+
+    def lengths(self, column: str | None = None) -> np.ndarray:
+        """Per-example lengths (int64) of a ragged column."""
+        name = column if column is not None else self._core.default_length_column
+        return self._core.column(name).lengths()
+
+    def example(self, index: int) -> dict[str, np.ndarray]:
+        """Example ``index`` as a dict of numpy arrays (read-only views)."""
+        if not -len(self) <= index < len(self):
+            raise IndexError(f"Dataset: example {index} out of range; there are {len(self)}")
+        index %= max(len(self), 1)
+        out = {}
+        for name in self.column_names:
+            col = self._core.column(name)
+            raw = col.example(index).view(numpy_dtype(col.dtype))
+            lead = () if col.is_fixed else (-1,)
+            out[name] = raw.reshape(lead + tuple(col.inner_shape))
+        return out
+
+    def __repr__(self) -> str:
+        cols = []
+        for name in self.column_names:
+            col = self._core.column(name)
+            kind = "fixed" if col.is_fixed else f"ragged, max length {col.max_length}"
+            cols.append(f"{name}: {col.dtype}{list(col.inner_shape)} ({kind})")
+        return f"Dataset({len(self)} examples; " + "; ".join(cols) + ")"
+
+
+def _make_column(name: str, data: Any, dtype: Any) -> _core.RaggedColumn:
+    if isinstance(data, tuple) and len(data) == 2:
+        return _ragged_from_pair(name, data, dtype)
+    if isinstance(data, np.ndarray) and data.dtype != object:
+        return _fixed_from_array(name, data, dtype)
+    if isinstance(data, Iterable) and not isinstance(data, str | bytes):
+        return _ragged_from_pieces(name, list(data), dtype)
+    raise ValueError(
+        f"column {name!r}: expected a list of per-example arrays, a (values, offsets) "
+        f"tuple or a stacked numpy array, found {type(data).__name__}"
+    )
+
+
+def _ragged_from_pair(name: str, pair: tuple, dtype: Any) -> _core.RaggedColumn:
+    values, offsets = pair
+    values = np.asarray(values) if dtype is None else np.asarray(values, dtype=dtype)
+    offsets = np.asarray(offsets)
+    if values.ndim < 1:
+        raise ValueError(f"column {name!r}: expected values of rank >= 1, found a scalar")
+    if offsets.ndim != 1 or offsets.size < 1 or not np.issubdtype(offsets.dtype, np.integer):
+        raise ValueError(
+            f"column {name!r}: expected 1-D integer offsets with num_examples + 1 entries, "
+            f"found shape {offsets.shape} and dtype {offsets.dtype}"
+        )
+    values = np.ascontiguousarray(values)
+    offsets = np.ascontiguousarray(offsets, dtype=np.int64)
+    return _core.RaggedColumn.ragged(
+        name,
+        dtype_name(values.dtype, f"column {name!r}"),
+        list(values.shape[1:]),
+        as_bytes(values),
+        offsets,
+        (values, offsets),
+    )
+
+
+def _fixed_from_array(name: str, array: np.ndarray, dtype: Any) -> _core.RaggedColumn:
+    array = np.ascontiguousarray(array if dtype is None else array.astype(dtype, copy=False))
+    if array.ndim < 1:
+        raise ValueError(f"column {name!r}: expected [num_examples, ...], found a scalar")
+    return _core.RaggedColumn.fixed(
+        name,
+        dtype_name(array.dtype, f"column {name!r}"),
+        list(array.shape[1:]),
+        as_bytes(array),
+        array.shape[0],
+        array,
+    )
+
+
+def _ragged_from_pieces(name: str, items: list, dtype: Any) -> _core.RaggedColumn:
+    if not items and dtype is None:
+        raise ValueError(
+            f"column {name!r}: cannot infer a dtype from an empty column; "
+            f"pass dtypes={{{name!r}: ...}}"
+        )
+    arrays = [np.asarray(a) if dtype is None else np.asarray(a, dtype=dtype) for a in items]
+    target = np.dtype(dtype) if dtype is not None else arrays[0].dtype
+    first = arrays[0] if arrays else np.zeros((0,), target)
+    if first.ndim < 1:
+        raise ValueError(
+            f"column {name!r}, example 0: expected an array of rank >= 1 (a sequence), "
+            f"found a scalar; pass a stacked numpy array for a fixed-shape column"
+        )
+    pieces = [(as_bytes(a), a.dtype.name, list(a.shape)) for a in arrays]
+    return _core.RaggedColumn.from_pieces(
+        name, dtype_name(target, f"column {name!r}"), list(first.shape[1:]), False, pieces
+    )

@@ -1,0 +1,190 @@
+"""plan(): lengths to a BatchPlan, computed by the C++ planners."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from jaxbatch import _core
+from jaxbatch._dataset import Dataset
+from jaxbatch._planners import AutoBuckets, FixedBuckets, Pack, PadToMax, Planner
+
+
+@dataclasses.dataclass(frozen=True)
+class PlanStats:
+    """What a plan costs. Every example is in a batch or counted in
+    ``dropped`` (remainder="drop") or ``skipped`` (too_long="skip")."""
+
+    examples: int
+    batches: int
+    shapes: int
+    real_elements: int
+    padded_elements: int
+    efficiency: float
+    batches_per_shape: tuple[int, ...]
+    dropped: int
+    skipped: int
+    truncated: int
+
+    def __str__(self) -> str:
+        return (
+            f"{self.examples} examples in {self.batches} batches of {self.shapes} shapes; "
+            f"{self.efficiency:.1%} real elements ({self.real_elements} of "
+            f"{self.padded_elements}); dropped {self.dropped}, skipped {self.skipped}, "
+            f"truncated {self.truncated}"
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchShape:
+    """A batch's padded shape: ``rows`` x ``length``; ``segments`` is the most
+    examples a packed row holds (0 when not packed)."""
+
+    rows: int
+    length: int
+    segments: int = 0
+
+
+class BatchSpec:
+    """One planned batch: its shape and which examples fill which rows."""
+
+    def __init__(self, plan: BatchPlan, index: int):
+        self.plan = plan
+        self.index = index
+        self.shape = BatchShape(*plan._core.batch_shape(index))
+
+    @property
+    def rows(self) -> list[np.ndarray]:
+        """Example ids per row (one or none for padded plans, a row's segments
+        for packed plans)."""
+        core = self.plan._core
+        first, last = core.batch_row_begin[self.index], core.batch_row_begin[self.index + 1]
+        starts = core.row_example_begin[first : last + 1]
+        ids = core.example_ids
+        return [ids[starts[r] : starts[r + 1]] for r in range(len(starts) - 1)]
+
+    @property
+    def example_ids(self) -> np.ndarray:
+        """Every example in this batch, row by row."""
+        core = self.plan._core
+        first, last = core.batch_row_begin[self.index], core.batch_row_begin[self.index + 1]
+        starts = core.row_example_begin
+        return core.example_ids[starts[first] : starts[last]]
+
+    def __repr__(self) -> str:
+        return f"BatchSpec(index={self.index}, shape={self.shape})"
+
+
+class BatchPlan:
+    """Which examples go into which batch, and each batch's shape.
+
+    Iterate it (or index it) for :class:`BatchSpec` values to pass to
+    :func:`jaxbatch.collate`. ``stats`` says what it costs.
+    """
+
+    def __init__(self, core: _core.BatchPlan, planner: Planner):
+        self._core = core
+        self.planner = planner
+        s = core.stats
+        self.stats = PlanStats(
+            examples=s.examples,
+            batches=s.batches,
+            shapes=s.shapes,
+            real_elements=s.real_elements,
+            padded_elements=s.padded_elements,
+            efficiency=s.efficiency,
+            batches_per_shape=tuple(s.batches_per_shape),
+            dropped=s.dropped,
+            skipped=s.skipped,
+            truncated=s.truncated,
+        )
+
+    @property
+    def packed(self) -> bool:
+        return self._core.packed
+
+    @property
+    def length_column(self) -> str | None:
+        return self._core.length_column or None
+
+    @property
+    def shapes(self) -> list[BatchShape]:
+        return [BatchShape(*s) for s in self._core.shapes]
+
+    @property
+    def boundaries(self) -> list[int]:
+        """The distinct padded lengths, increasing (bucket boundaries)."""
+        return sorted({s.length for s in self.shapes})
+
+    @property
+    def dropped_examples(self) -> np.ndarray:
+        return np.array(self._core.dropped_examples)
+
+    @property
+    def skipped_examples(self) -> np.ndarray:
+        return np.array(self._core.skipped_examples)
+
+    def __len__(self) -> int:
+        return self._core.num_batches
+
+    def __getitem__(self, index: int) -> BatchSpec:
+        n = len(self)
+        if not -n <= index < n:
+            raise IndexError(f"BatchPlan: batch {index} out of range; the plan has {n} batches")
+        return BatchSpec(self, index % n)
+
+    def __iter__(self) -> Iterator[BatchSpec]:
+        return (BatchSpec(self, i) for i in range(len(self)))
+
+    def __repr__(self) -> str:
+        return f"BatchPlan({self.planner}: {self.stats})"
+
+
+def plan(
+    data: Dataset | Any,
+    planner: Planner,
+    *,
+    column: str | None = None,
+    order: Any = None,
+) -> BatchPlan:
+    """Plans batches over a dataset's lengths (or a sequence of lengths).
+
+    ``column`` picks the ragged column whose lengths drive the plan (default:
+    the first ragged one); ``order`` lists example ids to plan, in order (a
+    shuffle or a shard; default every example in index order). Deterministic:
+    the same lengths and planner give the same plan.
+
+    Example::
+
+        plan = jb.plan(ds, jb.AutoBuckets(max_shapes=8, token_budget=65536))
+        print(plan.stats.efficiency, plan.boundaries)
+    """
+    if not isinstance(planner, PadToMax | FixedBuckets | AutoBuckets | Pack):
+        raise TypeError(
+            f"plan: expected a planner (PadToMax, FixedBuckets, AutoBuckets or Pack), "
+            f"found {type(planner).__name__}"
+        )
+    if isinstance(data, Dataset):
+        name = column if column is not None else data.default_length_column
+        lengths = data.lengths(name)
+    else:
+        if column is not None:
+            raise ValueError("plan: column= needs a Dataset, found plain lengths")
+        name = ""
+        lengths = np.asarray(data)
+        if lengths.ndim != 1 or (lengths.size and not np.issubdtype(lengths.dtype, np.integer)):
+            raise ValueError(
+                f"plan: expected a Dataset or 1-D integer lengths, found shape {lengths.shape} "
+                f"and dtype {lengths.dtype}"
+            )
+        lengths = np.ascontiguousarray(lengths, dtype=np.int64)
+    if order is not None:
+        order = np.ascontiguousarray(order, dtype=np.int64)
+        if order.ndim != 1:
+            raise ValueError(f"plan: expected 1-D order, found shape {order.shape}")
+    core = _core.plan(lengths, planner._options(), order)
+    core.length_column = name
+    return BatchPlan(core, planner)

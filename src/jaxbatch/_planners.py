@@ -1,0 +1,137 @@
+"""Planner descriptions: small frozen value types turned into core options."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from jaxbatch import _core
+
+_REMAINDER = ("pad", "keep", "drop")
+_TOO_LONG = ("error", "truncate", "skip")
+_ALGORITHMS = ("first_fit", "best_fit")
+
+
+def _choice(planner: str, option: str, value: str, choices: tuple[str, ...]) -> str:
+    if value not in choices:
+        allowed = ", ".join(repr(c) for c in choices)
+        raise ValueError(f"{planner}: {option} must be one of {allowed}, found {value!r}")
+    return value
+
+
+def _count(planner: str, option: str, value: int | None) -> int:
+    """An optional count as the core takes it (0 = not set)."""
+    if value is None:
+        return 0
+    if isinstance(value, bool) or int(value) != value or value <= 0:
+        raise ValueError(f"{planner}: {option} must be a positive integer, found {value!r}")
+    return int(value)
+
+
+@dataclasses.dataclass(frozen=True)
+class PadToMax:
+    """Consecutive batches of ``batch_size``, each padded to its longest
+    example rounded up to ``pad_to_multiple``: the usual hand-written baseline.
+    Every distinct padded length is one more compilation."""
+
+    batch_size: int
+    pad_to_multiple: int = 1
+    remainder: str = "pad"
+
+    def _options(self) -> _core.PadToMaxOptions:
+        o = _core.PadToMaxOptions()
+        o.batch_size = _count("PadToMax", "batch_size", self.batch_size)
+        o.pad_to_multiple = _count("PadToMax", "pad_to_multiple", self.pad_to_multiple)
+        o.remainder = getattr(
+            _core.Remainder, _choice("PadToMax", "remainder", self.remainder, _REMAINDER)
+        )
+        return o
+
+
+@dataclasses.dataclass(frozen=True)
+class FixedBuckets:
+    """tf.data's ``bucket_by_sequence_length``: an example of length ``l`` goes
+    to the first boundary ``>= l`` and is padded to it. Give ``batch_size``
+    rows per batch, or ``token_budget`` elements per batch (a bucket of length
+    ``L`` gets ``token_budget // L`` rows), or both (the smaller wins)."""
+
+    boundaries: Sequence[int]
+    batch_size: int | None = None
+    token_budget: int | None = None
+    remainder: str = "pad"
+    too_long: str = "error"
+
+    def _options(self) -> _core.FixedBucketsOptions:
+        o = _core.FixedBucketsOptions()
+        o.boundaries = [int(b) for b in self.boundaries]
+        o.batch_size = _count("FixedBuckets", "batch_size", self.batch_size)
+        o.token_budget = _count("FixedBuckets", "token_budget", self.token_budget)
+        o.remainder = getattr(
+            _core.Remainder, _choice("FixedBuckets", "remainder", self.remainder, _REMAINDER)
+        )
+        o.too_long = getattr(
+            _core.TooLong, _choice("FixedBuckets", "too_long", self.too_long, _TOO_LONG)
+        )
+        return o
+
+
+@dataclasses.dataclass(frozen=True)
+class AutoBuckets:
+    """Chooses the bucket boundaries that minimise total padded elements with
+    at most ``max_shapes`` distinct batch shapes (so at most that many
+    compilations). Exact: dynamic programming over the length histogram.
+    With ``token_budget`` each bucket of length ``L`` gets
+    ``token_budget // L`` rows, so short sequences get big batches."""
+
+    max_shapes: int
+    token_budget: int | None = None
+    batch_size: int | None = None
+    pad_to_multiple: int = 1
+    remainder: str = "pad"
+
+    def _options(self) -> _core.AutoBucketsOptions:
+        o = _core.AutoBucketsOptions()
+        o.max_shapes = _count("AutoBuckets", "max_shapes", self.max_shapes)
+        o.token_budget = _count("AutoBuckets", "token_budget", self.token_budget)
+        o.batch_size = _count("AutoBuckets", "batch_size", self.batch_size)
+        o.pad_to_multiple = _count("AutoBuckets", "pad_to_multiple", self.pad_to_multiple)
+        o.remainder = getattr(
+            _core.Remainder, _choice("AutoBuckets", "remainder", self.remainder, _REMAINDER)
+        )
+        return o
+
+
+@dataclasses.dataclass(frozen=True)
+class Pack:
+    """Sequence packing: several examples per row of ``row_length``, marked by
+    segment ids and positions. ``algorithm="best_fit"`` is best-fit decreasing
+    (longest first, into the fullest row that fits), ``"first_fit"`` keeps
+    input order. Rows stay open for ``lookahead`` examples (None: all).
+    ``max_segments_per_row`` (None: ``row_length``) sizes the per-segment
+    outputs. An example longer than ``row_length`` follows ``too_long``."""
+
+    row_length: int
+    rows_per_batch: int
+    max_segments_per_row: int | None = None
+    algorithm: str = "best_fit"
+    lookahead: int | None = None
+    too_long: str = "error"
+    remainder: str = "pad"
+
+    def _options(self) -> _core.PackOptions:
+        o = _core.PackOptions()
+        o.row_length = _count("Pack", "row_length", self.row_length)
+        o.rows_per_batch = _count("Pack", "rows_per_batch", self.rows_per_batch)
+        o.max_segments_per_row = _count("Pack", "max_segments_per_row", self.max_segments_per_row)
+        o.algorithm = getattr(
+            _core.PackAlgorithm, _choice("Pack", "algorithm", self.algorithm, _ALGORITHMS)
+        )
+        o.lookahead = _count("Pack", "lookahead", self.lookahead)
+        o.too_long = getattr(_core.TooLong, _choice("Pack", "too_long", self.too_long, _TOO_LONG))
+        o.remainder = getattr(
+            _core.Remainder, _choice("Pack", "remainder", self.remainder, _REMAINDER)
+        )
+        return o
+
+
+Planner = PadToMax | FixedBuckets | AutoBuckets | Pack
