@@ -68,6 +68,7 @@ void BindPlan(nb::module_& m) {
       .def_ro("real_elements", &PlanStats::real_elements)
       .def_ro("padded_elements", &PlanStats::padded_elements)
       .def_ro("efficiency", &PlanStats::efficiency)
+      .def_ro("occupied_elements", &PlanStats::occupied_elements)
       .def_ro("batches_per_shape", &PlanStats::batches_per_shape)
       .def_ro("dropped", &PlanStats::dropped)
       .def_ro("skipped", &PlanStats::skipped)

@@ -14,9 +14,7 @@ def _require_pyarrow():
     try:
         import pyarrow as pa
     except ImportError as e:  # pragma: no cover - pyarrow is installed in tests
-        raise ImportError(
-            "Dataset.from_arrow needs pyarrow: pip install 'jaxbatch[arrow]'"
-        ) from e
+        raise ImportError("Dataset.from_arrow needs pyarrow: pip install 'jaxbatch[arrow]'") from e
     return pa
 
 
@@ -85,6 +83,10 @@ def column_from_arrow(name: str, column: Any) -> _core.RaggedColumn:
         )
     values = _primitive_values(name, array)
     return _core.RaggedColumn.fixed(
-        name, dtype_name(values.dtype, f"column {name!r}"), [], as_bytes(values), len(array),
+        name,
+        dtype_name(values.dtype, f"column {name!r}"),
+        [],
+        as_bytes(values),
+        len(array),
         (values, array),
     )

@@ -30,13 +30,12 @@ class Batch(dict):
     packed: bool
     length_column: str
     ragged_columns: tuple[str, ...]
+    fixed_columns: tuple[str, ...]
 
     @property
     def aux_keys(self) -> tuple[str, ...]:
         """The keys collate added beside the columns."""
-        return tuple(
-            k for k in self if k == "example_index" or _aux_of(k, self.ragged_columns)
-        )
+        return tuple(k for k in self if k == "example_index" or _aux_of(k, self.ragged_columns))
 
 
 def _aux_of(key: str, ragged: tuple[str, ...]) -> bool:
@@ -80,9 +79,9 @@ def collate(
     out.shape = batch.shape
     out.packed = batch.plan.packed
     out.length_column = batch.plan.length_column or dataset.default_length_column
-    out.ragged_columns = tuple(
-        n for n in dataset.column_names if not dataset._core.column(n).is_fixed
-    )
+    fixed = {n: dataset._core.column(n).is_fixed for n in dataset.column_names}
+    out.ragged_columns = tuple(n for n, f in fixed.items() if not f)
+    out.fixed_columns = tuple(n for n, f in fixed.items() if f)
     return out
 
 
@@ -118,9 +117,14 @@ def unbatch(outputs: Mapping[str, Any] | Any, batch: Batch) -> dict[int, Any]:
                 f"unbatch: output {key!r} has shape {array.shape}; expected a leading axis of "
                 f"{batch.shape.rows} rows"
             )
-        lengths_key = (key if key in batch.ragged_columns else batch.length_column) + "_lengths"
-        lengths = np.asarray(batch[lengths_key])
-        pieces = (_unpack if batch.packed else _unpad)(array, index, lengths, batch.shape)
+        if key in batch.ragged_columns:
+            lengths, per_token = np.asarray(batch[key + "_lengths"]), True
+        elif key in batch.fixed_columns:
+            lengths, per_token = None, False
+        else:
+            lengths = np.asarray(batch[batch.length_column + "_lengths"])
+            per_token = array.ndim >= 2 and array.shape[1] == batch.shape.length
+        pieces = (_unpack if batch.packed else _unpad)(array, index, lengths, per_token)
         for example, piece in pieces:
             if single:
                 result[example] = piece
@@ -129,15 +133,13 @@ def unbatch(outputs: Mapping[str, Any] | Any, batch: Batch) -> dict[int, Any]:
     return result
 
 
-def _unpad(array, index, lengths, shape):
-    per_token = array.ndim >= 2 and array.shape[1] == shape.length
+def _unpad(array, index, lengths, per_token):
     for r in np.flatnonzero(index >= 0):
         yield int(index[r]), array[r, : lengths[r]] if per_token else array[r]
 
 
-def _unpack(array, index, lengths, shape):
-    per_token = array.ndim >= 2 and array.shape[1] == shape.length
-    starts = np.cumsum(lengths, axis=1) - lengths
+def _unpack(array, index, lengths, per_token):
+    starts = np.cumsum(lengths, axis=1) - lengths if per_token else None
     rows, slots = np.nonzero(index >= 0)
     for r, s in zip(rows, slots, strict=True):
         if per_token:

@@ -24,10 +24,17 @@ class PlanStats:
     real_elements: int
     padded_elements: int
     efficiency: float
+    occupied_elements: int
     batches_per_shape: tuple[int, ...]
     dropped: int
     skipped: int
     truncated: int
+
+    @property
+    def row_efficiency(self) -> float:
+        """Real elements over the elements of rows that hold an example: the
+        bucketing's own efficiency, before partial batches' padding rows."""
+        return self.real_elements / self.occupied_elements if self.occupied_elements else 1.0
 
     def __str__(self) -> str:
         return (
@@ -96,6 +103,7 @@ class BatchPlan:
             real_elements=s.real_elements,
             padded_elements=s.padded_elements,
             efficiency=s.efficiency,
+            occupied_elements=s.occupied_elements,
             batches_per_shape=tuple(s.batches_per_shape),
             dropped=s.dropped,
             skipped=s.skipped,

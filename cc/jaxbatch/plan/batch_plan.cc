@@ -64,6 +64,7 @@ BatchPlan PlanBuilder::Finish(std::span<const int64_t> lengths, int64_t num_exam
         used += take;
       }
       stats.real_elements += used;
+      if (!view.row_examples(r).empty()) stats.occupied_elements += view.shape.length;
     }
   }
   stats.efficiency = stats.padded_elements == 0

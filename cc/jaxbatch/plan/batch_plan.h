@@ -35,6 +35,10 @@ struct PlanStats {
   int64_t real_elements = 0;    // sum of (possibly truncated) lengths placed
   int64_t padded_elements = 0;  // sum over batches of rows * length
   double efficiency = 0.0;      // real / padded (1.0 for an empty plan)
+  // Elements of rows that hold an example: padded_elements less the empty
+  // rows that fill partial batches. real / occupied is the bucketing's own
+  // efficiency, before the remainder policy's padding rows.
+  int64_t occupied_elements = 0;
   std::vector<int64_t> batches_per_shape;
   int64_t dropped = 0;    // examples left out by remainder="drop"
   int64_t skipped = 0;    // examples left out by too_long="skip"

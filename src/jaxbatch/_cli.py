@@ -1,0 +1,198 @@
+"""The `jaxbatch` command line.
+
+    jaxbatch plan [FILE | --default] [--column NAME] [--max-shapes K]
+                  [--token-budget T] [--plot out.png]
+
+compares PadToMax, power-of-two FixedBuckets, AutoBuckets and Pack on a data
+set's lengths: padding efficiency, shapes (= compilations), batches and
+planning time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from jaxbatch._dataset import Dataset
+from jaxbatch._default_data import pydoc_lengths
+from jaxbatch._plan import BatchPlan, plan
+from jaxbatch._planners import AutoBuckets, FixedBuckets, Pack, PadToMax
+
+DEFAULT_TOKEN_BUDGET = 4096
+DEFAULT_MAX_SHAPES = 8
+
+
+def _next_pow2(n: int) -> int:
+    return 1 << max(0, int(n - 1).bit_length())
+
+
+def load_lengths(path: str | None, column: str | None) -> tuple[np.ndarray, str]:
+    """Lengths from a Parquet/Arrow file, a text file (one example per line,
+    whitespace tokens) or, with no path, the embedded pydoc default."""
+    if path is None:
+        return pydoc_lengths(), "pydoc topics (embedded default), whitespace tokens"
+    p = Path(path)
+    if not p.is_file():
+        raise SystemExit(f"jaxbatch plan: no such file: {path}")
+    suffix = p.suffix.lower()
+    if suffix in (".parquet", ".arrow", ".feather", ".ipc"):
+        try:
+            import pyarrow.feather as feather
+            import pyarrow.parquet as pq
+        except ImportError:
+            raise SystemExit("jaxbatch plan: reading Parquet/Arrow needs pyarrow") from None
+        table = pq.read_table(p) if suffix == ".parquet" else feather.read_table(p)
+        names = [column] if column else None
+        if column is None:
+            import pyarrow as pa
+
+            lists = [
+                f.name
+                for f in table.schema
+                if pa.types.is_list(f.type) or pa.types.is_large_list(f.type)
+            ]
+            if not lists:
+                raise SystemExit(f"jaxbatch plan: {path} has no list column to take lengths from")
+            names = lists[:1]
+        ds = Dataset.from_arrow(table, columns=names)
+        return ds.lengths(names[0]), f"{path}, column {names[0]!r}"
+    with open(p, encoding="utf-8", errors="replace") as f:
+        lengths = np.array([len(line.split()) for line in f], dtype=np.int64)
+    return lengths, f"{path}, one example per line, whitespace tokens"
+
+
+def compare(
+    lengths: np.ndarray, max_shapes: int, token_budget: int
+) -> list[tuple[str, BatchPlan, float]]:
+    """Plans the lengths with the four planners at one token budget."""
+    longest = int(lengths.max()) if lengths.size else 1
+    if token_budget < longest:
+        raise SystemExit(
+            f"jaxbatch plan: --token-budget {token_budget} is smaller than the longest "
+            f"example ({longest}); raise it to at least {longest}"
+        )
+    row = _next_pow2(longest)
+    pow2 = [1 << k for k in range(row.bit_length())]
+    planners = [
+        (f"PadToMax(batch_size={token_budget // longest})", PadToMax(token_budget // longest)),
+        (f"FixedBuckets(powers of 2 to {row})", FixedBuckets(pow2, token_budget=token_budget)),
+        (
+            f"AutoBuckets(max_shapes={max_shapes})",
+            AutoBuckets(max_shapes, token_budget=token_budget),
+        ),
+        (
+            f"Pack(row_length={row}, best_fit)",
+            Pack(row, max(1, token_budget // row), algorithm="best_fit"),
+        ),
+    ]
+    results = []
+    for name, planner in planners:
+        start = time.perf_counter()
+        p = plan(lengths, planner)
+        results.append((name, p, time.perf_counter() - start))
+    return results
+
+
+def format_table(results: list[tuple[str, BatchPlan, float]]) -> str:
+    header = ("planner", "real elements", "in used rows", "shapes", "batches", "plan ms")
+    rows = [
+        (
+            name,
+            f"{p.stats.efficiency:.1%}",
+            f"{p.stats.row_efficiency:.1%}",
+            str(p.stats.shapes),
+            str(p.stats.batches),
+            f"{seconds * 1e3:.2f}",
+        )
+        for name, p, seconds in results
+    ]
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+
+    def line(cells: tuple[str, ...]) -> str:
+        padded = [
+            c.ljust(w) if i == 0 else c.rjust(w)
+            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+        ]
+        return "  ".join(padded)
+
+    return "\n".join([line(header), line(tuple("-" * w for w in widths)), *map(line, rows)])
+
+
+def plot(lengths: np.ndarray, results, out: str) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise SystemExit("jaxbatch plan --plot needs matplotlib: pip install matplotlib") from None
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    bins = np.unique(np.geomspace(1, int(lengths.max()) + 2, 80).astype(np.int64))
+    ax.hist(np.maximum(lengths, 1), bins=bins, color="0.6", log=True)
+    ax.set_xscale("log")
+    styles = {"FixedBuckets": ("tab:blue", ":"), "AutoBuckets": ("tab:red", "-")}
+    for name, p, _ in results:
+        key = name.split("(")[0]
+        if key not in styles:
+            continue
+        color, style = styles[key]
+        for i, b in enumerate(p.boundaries):
+            ax.axvline(b, color=color, linestyle=style, label=name if i == 0 else None)
+    ax.set_xlabel("length (log)")
+    ax.set_ylabel("examples (log)")
+    ax.set_title("Length histogram and bucket boundaries")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+
+
+def _plan_command(args: argparse.Namespace) -> int:
+    if args.file is None and not args.default:
+        raise SystemExit("jaxbatch plan: give a FILE or --default")
+    lengths, source = load_lengths(None if args.default else args.file, args.column)
+    if lengths.size == 0:
+        raise SystemExit(f"jaxbatch plan: {source} holds no examples")
+    print(f"data: {source}")
+    print(
+        f"{lengths.size} examples, {int(lengths.sum())} elements; lengths: mean "
+        f"{lengths.mean():.1f}, median {np.median(lengths):.0f}, max {lengths.max()}"
+    )
+    print(f"token budget {args.token_budget} elements per batch\n")
+    results = compare(lengths, args.max_shapes, args.token_budget)
+    print(format_table(results))
+    print(
+        "\nreal elements: real / padded elements, partial batches' padding rows included;"
+        "\nin used rows: the same without those rows (the bucketing's own efficiency);"
+        "\nshapes: distinct batch shapes = compilations under jax.jit."
+    )
+    if args.plot:
+        plot(lengths, results, args.plot)
+        print(f"\nplot written to {args.plot}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="jaxbatch", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("plan", help="compare planners on a data set's lengths")
+    p.add_argument("file", nargs="?", help="Parquet/Arrow file, or text with one example per line")
+    p.add_argument("--default", action="store_true", help="use the embedded pydoc data set")
+    p.add_argument("--column", help="list column of a Parquet/Arrow file (default: the first)")
+    p.add_argument("--max-shapes", type=int, default=DEFAULT_MAX_SHAPES, metavar="K")
+    p.add_argument("--token-budget", type=int, default=DEFAULT_TOKEN_BUDGET, metavar="T")
+    p.add_argument("--plot", metavar="OUT.png", help="draw the length histogram and boundaries")
+    args = parser.parse_args(argv)
+    try:
+        return _plan_command(args)
+    except ValueError as e:
+        print(f"jaxbatch plan: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,161 @@
+import ml_dtypes
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import jaxbatch as jb
+
+ALL_DTYPES = [
+    np.bool_,
+    np.int8,
+    np.int16,
+    np.int32,
+    np.int64,
+    np.uint8,
+    np.uint16,
+    np.uint32,
+    np.uint64,
+    np.float16,
+    ml_dtypes.bfloat16,
+    np.float32,
+    np.float64,
+]
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
+def test_every_dtype_round_trips_through_collate(dtype):
+    rng = np.random.default_rng(0)
+    examples = [(rng.integers(0, 2, size=(n, 2))).astype(dtype) for n in (3, 0, 5)]
+    ds = jb.Dataset.from_arrays({"x": examples})
+    plan = jb.plan(ds, jb.PadToMax(batch_size=3))
+    batch = jb.collate(ds, plan[0])
+    assert batch["x"].dtype == np.dtype(dtype)
+    assert batch["x"].shape == (3, 5, 2)
+    back = jb.unbatch(batch, batch)
+    for i, x in enumerate(examples):
+        np.testing.assert_array_equal(back[i]["x"], x)
+        assert back[i]["x"].dtype == np.dtype(dtype)
+
+
+def test_values_offsets_pair_is_not_copied():
+    values = np.arange(10, dtype=np.float32)
+    offsets = np.array([0, 4, 4, 10])
+    ds = jb.Dataset.from_arrays({"x": (values, offsets)})
+    np.testing.assert_array_equal(ds.lengths("x"), [4, 0, 6])
+    assert np.shares_memory(ds.example(2)["x"], values)
+
+
+def test_fixed_column_is_not_copied_and_example_reads_back():
+    labels = np.arange(6, dtype=np.int32).reshape(3, 2)
+    ds = jb.Dataset.from_arrays({"t": [np.ones(2), np.ones(1), np.ones(3)], "y": labels})
+    assert np.shares_memory(ds.example(1)["y"], labels)
+    np.testing.assert_array_equal(ds.example(-1)["y"], [4, 5])
+    assert ds.default_length_column == "t"
+    assert "ragged, max length 3" in repr(ds)
+
+
+def test_dataset_keeps_source_alive():
+    def make():
+        return jb.Dataset.from_arrays({"x": (np.arange(6.0), np.array([0, 2, 6]))})
+
+    ds = make()
+    import gc
+
+    gc.collect()
+    np.testing.assert_array_equal(ds.example(1)["x"], [2.0, 3.0, 4.0, 5.0])
+
+
+@pytest.mark.parametrize(
+    ("columns", "kwargs", "message"),
+    [
+        (
+            {"x": (np.arange(5), np.array([0, 3, 2]))},
+            {},
+            "column 'x', example 1: offsets must not decrease",
+        ),
+        (
+            {"x": (np.arange(5), np.array([0, 3, 9]))},
+            {},
+            "column 'x', example 1: offsets run past the values",
+        ),
+        (
+            {"x": (np.arange(5), np.array([-1, 3]))},
+            {},
+            "column 'x', example 0: expected offsets[0] >= 0",
+        ),
+        ({"x": [np.ones(2), np.ones(3)], "y": np.ones(3)}, {}, "'x' has 2 but 'y' has 3"),
+        (
+            {"x": [np.ones(2), np.ones((3, 2))]},
+            {},
+            "column 'x', example 1: expected an array of rank 1",
+        ),
+        (
+            {"x": [np.ones((2, 3)), np.ones((1, 4))]},
+            {},
+            "shape (n, 3), found rank 2 and shape (1, 4)",
+        ),
+        (
+            {"x": [np.ones(2, np.float32), np.ones(2, np.float64)]},
+            {},
+            "column 'x', example 1: expected dtype float32, found float64",
+        ),
+        ({"x": [np.array(["a", "b"])]}, {}, "column 'x': unsupported dtype"),
+        ({"x": [np.ones(2, np.complex64)]}, {}, "unsupported dtype 'complex64'"),
+        ({"x": []}, {}, "cannot infer a dtype from an empty column"),
+        ({"x": [np.float32(1.0)]}, {}, "column 'x', example 0: expected an array of rank >= 1"),
+        (
+            {"a": [np.ones(2), np.ones(3)], "b": [np.ones(2), np.ones(4)]},
+            {"aligned": [["a", "b"]]},
+            "aligned columns 'a' and 'b' differ at example 1: 'a' has length 3, 'b' has length 4",
+        ),
+        ({"a": [np.ones(2)]}, {"aligned": [["a", "zz"]]}, "aligned column 'zz' is not a column"),
+        ({"a": [np.ones(2)], "y": np.ones(1)}, {"aligned": [["a", "y"]]}, "'y' is fixed-shape"),
+        ({"x": "abc"}, {}, "column 'x': expected a list of per-example arrays"),
+    ],
+)
+def test_bad_input_names_column_example_expected_and_found(columns, kwargs, message):
+    with pytest.raises(ValueError) as info:
+        jb.Dataset.from_arrays(columns, **kwargs)
+    assert message in str(info.value)
+
+
+def test_empty_column_with_declared_dtype():
+    ds = jb.Dataset.from_arrays({"x": []}, dtypes={"x": np.int32})
+    assert len(ds) == 0
+
+
+def test_from_arrow_list_large_list_and_fixed_size_list_without_copy():
+    tokens = pa.array([[1, 2, 3], [], [4, 5]], type=pa.list_(pa.int32()))
+    large = pa.array([[1.0], [2.0, 3.0], [4.0]], type=pa.large_list(pa.float32()))
+    coords = pa.array(
+        [[[0, 1, 2]], [[3, 4, 5], [6, 7, 8]], []], type=pa.list_(pa.list_(pa.float64(), 3))
+    )
+    label = pa.array([7, 8, 9], type=pa.int64())
+    table = pa.table({"tokens": tokens, "large": large, "coords": coords, "label": label})
+    ds = jb.Dataset.from_arrow(table)
+    np.testing.assert_array_equal(ds.lengths("tokens"), [3, 0, 2])
+    np.testing.assert_array_equal(ds.lengths("large"), [1, 2, 1])
+    np.testing.assert_array_equal(ds.example(1)["coords"], [[3, 4, 5], [6, 7, 8]])
+    assert ds.example(2)["label"] == 9
+    arrow_values = np.asarray(table.column("large").chunk(0).values)
+    assert np.shares_memory(ds.example(1)["large"], arrow_values)
+
+
+def test_from_arrow_sliced_and_chunked():
+    arr = pa.array([[1], [2, 3], [4, 5, 6], [7]], type=pa.list_(pa.int64()))
+    sliced = pa.table({"x": arr.slice(1, 2)})
+    ds = jb.Dataset.from_arrow(sliced)
+    np.testing.assert_array_equal(ds.example(0)["x"], [2, 3])
+    np.testing.assert_array_equal(ds.example(1)["x"], [4, 5, 6])
+    chunked = pa.table({"x": pa.chunked_array([arr.slice(0, 2), arr.slice(2, 2)])})
+    ds = jb.Dataset.from_arrow(chunked)
+    np.testing.assert_array_equal(ds.lengths(), [1, 2, 3, 1])
+
+
+def test_from_arrow_errors():
+    with pytest.raises(ValueError, match="column 'x', example 1: expected no nulls"):
+        jb.Dataset.from_arrow(pa.table({"x": pa.array([[1], None], type=pa.list_(pa.int64()))}))
+    with pytest.raises(ValueError, match="no column 'y'"):
+        jb.Dataset.from_arrow(pa.table({"x": pa.array([[1]])}), columns=["y"])
+    with pytest.raises(ValueError, match="unsupported Arrow value type string"):
+        jb.Dataset.from_arrow(pa.table({"x": pa.array([["a"]])}))
