@@ -1,7 +1,8 @@
 # The README's two set-up commands:
 #   make demo   build everything and run the main job on the embedded default
-#   make test   C++ tests (plain, then AddressSanitizer + UndefinedBehaviorSanitizer),
-#               the C++ example, pytest, clang-format and ruff
+#   make test   C++ tests (plain, under AddressSanitizer + UndefinedBehaviorSanitizer,
+#               the loader's under ThreadSanitizer), the C++ example, pytest,
+#               clang-format and ruff
 # Both create or refresh .venv and install what is missing: system packages
 # with apt-get when run as root (else a message naming them), Python
 # packages with pip.
@@ -15,12 +16,12 @@ JOBS ?= $(shell nproc)
 CORE_SOURCES := $(shell find cc examples/cpp -name '*.cc' -o -name '*.h') CMakeLists.txt pyproject.toml
 CMAKE_FLAGS := -G Ninja -DCMAKE_MAKE_PROGRAM=$(abspath $(VENV))/bin/ninja -DJAXBATCH_BUILD_TESTS=ON
 
-.PHONY: demo test system-deps build test-cpp test-asan test-py lint format bench clean
+.PHONY: demo test system-deps build test-cpp test-asan test-tsan test-py lint format bench clean
 
 demo: build
 	$(VENV)/bin/jaxbatch plan --default
 
-test: lint test-cpp test-asan test-py
+test: lint test-cpp test-asan test-tsan test-py
 
 # g++, Python's venv module and GoogleTest; installed with apt-get as root.
 system-deps:
@@ -61,6 +62,12 @@ test-asan: $(VENV)/.deps
 	$(CMAKE) --build build/asan -j $(JOBS)
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  $(VENV)/bin/ctest --test-dir build/asan --output-on-failure -j $(JOBS)
+
+# The threaded input pipeline's tests under ThreadSanitizer.
+test-tsan: $(VENV)/.deps
+	$(CMAKE) -S . -B build/tsan $(CMAKE_FLAGS) -DCMAKE_BUILD_TYPE=Debug -DJAXBATCH_SANITIZE=thread
+	$(CMAKE) --build build/tsan -j $(JOBS) --target jaxbatch_load_test
+	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 build/tsan/jaxbatch_load_test
 
 test-py: build
 	$(PY) -m pytest

@@ -23,6 +23,7 @@ using Int64Input = nb::ndarray<const int64_t, nb::ndim<1>, nb::c_contig, nb::dev
 void BindData(nb::module_& m);
 void BindPlan(nb::module_& m);
 void BindCollate(nb::module_& m);
+void BindLoad(nb::module_& m);
 
 // The DLPack dtype numpy understands for `dtype`; bfloat16 travels as
 // uint16 and the Python layer views it as ml_dtypes.bfloat16.

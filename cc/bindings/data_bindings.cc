@@ -39,18 +39,17 @@ RaggedColumn MakeRagged(std::string name, const std::string& dtype,
                               offsets.data(), n, HoldPython(std::move(owner)));
 }
 
-RaggedColumn MakeFixed(std::string name, const std::string& dtype,
-                       std::vector<int64_t> inner_shape, ByteInput values, int64_t num_examples,
-                       nb::object owner) {
+RaggedColumn MakeFixed(std::string name, const std::string& dtype, std::vector<int64_t> inner_shape,
+                       ByteInput values, int64_t num_examples, nb::object owner) {
   const DType parsed = ParseDType(dtype, "column '" + name + "'");
   return RaggedColumn::Fixed(std::move(name), parsed, std::move(inner_shape), values.data(),
                              num_examples, HoldPython(std::move(owner)));
 }
 
 // pieces: (uint8 view, dtype name, shape) per example.
-RaggedColumn MakeFromPieces(std::string name, const std::string& dtype,
-                            std::vector<int64_t> inner_shape, bool fixed,
-                            const std::vector<std::tuple<ByteInput, std::string, std::vector<int64_t>>>& pieces) {
+RaggedColumn MakeFromPieces(
+    std::string name, const std::string& dtype, std::vector<int64_t> inner_shape, bool fixed,
+    const std::vector<std::tuple<ByteInput, std::string, std::vector<int64_t>>>& pieces) {
   const DType parsed = ParseDType(dtype, "column '" + name + "'");
   std::vector<RaggedColumn::Piece> core;
   core.reserve(pieces.size());
@@ -81,17 +80,20 @@ void BindData(nb::module_& m) {
       .def_prop_ro("num_examples", &RaggedColumn::num_examples)
       .def_prop_ro("max_length", &RaggedColumn::max_length)
       .def("lengths", [](const RaggedColumn& c) { return ToNumpy(c.Lengths()); })
-      .def("example", [](const RaggedColumn& c, int64_t i) {
-        if (i < 0 || i >= c.num_examples()) {
-          throw OutOfRangeError("column '" + c.name() + "': example " + std::to_string(i) +
-                                " out of range; the column has " +
-                                std::to_string(c.num_examples()) + " examples");
-        }
-        // A read-only byte view of the example (the Python layer reshapes it).
-        const size_t bytes = static_cast<size_t>(c.length(i) * c.row_bytes());
-        return nb::ndarray<nb::numpy, const uint8_t, nb::ndim<1>>(c.example_data(i), {bytes},
-                                                                 nb::handle());
-      }, nb::rv_policy::reference_internal);
+      .def(
+          "example",
+          [](const RaggedColumn& c, int64_t i) {
+            if (i < 0 || i >= c.num_examples()) {
+              throw OutOfRangeError("column '" + c.name() + "': example " + std::to_string(i) +
+                                    " out of range; the column has " +
+                                    std::to_string(c.num_examples()) + " examples");
+            }
+            // A read-only byte view of the example (the Python layer reshapes it).
+            const size_t bytes = static_cast<size_t>(c.length(i) * c.row_bytes());
+            return nb::ndarray<nb::numpy, const uint8_t, nb::ndim<1>>(c.example_data(i), {bytes},
+                                                                      nb::handle());
+          },
+          nb::rv_policy::reference_internal);
 
   nb::class_<Dataset>(m, "Dataset")
       .def(nb::init<std::vector<RaggedColumn>, std::vector<std::vector<std::string>>>(),
@@ -99,11 +101,12 @@ void BindData(nb::module_& m) {
       .def_prop_ro("num_examples", &Dataset::num_examples)
       .def_prop_ro("aligned_groups", &Dataset::aligned_groups)
       .def_prop_ro("default_length_column", &Dataset::default_length_column)
-      .def("column_names", [](const Dataset& d) {
-        std::vector<std::string> names;
-        for (const RaggedColumn& c : d.columns()) names.push_back(c.name());
-        return names;
-      })
+      .def("column_names",
+           [](const Dataset& d) {
+             std::vector<std::string> names;
+             for (const RaggedColumn& c : d.columns()) names.push_back(c.name());
+             return names;
+           })
       .def("column", &Dataset::column, nb::rv_policy::reference_internal)
       .def("are_aligned", &Dataset::AreAligned);
 }

@@ -9,20 +9,32 @@ namespace jaxbatch::bindings {
 
 nb::dlpack::dtype ToDLPack(DType dtype) {
   switch (dtype) {
-    case DType::kBool: return nb::dtype<bool>();
-    case DType::kInt8: return nb::dtype<int8_t>();
-    case DType::kInt16: return nb::dtype<int16_t>();
-    case DType::kInt32: return nb::dtype<int32_t>();
-    case DType::kInt64: return nb::dtype<int64_t>();
-    case DType::kUInt8: return nb::dtype<uint8_t>();
-    case DType::kUInt16: return nb::dtype<uint16_t>();
-    case DType::kUInt32: return nb::dtype<uint32_t>();
-    case DType::kUInt64: return nb::dtype<uint64_t>();
+    case DType::kBool:
+      return nb::dtype<bool>();
+    case DType::kInt8:
+      return nb::dtype<int8_t>();
+    case DType::kInt16:
+      return nb::dtype<int16_t>();
+    case DType::kInt32:
+      return nb::dtype<int32_t>();
+    case DType::kInt64:
+      return nb::dtype<int64_t>();
+    case DType::kUInt8:
+      return nb::dtype<uint8_t>();
+    case DType::kUInt16:
+      return nb::dtype<uint16_t>();
+    case DType::kUInt32:
+      return nb::dtype<uint32_t>();
+    case DType::kUInt64:
+      return nb::dtype<uint64_t>();
     case DType::kFloat16:
       return {static_cast<uint8_t>(nb::dlpack::dtype_code::Float), 16, 1};
-    case DType::kBFloat16: return nb::dtype<uint16_t>();
-    case DType::kFloat32: return nb::dtype<float>();
-    case DType::kFloat64: return nb::dtype<double>();
+    case DType::kBFloat16:
+      return nb::dtype<uint16_t>();
+    case DType::kFloat32:
+      return nb::dtype<float>();
+    case DType::kFloat64:
+      return nb::dtype<double>();
   }
   return nb::dtype<uint8_t>();
 }
@@ -30,14 +42,16 @@ nb::dlpack::dtype ToDLPack(DType dtype) {
 nb::ndarray<nb::numpy> WrapArray(void* data, DType dtype, const std::vector<int64_t>& shape,
                                  std::shared_ptr<void> owner) {
   auto* holder = new std::shared_ptr<void>(std::move(owner));
-  nb::capsule capsule(holder, [](void* p) noexcept { delete static_cast<std::shared_ptr<void>*>(p); });
+  nb::capsule capsule(holder,
+                      [](void* p) noexcept { delete static_cast<std::shared_ptr<void>*>(p); });
   std::vector<size_t> dims(shape.begin(), shape.end());
   return nb::ndarray<nb::numpy>(data, dims.size(), dims.data(), capsule, nullptr, ToDLPack(dtype));
 }
 
 Int64Array ToNumpy(std::vector<int64_t> values) {
   auto* owned = new std::vector<int64_t>(std::move(values));
-  nb::capsule capsule(owned, [](void* p) noexcept { delete static_cast<std::vector<int64_t>*>(p); });
+  nb::capsule capsule(owned,
+                      [](void* p) noexcept { delete static_cast<std::vector<int64_t>*>(p); });
   const size_t n = owned->size();
   return Int64Array(owned->data(), {n}, capsule);
 }
@@ -63,4 +77,5 @@ NB_MODULE(_core, m) {
   jaxbatch::bindings::BindData(m);
   jaxbatch::bindings::BindPlan(m);
   jaxbatch::bindings::BindCollate(m);
+  jaxbatch::bindings::BindLoad(m);
 }

@@ -83,22 +83,28 @@ void BindPlan(nb::module_& m) {
       .def_prop_ro("shapes",
                    [](const BatchPlan& p) {
                      std::vector<std::tuple<int64_t, int64_t, int64_t>> out;
-                     for (const BatchShape& s : p.shapes) out.emplace_back(s.rows, s.length, s.segments);
+                     for (const BatchShape& s : p.shapes)
+                       out.emplace_back(s.rows, s.length, s.segments);
                      return out;
                    })
-      .def_prop_ro("batch_shape_ids", [](const BatchPlan& p) { return View(p.batch_shape_ids); },
-                   nb::rv_policy::reference_internal)
-      .def_prop_ro("batch_row_begin", [](const BatchPlan& p) { return View(p.batch_row_begin); },
-                   nb::rv_policy::reference_internal)
-      .def_prop_ro("row_example_begin",
-                   [](const BatchPlan& p) { return View(p.row_example_begin); },
-                   nb::rv_policy::reference_internal)
-      .def_prop_ro("example_ids", [](const BatchPlan& p) { return View(p.example_ids); },
-                   nb::rv_policy::reference_internal)
-      .def_prop_ro("dropped_examples", [](const BatchPlan& p) { return View(p.dropped_examples); },
-                   nb::rv_policy::reference_internal)
-      .def_prop_ro("skipped_examples", [](const BatchPlan& p) { return View(p.skipped_examples); },
-                   nb::rv_policy::reference_internal)
+      .def_prop_ro(
+          "batch_shape_ids", [](const BatchPlan& p) { return View(p.batch_shape_ids); },
+          nb::rv_policy::reference_internal)
+      .def_prop_ro(
+          "batch_row_begin", [](const BatchPlan& p) { return View(p.batch_row_begin); },
+          nb::rv_policy::reference_internal)
+      .def_prop_ro(
+          "row_example_begin", [](const BatchPlan& p) { return View(p.row_example_begin); },
+          nb::rv_policy::reference_internal)
+      .def_prop_ro(
+          "example_ids", [](const BatchPlan& p) { return View(p.example_ids); },
+          nb::rv_policy::reference_internal)
+      .def_prop_ro(
+          "dropped_examples", [](const BatchPlan& p) { return View(p.dropped_examples); },
+          nb::rv_policy::reference_internal)
+      .def_prop_ro(
+          "skipped_examples", [](const BatchPlan& p) { return View(p.skipped_examples); },
+          nb::rv_policy::reference_internal)
       .def("batch_shape", [](const BatchPlan& p, int64_t b) {
         const BatchShape s = p.batch(b).shape;
         return std::make_tuple(s.rows, s.length, s.segments);
@@ -114,7 +120,6 @@ void BindPlan(nb::module_& m) {
         return Plan(l, options, o);
       },
       nb::arg("lengths"), nb::arg("options"), nb::arg("order").none() = nb::none());
-
 }
 
 }  // namespace jaxbatch::bindings

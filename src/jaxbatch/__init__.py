@@ -15,6 +15,8 @@ Example::
 
 from jaxbatch._collate import Batch, collate, unbatch
 from jaxbatch._dataset import Dataset
+from jaxbatch._device import device_prefetch
+from jaxbatch._loader import ColumnSchema, Loader, LoaderStats
 from jaxbatch._plan import BatchPlan, BatchShape, BatchSpec, PlanStats, plan
 from jaxbatch._planners import AutoBuckets, FixedBuckets, Pack, PadToMax
 
@@ -24,12 +26,16 @@ __all__ = [
     "BatchPlan",
     "BatchShape",
     "BatchSpec",
+    "ColumnSchema",
     "Dataset",
     "FixedBuckets",
+    "Loader",
+    "LoaderStats",
     "Pack",
     "PadToMax",
     "PlanStats",
     "collate",
+    "device_prefetch",
     "plan",
     "unbatch",
 ]

@@ -72,16 +72,29 @@ def collate(
     else:
         pads, default = [], float(pad_value)
     arrays = _core.collate(dataset._core, batch.plan._core, batch.index, pads, default)
+    fixed = {n: dataset._core.column(n).is_fixed for n in dataset.column_names}
+    return _batch_from_core(
+        arrays,
+        batch.index,
+        batch.shape,
+        batch.plan.packed,
+        batch.plan.length_column or dataset.default_length_column,
+        tuple(n for n, f in fixed.items() if not f),
+        tuple(n for n, f in fixed.items() if f),
+    )
+
+
+def _batch_from_core(arrays, index, shape, packed, length_column, ragged, fixed) -> Batch:
+    """A Batch over the (name, dtype, array) triples the core returns."""
     out = Batch()
     for name, dtype, array in arrays:
         out[name] = array.view(numpy_dtype(dtype)) if dtype == "bfloat16" else array
-    out.index = batch.index
-    out.shape = batch.shape
-    out.packed = batch.plan.packed
-    out.length_column = batch.plan.length_column or dataset.default_length_column
-    fixed = {n: dataset._core.column(n).is_fixed for n in dataset.column_names}
-    out.ragged_columns = tuple(n for n, f in fixed.items() if not f)
-    out.fixed_columns = tuple(n for n, f in fixed.items() if f)
+    out.index = index
+    out.shape = shape
+    out.packed = packed
+    out.length_column = length_column
+    out.ragged_columns = ragged
+    out.fixed_columns = fixed
     return out
 
 

@@ -10,8 +10,7 @@ namespace jaxbatch {
 namespace {
 
 // Fills `count` elements of `item_size` bytes at `out` with `pattern`.
-void FillPattern(uint8_t* out, int64_t count, const uint8_t* pattern, size_t item_size,
-                 bool zero) {
+void FillPattern(uint8_t* out, int64_t count, const uint8_t* pattern, size_t item_size, bool zero) {
   if (count <= 0) return;
   const auto bytes = static_cast<size_t>(count) * item_size;
   if (zero) {
@@ -39,7 +38,8 @@ PadValue EncodePad(const RaggedColumn& column, const CollateOptions& options) {
     if (name == column.name()) value = v;
   }
   PadValue pad;
-  EncodeScalar(value, column.dtype(), pad.bytes, StrCat("pad value for column '", column.name(), "'"));
+  EncodeScalar(value, column.dtype(), pad.bytes,
+               StrCat("pad value for column '", column.name(), "'"));
   pad.zero = std::all_of(pad.bytes, pad.bytes + ItemSize(column.dtype()),
                          [](uint8_t b) { return b == 0; });
   return pad;
@@ -57,10 +57,9 @@ int64_t Take(const RaggedColumn& column, int64_t example, int64_t room, bool all
              int64_t batch) {
   const int64_t length = column.length(example);
   if (length > room && !allow_truncate) {
-    throw InvalidArgumentError(StrCat("collate: column '", column.name(), "', example ", example,
-                                      " has length ", length, " but batch ", batch,
-                                      " has room for ", room,
-                                      "; the plan was made from other lengths"));
+    throw InvalidArgumentError(StrCat(
+        "collate: column '", column.name(), "', example ", example, " has length ", length,
+        " but batch ", batch, " has room for ", room, "; the plan was made from other lengths"));
   }
   return std::min(length, room);
 }
@@ -72,15 +71,16 @@ std::vector<int64_t> WithInner(std::vector<int64_t> lead, const RaggedColumn& co
 
 class BatchCollator {
  public:
-  BatchCollator(const Dataset& dataset, const BatchPlan& plan, int64_t batch_index,
+  BatchCollator(const Dataset& dataset, const BatchView& view, const BatchLayout& layout,
                 const CollateOptions& options)
       : dataset_(dataset),
-        plan_(plan),
-        view_(plan.batch(batch_index)),
+        layout_(layout),
+        view_(view),
         options_(options),
-        length_column_(plan.length_column.empty() ? dataset.default_length_column()
-                                                  : plan.length_column) {
+        length_column_(layout.length_column.empty() ? dataset.default_length_column()
+                                                    : layout.length_column) {
     (void)dataset_.column(length_column_);  // Throws for an unknown column.
+    CheckRows();
     for (int64_t e : AllExamples()) CheckExample(dataset_, e, view_.index);
   }
 
@@ -89,7 +89,7 @@ class BatchCollator {
     for (const RaggedColumn& column : dataset_.columns()) {
       if (column.is_fixed()) {
         Fixed(column, out);
-      } else if (plan_.packed) {
+      } else if (layout_.packed) {
         Packed(column, out);
       } else {
         Padded(column, out);
@@ -106,27 +106,49 @@ class BatchCollator {
     return view_.examples.subspan(static_cast<size_t>(first), static_cast<size_t>(last - first));
   }
 
+  // The arrays are sized by the shape: a hand-built plan or view with other
+  // rows or more examples per row than slots would write past them.
+  void CheckRows() const {
+    const auto rows_found = static_cast<int64_t>(view_.row_begin.size()) - 1;
+    if (rows_found != rows()) {
+      throw InvalidArgumentError(StrCat("collate: batch ", view_.index, " has ", rows_found,
+                                        " rows but its shape has ", rows()));
+    }
+    for (int64_t r = 0; r < rows(); ++r) {
+      const auto n = static_cast<int64_t>(view_.row_examples(r).size());
+      if (n > slots()) {
+        throw InvalidArgumentError(StrCat("collate: batch ", view_.index, ", row ", r, " holds ", n,
+                                          " examples but its shape has room for ", slots()));
+      }
+    }
+  }
+
+  Array Alloc(std::string name, DType dtype, std::vector<int64_t> shape) {
+    return AllocateArray(std::move(name), dtype, std::move(shape), options_.allocator);
+  }
+
   int64_t rows() const { return view_.shape.rows; }
-  int64_t slots() const { return plan_.packed ? view_.shape.segments : 1; }
+  int64_t slots() const { return layout_.packed ? view_.shape.segments : 1; }
 
   void Padded(const RaggedColumn& column, std::vector<Array>& out) {
     const bool planned = dataset_.AreAligned(column.name(), length_column_);
     const int64_t length = planned ? view_.shape.length : column.max_length();
     const PadValue pad = EncodePad(column, options_);
     const size_t item = ItemSize(column.dtype());
-    Array values = AllocateArray(column.name(), column.dtype(), WithInner({rows(), length}, column));
-    Array mask = AllocateArray(column.name() + "_mask", DType::kBool, {rows(), length});
-    Array lengths = AllocateArray(column.name() + "_lengths", DType::kInt32, {rows()});
+    Array values = Alloc(column.name(), column.dtype(), WithInner({rows(), length}, column));
+    Array mask = Alloc(column.name() + "_mask", DType::kBool, {rows(), length});
+    Array lengths = Alloc(column.name() + "_lengths", DType::kInt32, {rows()});
     auto* lengths_out = reinterpret_cast<int32_t*>(lengths.data);
     const int64_t row_bytes = length * column.row_bytes();
     for (int64_t r = 0; r < rows(); ++r) {
       const std::span<const int64_t> examples = view_.row_examples(r);
       const int64_t n = examples.empty() ? 0
                                          : Take(column, examples[0], length,
-                                                planned && plan_.allow_truncate, view_.index);
+                                                planned && layout_.allow_truncate, view_.index);
       uint8_t* row = values.data + r * row_bytes;
       if (n > 0) {
-        std::memcpy(row, column.example_data(examples[0]), static_cast<size_t>(n * column.row_bytes()));
+        std::memcpy(row, column.example_data(examples[0]),
+                    static_cast<size_t>(n * column.row_bytes()));
       }
       FillPattern(row + n * column.row_bytes(), (length - n) * column.inner_size(), pad.bytes, item,
                   pad.zero);
@@ -150,10 +172,10 @@ class BatchCollator {
     const int64_t segments = view_.shape.segments;
     const PadValue pad = EncodePad(column, options_);
     const size_t item = ItemSize(column.dtype());
-    Array values = AllocateArray(column.name(), column.dtype(), WithInner({rows(), length}, column));
-    Array segment_ids = AllocateArray(column.name() + "_segment_ids", DType::kInt32, {rows(), length});
-    Array positions = AllocateArray(column.name() + "_positions", DType::kInt32, {rows(), length});
-    Array lengths = AllocateArray(column.name() + "_lengths", DType::kInt32, {rows(), segments});
+    Array values = Alloc(column.name(), column.dtype(), WithInner({rows(), length}, column));
+    Array segment_ids = Alloc(column.name() + "_segment_ids", DType::kInt32, {rows(), length});
+    Array positions = Alloc(column.name() + "_positions", DType::kInt32, {rows(), length});
+    Array lengths = Alloc(column.name() + "_lengths", DType::kInt32, {rows(), segments});
     auto* ids_out = reinterpret_cast<int32_t*>(segment_ids.data);
     auto* pos_out = reinterpret_cast<int32_t*>(positions.data);
     auto* len_out = reinterpret_cast<int32_t*>(lengths.data);
@@ -166,7 +188,7 @@ class BatchCollator {
       int64_t used = 0;
       int32_t segment = 0;
       for (int64_t e : view_.row_examples(r)) {
-        const int64_t n = Take(column, e, length - used, plan_.allow_truncate, view_.index);
+        const int64_t n = Take(column, e, length - used, layout_.allow_truncate, view_.index);
         if (n > 0) {
           std::memcpy(row + used * column.row_bytes(), column.example_data(e),
                       static_cast<size_t>(n * column.row_bytes()));
@@ -177,8 +199,8 @@ class BatchCollator {
         lens[segment - 1] = static_cast<int32_t>(n);
         used += n;
       }
-      FillPattern(row + used * column.row_bytes(), (length - used) * column.inner_size(),
-                  pad.bytes, item, pad.zero);
+      FillPattern(row + used * column.row_bytes(), (length - used) * column.inner_size(), pad.bytes,
+                  item, pad.zero);
       std::fill(ids + used, ids + length, 0);
       std::fill(pos + used, pos + length, 0);
       std::fill(lens + segment, lens + segments, 0);
@@ -192,8 +214,8 @@ class BatchCollator {
   void Fixed(const RaggedColumn& column, std::vector<Array>& out) {
     const PadValue pad = EncodePad(column, options_);
     std::vector<int64_t> lead = {rows()};
-    if (plan_.packed) lead.push_back(slots());
-    Array values = AllocateArray(column.name(), column.dtype(), WithInner(lead, column));
+    if (layout_.packed) lead.push_back(slots());
+    Array values = Alloc(column.name(), column.dtype(), WithInner(lead, column));
     const int64_t bytes = column.row_bytes();
     for (int64_t r = 0; r < rows(); ++r) {
       const std::span<const int64_t> examples = view_.row_examples(r);
@@ -211,8 +233,8 @@ class BatchCollator {
 
   void ExampleIndex(std::vector<Array>& out) {
     std::vector<int64_t> shape = {rows()};
-    if (plan_.packed) shape.push_back(slots());
-    Array index = AllocateArray("example_index", DType::kInt64, shape);
+    if (layout_.packed) shape.push_back(slots());
+    Array index = Alloc("example_index", DType::kInt64, shape);
     auto* index_out = reinterpret_cast<int64_t*>(index.data);
     for (int64_t r = 0; r < rows(); ++r) {
       const std::span<const int64_t> examples = view_.row_examples(r);
@@ -224,7 +246,7 @@ class BatchCollator {
   }
 
   const Dataset& dataset_;
-  const BatchPlan& plan_;
+  const BatchLayout& layout_;
   BatchView view_;
   const CollateOptions& options_;
   std::string length_column_;
@@ -238,12 +260,17 @@ int64_t Array::num_bytes() const {
   return n;
 }
 
-Array AllocateArray(std::string name, DType dtype, std::vector<int64_t> shape) {
+Array AllocateArray(std::string name, DType dtype, std::vector<int64_t> shape,
+                    const Allocator& allocator) {
   Array array;
   array.name = std::move(name);
   array.dtype = dtype;
   array.shape = std::move(shape);
   const auto bytes = static_cast<size_t>(std::max<int64_t>(array.num_bytes(), 1));
+  if (allocator) {
+    array.owner = allocator(bytes, &array.data);
+    return array;
+  }
   std::shared_ptr<uint8_t[]> storage = std::make_shared_for_overwrite<uint8_t[]>(bytes);
   array.data = storage.get();
   array.owner = std::move(storage);
@@ -252,7 +279,15 @@ Array AllocateArray(std::string name, DType dtype, std::vector<int64_t> shape) {
 
 std::vector<Array> Collate(const Dataset& dataset, const BatchPlan& plan, int64_t batch_index,
                            const CollateOptions& options) {
-  return BatchCollator(dataset, plan, batch_index, options).Run();
+  const BatchLayout layout{.packed = plan.packed,
+                           .allow_truncate = plan.allow_truncate,
+                           .length_column = plan.length_column};
+  return CollateView(dataset, plan.batch(batch_index), layout, options);
+}
+
+std::vector<Array> CollateView(const Dataset& dataset, const BatchView& view,
+                               const BatchLayout& layout, const CollateOptions& options) {
+  return BatchCollator(dataset, view, layout, options).Run();
 }
 
 }  // namespace jaxbatch

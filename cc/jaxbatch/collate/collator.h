@@ -25,6 +25,7 @@
 #define JAXBATCH_COLLATE_COLLATOR_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -49,13 +50,26 @@ struct Array {
   int64_t num_bytes() const;
 };
 
-// Allocates an uninitialised array (owned by the returned value).
-Array AllocateArray(std::string name, DType dtype, std::vector<int64_t> shape);
+// Hands out `bytes` of uninitialised memory: sets *data and returns its
+// owner. A loader passes its BufferArena's Acquire to reuse buffers.
+using Allocator = std::function<std::shared_ptr<void>(size_t bytes, uint8_t** data)>;
+
+// Allocates an uninitialised array from `allocator` (new memory when empty).
+Array AllocateArray(std::string name, DType dtype, std::vector<int64_t> shape,
+                    const Allocator& allocator = {});
 
 struct CollateOptions {
   // Value written into padding, per column; others get default_pad_value.
   std::vector<std::pair<std::string, double>> pad_values;
   double default_pad_value = kDefaultPadValue;
+  Allocator allocator;  // empty: plain new memory per array
+};
+
+// How a batch's rows are laid out: what a collator needs of its plan.
+struct BatchLayout {
+  bool packed = false;
+  bool allow_truncate = false;
+  std::string length_column;  // "" = the dataset's default length column
 };
 
 // Collates batch `batch_index` of `plan` over `dataset`. Throws
@@ -64,6 +78,11 @@ struct CollateOptions {
 // (a plan made from other lengths) or a pad value does not fit a dtype.
 std::vector<Array> Collate(const Dataset& dataset, const BatchPlan& plan, int64_t batch_index,
                            const CollateOptions& options);
+
+// Collates one batch given as a view: a loader filters out bad examples
+// (their rows become padding) and collates what remains.
+std::vector<Array> CollateView(const Dataset& dataset, const BatchView& view,
+                               const BatchLayout& layout, const CollateOptions& options);
 
 }  // namespace jaxbatch
 

@@ -1,0 +1,133 @@
+// Binds load/: the Loader, its options, state and schema.
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/shared_ptr.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/variant.h>
+#include <nanobind/stl/vector.h>
+
+#include "bindings.h"
+#include "jaxbatch/load/loader.h"
+
+namespace jaxbatch::bindings {
+namespace {
+
+// A batch as collate returns it: (name, dtype name, array) per array.
+nb::list ToPython(std::vector<Array>& arrays) {
+  nb::list out;
+  for (Array& a : arrays) {
+    out.append(nb::make_tuple(a.name, std::string(DTypeName(a.dtype)),
+                              WrapArray(a.data, a.dtype, a.shape, std::move(a.owner))));
+  }
+  return out;
+}
+
+}  // namespace
+
+void BindLoad(nb::module_& m) {
+  nb::enum_<ShuffleMode>(m, "ShuffleMode")
+      .value("none", ShuffleMode::kNone)
+      .value("global_", ShuffleMode::kGlobal)
+      .value("block", ShuffleMode::kBlock);
+  nb::enum_<ErrorPolicy>(m, "ErrorPolicy")
+      .value("raise_", ErrorPolicy::kRaise)
+      .value("skip", ErrorPolicy::kSkip)
+      .value("quarantine", ErrorPolicy::kQuarantine);
+
+  nb::class_<ColumnSchema>(m, "ColumnSchema")
+      .def(nb::init<>())
+      .def_rw("name", &ColumnSchema::name)
+      .def_prop_rw(
+          "dtype",
+          [](const ColumnSchema& s) -> std::optional<std::string> {
+            if (!s.dtype) return std::nullopt;
+            return std::string(DTypeName(*s.dtype));
+          },
+          [](ColumnSchema& s, std::optional<std::string> name) {
+            s.dtype =
+                name ? std::optional<DType>(ParseDType(*name, "schema for column '" + s.name + "'"))
+                     : std::nullopt;
+          },
+          nb::arg("value").none())
+      .def_rw("inner_shape", &ColumnSchema::inner_shape, nb::arg("value").none())
+      .def_rw("min_length", &ColumnSchema::min_length)
+      .def_rw("max_length", &ColumnSchema::max_length)
+      .def_rw("finite", &ColumnSchema::finite);
+
+  nb::class_<LoaderState>(m, "LoaderState")
+      .def(nb::init<>())
+      .def_rw("seed", &LoaderState::seed)
+      .def_rw("epoch", &LoaderState::epoch)
+      .def_rw("step", &LoaderState::step)
+      .def_rw("batches", &LoaderState::batches)
+      .def_rw("examples", &LoaderState::examples)
+      .def_rw("skipped", &LoaderState::skipped)
+      .def_rw("quarantined", &LoaderState::quarantined)
+      .def_rw("dropped", &LoaderState::dropped)
+      .def_rw("padding_batches", &LoaderState::padding_batches);
+
+  nb::class_<Loader>(m, "Loader")
+      .def(
+          "__init__",
+          [](Loader* self, std::shared_ptr<const Dataset> dataset, const PlannerOptions& planner,
+             std::string length_column, ShuffleMode shuffle, int64_t block_size, uint64_t seed,
+             int64_t shard_index, int64_t shard_count, int64_t num_threads, int64_t prefetch,
+             int64_t epochs, ErrorPolicy on_error, int64_t max_errors, double max_error_fraction,
+             std::vector<ColumnSchema> schema,
+             std::vector<std::pair<std::string, double>> pad_values, double default_pad_value,
+             int64_t host_memory_limit, std::string quarantine_path, std::string source,
+             std::optional<LoaderState> state) {
+            LoaderOptions o;
+            o.schedule = ScheduleOptions{.planner = planner,
+                                         .shuffle = shuffle,
+                                         .block_size = block_size,
+                                         .seed = seed,
+                                         .shard_index = shard_index,
+                                         .shard_count = shard_count};
+            o.length_column = std::move(length_column);
+            o.num_threads = num_threads;
+            o.prefetch = prefetch;
+            o.epochs = epochs;
+            o.on_error = on_error;
+            o.max_errors = max_errors;
+            o.max_error_fraction = max_error_fraction;
+            o.schema.columns = std::move(schema);
+            o.collate.pad_values = std::move(pad_values);
+            o.collate.default_pad_value = default_pad_value;
+            o.host_memory_limit = host_memory_limit;
+            o.quarantine_path = std::move(quarantine_path);
+            o.source = std::move(source);
+            nb::gil_scoped_release release;
+            new (self) Loader(std::move(dataset), std::move(o), state);
+          },
+          nb::arg("dataset"), nb::arg("planner"), nb::arg("length_column"), nb::arg("shuffle"),
+          nb::arg("block_size"), nb::arg("seed"), nb::arg("shard_index"), nb::arg("shard_count"),
+          nb::arg("num_threads"), nb::arg("prefetch"), nb::arg("epochs"), nb::arg("on_error"),
+          nb::arg("max_errors"), nb::arg("max_error_fraction"), nb::arg("schema"),
+          nb::arg("pad_values"), nb::arg("default_pad_value"), nb::arg("host_memory_limit"),
+          nb::arg("quarantine_path"), nb::arg("source"), nb::arg("state").none())
+      .def("next",
+           [](Loader& loader) -> nb::object {
+             std::optional<LoadedBatch> batch;
+             {
+               nb::gil_scoped_release release;
+               batch = loader.Next();
+             }
+             if (!batch) return nb::none();
+             return nb::make_tuple(ToPython(batch->arrays), batch->epoch, batch->step,
+                                   batch->examples);
+           })
+      .def("state", &Loader::state)
+      .def("quarantine",
+           [](const Loader& loader) {
+             std::vector<std::pair<int64_t, std::string>> out;
+             for (const BadRecord& r : loader.quarantine()) out.emplace_back(r.example, r.reason);
+             return out;
+           })
+      .def_prop_ro("num_threads", &Loader::num_threads)
+      .def_prop_ro("arena_allocations", [](const Loader& l) { return l.arena().allocations(); })
+      .def("close", &Loader::Close, nb::call_guard<nb::gil_scoped_release>());
+}
+
+}  // namespace jaxbatch::bindings

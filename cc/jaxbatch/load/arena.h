@@ -1,0 +1,53 @@
+// BufferArena: reusable output buffers for collated batches.
+//
+// A batch's arrays are allocated from the arena; when the last user (a numpy
+// array in Python) lets go, the buffer goes back to the arena instead of the
+// allocator, so a loader in steady state allocates nothing per batch
+// (allocations() stops growing). An optional limit bounds the bytes handed
+// out at once: Acquire() then waits until enough comes back.
+//
+// Example:
+//   BufferArena arena(/*limit_bytes=*/0);
+//   uint8_t* data;
+//   std::shared_ptr<void> owner = arena.Acquire(1 << 20, &data);
+//   owner.reset();  // the buffer is free for the next Acquire of its size
+#ifndef JAXBATCH_LOAD_ARENA_H_
+#define JAXBATCH_LOAD_ARENA_H_
+
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+
+namespace jaxbatch {
+
+class BufferArena {
+ public:
+  // limit_bytes = 0: no limit.
+  explicit BufferArena(int64_t limit_bytes = 0);
+  ~BufferArena();
+  BufferArena(const BufferArena&) = delete;
+  BufferArena& operator=(const BufferArena&) = delete;
+
+  // A buffer of `bytes` (a pooled one of that size if any); `*data` points at it, the returned
+  // owner keeps it out of the pool. Waits while the limit would be exceeded. Throws
+  // InvalidArgumentError when `bytes` alone exceeds the limit, and Error once Close() was called.
+  std::shared_ptr<void> Acquire(size_t bytes, uint8_t** data);
+
+  // Wakes and fails every waiting Acquire; later releases free their memory.
+  void Close();
+
+  int64_t allocations() const;   // buffers ever allocated
+  int64_t bytes_in_use() const;  // bytes handed out now
+  int64_t bytes_pooled() const;  // bytes waiting in the pool
+
+ private:
+  struct Pool;
+  std::shared_ptr<Pool> pool_;
+};
+
+}  // namespace jaxbatch
+
+#endif  // JAXBATCH_LOAD_ARENA_H_

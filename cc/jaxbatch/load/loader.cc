@@ -1,0 +1,329 @@
+#include "jaxbatch/load/loader.h"
+
+#include <algorithm>
+#include <fstream>
+#include <utility>
+
+#include "jaxbatch/base/error.h"
+
+namespace jaxbatch {
+namespace {
+
+std::string JsonEscape(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          out += StrCat("\\u00", "0123456789abcdef"[(c >> 4) & 0xf], "0123456789abcdef"[c & 0xf]);
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out;
+}
+
+int64_t ExamplesInView(const BatchView& view) {
+  return view.row_begin.back() - view.row_begin.front();
+}
+
+}  // namespace
+
+Loader::Loader(std::shared_ptr<const Dataset> dataset, LoaderOptions options,
+               std::optional<LoaderState> start)
+    : dataset_(std::move(dataset)),
+      options_(std::move(options)),
+      arena_(options_.host_memory_limit) {
+  if (!dataset_) throw InvalidArgumentError("Loader: expected a dataset, found none");
+  if (options_.prefetch < 1) {
+    throw InvalidArgumentError(StrCat("Loader: prefetch must be >= 1, found ", options_.prefetch));
+  }
+  if (options_.epochs < 0) {
+    throw InvalidArgumentError(
+        StrCat("Loader: epochs must be >= 1 (or 0 for forever), found ", options_.epochs));
+  }
+  if (options_.num_threads < 0) {
+    throw InvalidArgumentError(StrCat(
+        "Loader: num_threads must be >= 1 (or 0 for automatic), found ", options_.num_threads));
+  }
+  if (options_.host_memory_limit < 0) {
+    throw InvalidArgumentError(
+        StrCat("Loader: host_memory_limit must be >= 0, found ", options_.host_memory_limit));
+  }
+  const std::string& length_column =
+      options_.length_column.empty() ? dataset_->default_length_column() : options_.length_column;
+  lengths_ = dataset_->column(length_column).Lengths();
+  layout_ = BatchLayout{.packed = std::holds_alternative<PackOptions>(options_.schedule.planner),
+                        .allow_truncate = false,
+                        .length_column = length_column};
+  // Validate the schedule options once, on epoch 0 of an empty selection.
+  if (options_.schedule.shard_count < 1 || options_.schedule.shard_index < 0 ||
+      options_.schedule.shard_index >= options_.schedule.shard_count) {
+    throw InvalidArgumentError(StrCat("Loader: shard must satisfy 0 <= index < count, found (",
+                                      options_.schedule.shard_index, ", ",
+                                      options_.schedule.shard_count, ")"));
+  }
+  bad_records_ = FindBadRecords(*dataset_, options_.schema);
+  excluded_.assign(lengths_.size(), 0);
+  for (const BadRecord& r : bad_records_) excluded_[static_cast<size_t>(r.example)] = 1;
+
+  state_.seed = options_.schedule.seed;
+  if (start) {
+    if (start->seed != options_.schedule.seed) {
+      throw InvalidArgumentError(StrCat("Loader: the state was saved with seed ", start->seed,
+                                        " but this loader has seed ", options_.schedule.seed));
+    }
+    if (start->epoch < 0 || start->step < 0) {
+      throw InvalidArgumentError(
+          StrCat("Loader: bad state position: epoch ", start->epoch, ", step ", start->step));
+    }
+    state_ = *start;
+    entered_epoch_ = state_.step > 0 ? state_.epoch : state_.epoch - 1;
+  }
+  claim_epoch_ = state_.epoch;
+  claim_step_ = state_.step;
+  options_.collate.allocator = [this](size_t bytes, uint8_t** data) {
+    return arena_.Acquire(bytes, data);
+  };
+  int64_t threads = options_.num_threads;
+  if (threads == 0) {
+    threads = std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, kMaxDefaultThreads);
+  }
+  workers_.reserve(static_cast<size_t>(threads));
+  for (int64_t t = 0; t < threads; ++t) workers_.emplace_back([this] { WorkerLoop(); });
+}
+
+Loader::~Loader() { Close(); }
+
+void Loader::Close() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stop_ && workers_.empty()) return;
+    stop_ = true;
+  }
+  work_cv_.notify_all();
+  result_cv_.notify_all();
+  arena_.Close();
+  for (std::thread& t : workers_) {
+    if (t.joinable()) t.join();
+  }
+  workers_.clear();
+  std::lock_guard<std::mutex> lock(mu_);
+  results_.clear();
+  schedules_.clear();
+}
+
+std::shared_ptr<const EpochSchedule> Loader::ScheduleFor(int64_t epoch,
+                                                         std::unique_lock<std::mutex>& lock) {
+  while (true) {
+    auto it = schedules_.find(epoch);
+    if (it != schedules_.end()) return it->second;
+    if (stop_) return nullptr;
+    if (!building_[epoch]) break;
+    work_cv_.wait(lock);
+  }
+  building_[epoch] = true;
+  lock.unlock();
+  std::shared_ptr<const EpochSchedule> schedule;
+  std::exception_ptr error;
+  try {
+    schedule = std::make_shared<const EpochSchedule>(
+        MakeEpochSchedule(lengths_, excluded_, options_.schedule, epoch));
+  } catch (...) {
+    error = std::current_exception();
+  }
+  lock.lock();
+  building_.erase(epoch);
+  work_cv_.notify_all();
+  if (error) std::rethrow_exception(error);
+  // Each epoch's plan knows whether it truncates; every epoch plans alike.
+  schedules_[epoch] = schedule;
+  return schedule;
+}
+
+void Loader::WorkerLoop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    work_cv_.wait(lock, [&] {
+      return stop_ || (end_seq_ < 0 && claim_seq_ < consume_seq_ + options_.prefetch);
+    });
+    if (stop_ || end_seq_ >= 0) return;
+    if (options_.epochs > 0 && claim_epoch_ >= options_.epochs) {
+      end_seq_ = claim_seq_;
+      result_cv_.notify_all();
+      work_cv_.notify_all();
+      return;
+    }
+    const int64_t epoch = claim_epoch_;
+    std::shared_ptr<const EpochSchedule> schedule;
+    try {
+      schedule = ScheduleFor(epoch, lock);
+    } catch (...) {
+      if (end_seq_ < 0 && claim_epoch_ == epoch) {
+        Result failed;
+        failed.error = std::current_exception();
+        failed.epoch = epoch;
+        results_[claim_seq_] = std::move(failed);
+        end_seq_ = ++claim_seq_;
+        result_cv_.notify_all();
+        work_cv_.notify_all();
+      }
+      return;
+    }
+    if (!schedule) return;                                 // Stopped while waiting.
+    if (end_seq_ >= 0 || claim_epoch_ != epoch) continue;  // Another worker moved on.
+    const auto steps = static_cast<int64_t>(schedule->steps.size());
+    if (steps == 0) {  // Nothing left to yield in any epoch: the stream ends.
+      end_seq_ = claim_seq_;
+      empty_epoch_ = epoch;
+      result_cv_.notify_all();
+      work_cv_.notify_all();
+      return;
+    }
+    if (claim_step_ >= steps) {
+      ++claim_epoch_;
+      claim_step_ = 0;
+      continue;
+    }
+    const int64_t seq = claim_seq_++;
+    const int64_t step = claim_step_++;
+    if (claim_step_ >= steps) {
+      ++claim_epoch_;
+      claim_step_ = 0;
+    }
+    lock.unlock();
+    Result result;
+    result.epoch = epoch;
+    result.step = step;
+    try {
+      const BatchView view = schedule->plan.batch(schedule->steps[static_cast<size_t>(step)]);
+      BatchLayout layout = layout_;
+      layout.allow_truncate = schedule->plan.allow_truncate;
+      result.examples = ExamplesInView(view);
+      result.arrays = CollateView(*dataset_, view, layout, options_.collate);
+    } catch (...) {
+      result.error = std::current_exception();
+    }
+    lock.lock();
+    results_[seq] = std::move(result);
+    result_cv_.notify_all();
+  }
+}
+
+void Loader::EnterEpoch(int64_t epoch, const EpochSchedule& schedule) {
+  if (epoch <= entered_epoch_) return;
+  entered_epoch_ = epoch;
+  state_.dropped +=
+      schedule.plan.stats.dropped + schedule.plan.stats.skipped + schedule.shard_dropped;
+  state_.padding_batches += schedule.padding_batches;
+  if (bad_records_.empty()) return;
+  const BadRecord& first = bad_records_.front();
+  switch (options_.on_error) {
+    case ErrorPolicy::kRaise:
+      throw InvalidArgumentError(StrCat(options_.source, ", example ", first.example, ": ",
+                                        first.reason, " (", bad_records_.size(),
+                                        " bad records in all; pass on_error=\"skip\" or "
+                                        "\"quarantine\" to drop them)"));
+    case ErrorPolicy::kSkip:
+      state_.skipped += static_cast<int64_t>(bad_records_.size());
+      break;
+    case ErrorPolicy::kQuarantine:
+      state_.quarantined += static_cast<int64_t>(bad_records_.size());
+      if (epoch == 0) WriteQuarantine(bad_records_);  // Each record once per run.
+      break;
+  }
+  const int64_t errors = state_.skipped + state_.quarantined;
+  const int64_t seen = (epoch + 1) * dataset_->num_examples();
+  const bool over_count = options_.max_errors >= 0 && errors > options_.max_errors;
+  const bool over_fraction =
+      options_.max_error_fraction >= 0 &&
+      static_cast<double>(errors) > options_.max_error_fraction * static_cast<double>(seen);
+  if (over_count || over_fraction) {
+    throw Error(StrCat("Loader: too many bad records in ", options_.source, ": ", errors, " of ",
+                       seen, " examples exceed max_errors=",
+                       over_count ? std::to_string(options_.max_errors)
+                                  : std::to_string(options_.max_error_fraction),
+                       "; first: example ", first.example, ": ", first.reason));
+  }
+}
+
+void Loader::WriteQuarantine(const std::vector<BadRecord>& records) const {
+  if (options_.quarantine_path.empty()) return;
+  std::ofstream out(options_.quarantine_path, std::ios::app);
+  if (!out) throw IoError(StrCat("Loader: cannot open quarantine file ", options_.quarantine_path));
+  for (const BadRecord& r : records) {
+    out << "{\"source\": \"" << JsonEscape(options_.source) << "\", \"example\": " << r.example
+        << ", \"reason\": \"" << JsonEscape(r.reason) << "\"}\n";
+  }
+  if (!out)
+    throw IoError(StrCat("Loader: cannot write quarantine file ", options_.quarantine_path));
+}
+
+std::optional<LoadedBatch> Loader::Next() {
+  std::unique_lock<std::mutex> lock(mu_);
+  result_cv_.wait(lock, [&] {
+    return stop_ || results_.count(consume_seq_) > 0 || (end_seq_ >= 0 && consume_seq_ >= end_seq_);
+  });
+  if (!stop_ && empty_epoch_ >= 0 && consume_seq_ >= end_seq_) {
+    // The stream ended at an epoch with nothing to yield: still count what
+    // it left out (and raise for its bad records).
+    const int64_t epoch = std::exchange(empty_epoch_, -1);
+    EnterEpoch(epoch, *schedules_.at(epoch));
+  }
+  if (stop_ || (end_seq_ >= 0 && consume_seq_ >= end_seq_) || results_.count(consume_seq_) == 0) {
+    return std::nullopt;
+  }
+  Result result = std::move(results_[consume_seq_]);
+  results_.erase(consume_seq_);
+  ++consume_seq_;
+  work_cv_.notify_all();
+  if (result.error) {
+    // The stream ends at a worker's error; the consumer sees it once.
+    end_seq_ = consume_seq_;
+    std::rethrow_exception(result.error);
+  }
+  const std::shared_ptr<const EpochSchedule> schedule = schedules_.at(result.epoch);
+  try {
+    EnterEpoch(result.epoch, *schedule);
+  } catch (...) {
+    end_seq_ = consume_seq_;  // A bad record under "raise" or too many errors end the stream.
+    throw;
+  }
+  // Drop schedules of epochs the consumer has left.
+  schedules_.erase(schedules_.begin(), schedules_.lower_bound(result.epoch));
+  state_.batches += 1;
+  state_.examples += result.examples;
+  state_.epoch = result.epoch;
+  state_.step = result.step + 1;
+  if (state_.step >= static_cast<int64_t>(schedule->steps.size())) {
+    state_.epoch += 1;
+    state_.step = 0;
+  }
+  return LoadedBatch{std::move(result.arrays), result.epoch, result.step, result.examples};
+}
+
+LoaderState Loader::state() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return state_;
+}
+
+std::vector<BadRecord> Loader::quarantine() const {
+  if (options_.on_error != ErrorPolicy::kQuarantine) return {};
+  std::lock_guard<std::mutex> lock(mu_);
+  return entered_epoch_ >= 0 ? bad_records_ : std::vector<BadRecord>{};
+}
+
+}  // namespace jaxbatch

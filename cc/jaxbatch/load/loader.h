@@ -1,0 +1,155 @@
+// Loader: the C++ input pipeline. Worker threads plan, collate and prefetch
+// batches into reused buffers; the consumer takes them in a deterministic
+// order whatever the thread count.
+//
+//   - Each epoch's schedule (schedule.h) is a pure function of the seed and
+//     epoch, so the stream is byte-identical for any num_threads and a
+//     checkpoint is (seed, epoch, step) plus counters: O(1) in size.
+//   - Examples that break the schema (schema.h) are found once, up front,
+//     and follow the error policy: raise, skip (counted) or quarantine
+//     (counted and recorded with their reason, optionally to a JSONL file).
+//   - Output buffers come from a BufferArena and return to it when the
+//     consumer lets go, so steady state allocates nothing per batch.
+//   - An exception in a worker reaches the consumer, from Next(), with its
+//     original message. Close() (or the destructor) ends every thread.
+//
+// Example:
+//   LoaderOptions options;
+//   options.schedule.planner = AutoBucketsOptions{.max_shapes = 8, .token_budget = 65536};
+//   Loader loader(dataset, options);
+//   while (std::optional<LoadedBatch> batch = loader.Next()) Train(batch->arrays);
+#ifndef JAXBATCH_LOAD_LOADER_H_
+#define JAXBATCH_LOAD_LOADER_H_
+
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "jaxbatch/collate/collator.h"
+#include "jaxbatch/data/dataset.h"
+#include "jaxbatch/load/arena.h"
+#include "jaxbatch/load/schedule.h"
+#include "jaxbatch/load/schema.h"
+
+namespace jaxbatch {
+
+enum class ErrorPolicy { kRaise, kSkip, kQuarantine };
+
+inline constexpr int64_t kDefaultPrefetch = 4;
+inline constexpr int64_t kMaxDefaultThreads = 8;
+
+struct LoaderOptions {
+  ScheduleOptions schedule;
+  std::string length_column;            // "" = the dataset's first ragged column
+  int64_t num_threads = 0;              // 0 = hardware threads, at most kMaxDefaultThreads
+  int64_t prefetch = kDefaultPrefetch;  // ready batches kept ahead of the consumer
+  int64_t epochs = 1;                   // 0 = forever
+  ErrorPolicy on_error = ErrorPolicy::kRaise;
+  int64_t max_errors = -1;           // bad records allowed in all; -1 = no limit
+  double max_error_fraction = -1.0;  // bad records / examples allowed; < 0 = no limit
+  Schema schema;
+  CollateOptions collate;          // the loader sets its allocator
+  int64_t host_memory_limit = 0;   // bytes of batches alive at once; 0 = no limit
+  std::string quarantine_path;     // JSONL file quarantined records are appended to
+  std::string source = "dataset";  // how errors name the data
+};
+
+// Where a loader is and what it has counted: restoring it continues with
+// exactly the batches an uninterrupted run would have produced.
+struct LoaderState {
+  uint64_t seed = 0;
+  int64_t epoch = 0;
+  int64_t step = 0;  // the next batch to yield within `epoch`
+  int64_t batches = 0;
+  int64_t examples = 0;         // examples yielded
+  int64_t skipped = 0;          // bad records dropped under "skip"
+  int64_t quarantined = 0;      // bad records dropped under "quarantine"
+  int64_t dropped = 0;          // examples left out by the remainder policy (plan or shards)
+  int64_t padding_batches = 0;  // empty batches that even out shards
+};
+
+struct LoadedBatch {
+  std::vector<Array> arrays;
+  int64_t epoch = 0;
+  int64_t step = 0;
+  int64_t examples = 0;
+};
+
+class Loader {
+ public:
+  // Validates options and the dataset against the schema (before any thread
+  // starts) and starts the workers at `start` (or the beginning).
+  Loader(std::shared_ptr<const Dataset> dataset, LoaderOptions options,
+         std::optional<LoaderState> start = std::nullopt);
+  ~Loader();
+  Loader(const Loader&) = delete;
+  Loader& operator=(const Loader&) = delete;
+
+  // The next batch, or nullopt at the end. Rethrows a worker's exception;
+  // throws InvalidArgumentError for a bad record under ErrorPolicy::kRaise
+  // and Error when max_errors is exceeded.
+  std::optional<LoadedBatch> Next();
+
+  LoaderState state() const;
+  // Every quarantined record (each once, in example order).
+  std::vector<BadRecord> quarantine() const;
+  int64_t num_threads() const { return static_cast<int64_t>(workers_.size()); }
+  const BufferArena& arena() const { return arena_; }
+
+  // Stops and joins every worker; Next() then returns nullopt. Idempotent.
+  void Close();
+
+ private:
+  struct Result {
+    std::vector<Array> arrays;
+    std::exception_ptr error;
+    int64_t epoch = 0;
+    int64_t step = 0;
+    int64_t examples = 0;
+  };
+
+  void WorkerLoop();
+  // Returns the schedule of `epoch`, building it (outside the lock) if no
+  // other worker is. `lock` is held on entry and exit.
+  std::shared_ptr<const EpochSchedule> ScheduleFor(int64_t epoch,
+                                                   std::unique_lock<std::mutex>& lock);
+  // Counts an epoch's bad and dropped examples once, when the consumer enters it.
+  void EnterEpoch(int64_t epoch, const EpochSchedule& schedule);
+  void WriteQuarantine(const std::vector<BadRecord>& records) const;
+
+  std::shared_ptr<const Dataset> dataset_;
+  LoaderOptions options_;
+  std::vector<int64_t> lengths_;
+  std::vector<uint8_t> excluded_;
+  std::vector<BadRecord> bad_records_;
+  BatchLayout layout_;
+  BufferArena arena_;
+
+  mutable std::mutex mu_;
+  std::condition_variable work_cv_;
+  std::condition_variable result_cv_;
+  std::map<int64_t, std::shared_ptr<const EpochSchedule>> schedules_;
+  std::map<int64_t, bool> building_;
+  int64_t claim_epoch_ = 0;
+  int64_t claim_step_ = 0;
+  int64_t claim_seq_ = 0;
+  int64_t consume_seq_ = 0;
+  int64_t end_seq_ = -1;      // set once the last position is claimed
+  int64_t empty_epoch_ = -1;  // the epoch with no steps that ended the stream
+  std::map<int64_t, Result> results_;
+  LoaderState state_;
+  int64_t entered_epoch_ = -1;
+  bool stop_ = false;
+  std::vector<std::thread> workers_;
+};
+
+}  // namespace jaxbatch
+
+#endif  // JAXBATCH_LOAD_LOADER_H_

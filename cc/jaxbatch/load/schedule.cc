@@ -1,0 +1,140 @@
+#include "jaxbatch/load/schedule.h"
+
+#include <algorithm>
+#include <variant>
+
+#include "jaxbatch/base/error.h"
+#include "jaxbatch/load/index_shuffle.h"
+
+namespace jaxbatch {
+namespace {
+
+constexpr uint64_t kOrderSalt = 0x6f72646572ull;  // "order"
+constexpr uint64_t kBlockSalt = 0x626c6f636bull;  // "block"
+constexpr uint64_t kBatchSalt = 0x6261746368ull;  // "batch"
+constexpr uint64_t kStepSalt = 0x73746570ull;     // "step"
+
+uint64_t EpochSeed(uint64_t seed, int64_t epoch, uint64_t salt) {
+  return Mix64(seed ^ Mix64(static_cast<uint64_t>(epoch) ^ Mix64(salt)));
+}
+
+std::vector<int64_t> OrderExamples(const std::vector<int64_t>& candidates, const ScheduleOptions& o,
+                                   int64_t epoch) {
+  const auto n = static_cast<uint64_t>(candidates.size());
+  std::vector<int64_t> order;
+  order.reserve(candidates.size());
+  if (o.shuffle == ShuffleMode::kNone) return candidates;
+  if (o.shuffle == ShuffleMode::kGlobal) {
+    const IndexShuffle perm(n, EpochSeed(o.seed, epoch, kOrderSalt));
+    for (uint64_t k = 0; k < n; ++k) order.push_back(candidates[perm(k)]);
+    return order;
+  }
+  const auto block = static_cast<uint64_t>(o.block_size);
+  const uint64_t blocks = (n + block - 1) / block;
+  const IndexShuffle block_perm(blocks, EpochSeed(o.seed, epoch, kBlockSalt));
+  for (uint64_t b = 0; b < blocks; ++b) {
+    const uint64_t first = block_perm(b) * block;
+    const uint64_t size = std::min(block, n - first);
+    const IndexShuffle within(size, EpochSeed(o.seed, epoch, kOrderSalt) ^ first);
+    for (uint64_t k = 0; k < size; ++k) order.push_back(candidates[first + within(k)]);
+  }
+  return order;
+}
+
+Remainder PlannerRemainder(const PlannerOptions& planner) {
+  return std::visit([](const auto& o) { return o.remainder; }, planner);
+}
+
+// Appends a batch of shape `shape_id` with only padding rows.
+int64_t AppendEmptyBatch(BatchPlan& plan, int32_t shape_id) {
+  const BatchShape& shape = plan.shapes[static_cast<size_t>(shape_id)];
+  plan.batch_shape_ids.push_back(shape_id);
+  for (int64_t r = 0; r < shape.rows; ++r) {
+    plan.row_example_begin.push_back(static_cast<int64_t>(plan.example_ids.size()));
+  }
+  plan.batch_row_begin.push_back(static_cast<int64_t>(plan.row_example_begin.size()) - 1);
+  ++plan.stats.batches;
+  ++plan.stats.batches_per_shape[static_cast<size_t>(shape_id)];
+  plan.stats.padded_elements += shape.rows * shape.length;
+  return plan.num_batches() - 1;
+}
+
+int64_t ExamplesIn(const BatchPlan& plan, int64_t b) {
+  const auto first = static_cast<size_t>(plan.batch_row_begin[static_cast<size_t>(b)]);
+  const auto last = static_cast<size_t>(plan.batch_row_begin[static_cast<size_t>(b) + 1]);
+  return plan.row_example_begin[last] - plan.row_example_begin[first];
+}
+
+}  // namespace
+
+EpochSchedule MakeEpochSchedule(std::span<const int64_t> lengths, std::span<const uint8_t> excluded,
+                                const ScheduleOptions& o, int64_t epoch) {
+  if (o.shard_count < 1 || o.shard_index < 0 || o.shard_index >= o.shard_count) {
+    throw InvalidArgumentError(StrCat("shard: expected 0 <= index < count, found index ",
+                                      o.shard_index, " and count ", o.shard_count));
+  }
+  if (o.shuffle == ShuffleMode::kBlock && o.block_size < 1) {
+    throw InvalidArgumentError(StrCat("block_size must be >= 1, found ", o.block_size));
+  }
+  std::vector<int64_t> candidates;
+  candidates.reserve(lengths.size());
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    if (excluded.empty() || !excluded[i]) candidates.push_back(static_cast<int64_t>(i));
+  }
+  EpochSchedule schedule;
+  // Plan() reads an empty order as "every example": with none left, plan none.
+  schedule.plan = candidates.empty()
+                      ? Plan({}, o.planner)
+                      : Plan(lengths, o.planner, OrderExamples(candidates, o, epoch));
+  BatchPlan& plan = schedule.plan;
+  const bool shuffle = o.shuffle != ShuffleMode::kNone;
+
+  // Batches by shape, each list shuffled.
+  std::vector<std::vector<int64_t>> by_shape(plan.shapes.size());
+  for (int64_t b = 0; b < plan.num_batches(); ++b) {
+    by_shape[static_cast<size_t>(plan.batch_shape_ids[static_cast<size_t>(b)])].push_back(b);
+  }
+  for (size_t s = 0; s < by_shape.size(); ++s) {
+    std::vector<int64_t>& list = by_shape[s];
+    if (!shuffle) continue;
+    const IndexShuffle perm(list.size(), EpochSeed(o.seed, epoch, kBatchSalt) ^ s);
+    std::vector<int64_t> shuffled(list.size());
+    for (size_t k = 0; k < list.size(); ++k) shuffled[k] = list[perm(k)];
+    list = std::move(shuffled);
+  }
+  // Groups of shard_count same-shape batches: one step for every shard.
+  const auto count = static_cast<size_t>(o.shard_count);
+  const bool drop = PlannerRemainder(o.planner) == Remainder::kDrop;
+  std::vector<std::vector<int64_t>> groups;
+  for (size_t s = 0; s < by_shape.size(); ++s) {
+    std::vector<int64_t>& list = by_shape[s];
+    const size_t tail = list.size() % count;
+    if (tail != 0 && drop) {
+      for (size_t k = list.size() - tail; k < list.size(); ++k) {
+        schedule.shard_dropped += ExamplesIn(plan, list[k]);
+      }
+      list.resize(list.size() - tail);
+    } else if (tail != 0) {
+      for (size_t k = tail; k < count; ++k) {
+        list.push_back(AppendEmptyBatch(plan, static_cast<int32_t>(s)));
+        ++schedule.padding_batches;
+      }
+    }
+    for (size_t k = 0; k < list.size(); k += count) {
+      groups.emplace_back(list.begin() + static_cast<std::ptrdiff_t>(k),
+                          list.begin() + static_cast<std::ptrdiff_t>(k + count));
+    }
+  }
+  // Steps in plan order (first batch of each group) or shuffled.
+  std::sort(groups.begin(), groups.end(),
+            [](const auto& a, const auto& b) { return a.front() < b.front(); });
+  const IndexShuffle step_perm(groups.size(), EpochSeed(o.seed, epoch, kStepSalt));
+  schedule.steps.reserve(groups.size());
+  for (size_t t = 0; t < groups.size(); ++t) {
+    const size_t g = shuffle ? step_perm(t) : t;
+    schedule.steps.push_back(groups[g][static_cast<size_t>(o.shard_index)]);
+  }
+  return schedule;
+}
+
+}  // namespace jaxbatch

@@ -1,0 +1,56 @@
+// EpochSchedule: which batches one process yields in one epoch, in order.
+//
+// A pure function of (lengths, excluded examples, options, epoch), so every
+// process of a multi-host job computes the same global plan and a restored
+// loader recomputes exactly the schedule it left:
+//   1. order the examples (none, a global IndexShuffle, or shuffled blocks),
+//   2. plan them with the planner (shapes stay in its fixed set),
+//   3. deal the batches to shards so that at every step all shards get a
+//      batch of the same shape (one SPMD program across hosts): batches are
+//      grouped by shape, `count` at a time; a shape's uneven tail is padded
+//      with empty batches (remainder pad/keep) or dropped (remainder drop),
+//   4. shuffle the order of the steps.
+#ifndef JAXBATCH_LOAD_SCHEDULE_H_
+#define JAXBATCH_LOAD_SCHEDULE_H_
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "jaxbatch/plan/batch_plan.h"
+#include "jaxbatch/plan/planner.h"
+
+namespace jaxbatch {
+
+enum class ShuffleMode {
+  kNone,    // index order
+  kGlobal,  // a uniform random permutation of all examples
+  kBlock,   // contiguous blocks in random order, shuffled within each block
+};
+
+inline constexpr int64_t kDefaultBlockSize = 1024;
+
+struct ScheduleOptions {
+  PlannerOptions planner;
+  ShuffleMode shuffle = ShuffleMode::kGlobal;
+  int64_t block_size = kDefaultBlockSize;
+  uint64_t seed = 0;
+  int64_t shard_index = 0;
+  int64_t shard_count = 1;
+};
+
+struct EpochSchedule {
+  BatchPlan plan;               // the global plan, plus empty batches that even out shards
+  std::vector<int64_t> steps;   // this shard's batch indices into `plan`, in order
+  int64_t shard_dropped = 0;    // examples in batches no shard gets (remainder drop)
+  int64_t padding_batches = 0;  // empty batches added so every shard has as many steps
+};
+
+// Throws InvalidArgumentError for a bad shard or block size, and whatever
+// the planner throws.
+EpochSchedule MakeEpochSchedule(std::span<const int64_t> lengths, std::span<const uint8_t> excluded,
+                                const ScheduleOptions& options, int64_t epoch);
+
+}  // namespace jaxbatch
+
+#endif  // JAXBATCH_LOAD_SCHEDULE_H_

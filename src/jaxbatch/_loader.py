@@ -1,0 +1,344 @@
+"""Loader: the GIL-free C++ input pipeline, as a Python iterator."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from jaxbatch import _core
+from jaxbatch._collate import Batch, _batch_from_core
+from jaxbatch._dataset import Dataset
+from jaxbatch._dtypes import dtype_name
+from jaxbatch._plan import BatchShape
+from jaxbatch._planners import AutoBuckets, FixedBuckets, Pack, PadToMax, Planner
+
+_STATE_VERSION = 1
+_SHUFFLE = {True: _core.ShuffleMode.global_, False: _core.ShuffleMode.none,
+            "global": _core.ShuffleMode.global_, "block": _core.ShuffleMode.block,
+            "none": _core.ShuffleMode.none}  # fmt: skip
+_ON_ERROR = {"raise": _core.ErrorPolicy.raise_, "skip": _core.ErrorPolicy.skip,
+             "quarantine": _core.ErrorPolicy.quarantine}  # fmt: skip
+_STATE_FIELDS = ("seed", "epoch", "step", "batches", "examples", "skipped", "quarantined",
+                 "dropped", "padding_batches")  # fmt: skip
+
+
+@dataclasses.dataclass(frozen=True)
+class ColumnSchema:
+    """What a valid example of one column looks like. ``dtype`` and
+    ``inner_shape`` default to the column's own (inferred from the data and
+    then enforced); ``min_length``/``max_length`` bound a ragged column's
+    length; ``finite=True`` refuses NaN and Inf in floating columns."""
+
+    dtype: Any = None
+    inner_shape: Sequence[int] | None = None
+    min_length: int = 0
+    max_length: int | None = None
+    finite: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class LoaderStats:
+    """Every example the loader has reached, accounted for: ``examples``
+    yielded, ``skipped`` and ``quarantined`` bad records, and ``dropped`` by a
+    remainder policy (the plan's, or the shards' uneven tail). Counts add up
+    over epochs: yielded + skipped + quarantined + dropped = epochs entered x
+    dataset size."""
+
+    batches: int
+    examples: int
+    skipped: int
+    quarantined: int
+    dropped: int
+    padding_batches: int
+    epoch: int
+
+
+class Loader:
+    """Batches from C++ worker threads: shuffled, sharded, planned, collated
+    into reused buffers and prefetched, with the GIL released.
+
+    ``source`` is a :class:`Dataset` or a path (Parquet, Arrow IPC, or a
+    folder of ``.npy`` values/offsets pairs; see ``columns``). Iterating
+    yields :class:`Batch` dicts as :func:`jaxbatch.collate` returns them. The
+    stream is identical, byte for byte, for the same seed whatever
+    ``num_threads``; :meth:`get_state` / ``state=`` resume it exactly.
+
+    Example::
+
+        with jb.Loader(ds, jb.AutoBuckets(8, token_budget=65536), epochs=None) as loader:
+            for batch in loader:
+                train_step(batch["tokens"], batch["tokens_mask"])
+
+    Arguments:
+      shuffle: True (a seeded global permutation per epoch, batch order
+        shuffled too), False, or ``"block"``: contiguous blocks of
+        ``block_size`` examples in random order, shuffled within each block,
+        so reads from disk stay sequential at the cost of a weaker shuffle.
+      shard: ``(index, count)`` or ``"jax"`` (``jax.process_index()``,
+        ``jax.process_count()``): processes get disjoint batches, the same
+        number of steps and the same batch shape at every step.
+      num_threads: worker threads (default: the CPU count, at most 8).
+      prefetch: ready batches kept ahead of the consumer.
+      epochs: passes over the data; None repeats forever.
+      on_error: ``"raise"``, ``"skip"`` or ``"quarantine"`` for records that
+        break ``schema`` (a dict of column name to :class:`ColumnSchema`).
+      max_errors: bad records allowed, a count (int) or a fraction of the
+        examples reached (float < 1); beyond it the run stops with a summary.
+      quarantine_file: JSONL file quarantined records are appended to.
+      host_memory_limit: bytes of batch buffers alive at once (they come
+        back when your arrays are freed); must hold ``prefetch + 1`` batches
+        plus any you keep.
+    """
+
+    def __init__(
+        self,
+        source: Dataset | str | os.PathLike,
+        planner: Planner,
+        *,
+        columns: Sequence[str] | None = None,
+        column: str | None = None,
+        aligned: Sequence[Sequence[str]] | None = None,
+        shuffle: bool | str = True,
+        block_size: int = 1024,
+        seed: int = 0,
+        shard: tuple[int, int] | str | None = None,
+        num_threads: int | None = None,
+        prefetch: int = 4,
+        epochs: int | None = 1,
+        on_error: str = "raise",
+        max_errors: int | float | None = None,
+        schema: Mapping[str, ColumnSchema] | None = None,
+        quarantine_file: str | os.PathLike | None = None,
+        pad_value: float | Mapping[str, float] = 0,
+        host_memory_limit: int | None = None,
+        state: Mapping[str, Any] | None = None,
+    ):
+        if not isinstance(planner, PadToMax | FixedBuckets | AutoBuckets | Pack):
+            raise TypeError(f"Loader: expected a planner, found {type(planner).__name__}")
+        if isinstance(source, Dataset):
+            if columns is not None:
+                raise ValueError("Loader: columns= selects columns of a file; got a Dataset")
+            self.dataset, self.source = source, "dataset"
+        else:
+            from jaxbatch._sources import open_source
+
+            self.dataset = open_source(source, columns, column, aligned)
+            self.source = str(source)
+        self.planner = planner
+        self._core_loader = None
+        if shuffle not in _SHUFFLE:
+            raise ValueError(f"Loader: shuffle must be True, False or 'block', found {shuffle!r}")
+        if on_error not in _ON_ERROR:
+            raise ValueError(
+                f"Loader: on_error must be 'raise', 'skip' or 'quarantine', found {on_error!r}"
+            )
+        shard_index, shard_count = _resolve_shard(shard)
+        errors, fraction = _resolve_max_errors(max_errors)
+        pads = pad_value if isinstance(pad_value, Mapping) else {}
+        self._args = dict(
+            planner=planner._options(),
+            length_column=column or "",
+            shuffle=_SHUFFLE[shuffle],
+            block_size=int(block_size),
+            seed=int(seed),
+            shard_index=shard_index,
+            shard_count=shard_count,
+            num_threads=0 if num_threads is None else int(num_threads),
+            prefetch=int(prefetch),
+            epochs=0 if epochs is None else int(epochs),
+            on_error=_ON_ERROR[on_error],
+            max_errors=errors,
+            max_error_fraction=fraction,
+            schema=self._schema(schema or {}),
+            pad_values=[(k, float(v)) for k, v in pads.items()],
+            default_pad_value=0.0 if isinstance(pad_value, Mapping) else float(pad_value),
+            host_memory_limit=int(host_memory_limit or 0),
+            quarantine_path=os.fspath(quarantine_file) if quarantine_file else "",
+            source=self.source,
+        )
+        if epochs is not None and epochs < 1:
+            raise ValueError(f"Loader: epochs must be >= 1 or None (forever), found {epochs}")
+        if num_threads is not None and num_threads < 1:
+            raise ValueError(f"Loader: num_threads must be >= 1, found {num_threads}")
+        fixed = {n: self.dataset._core.column(n).is_fixed for n in self.dataset.column_names}
+        self._ragged = tuple(n for n, f in fixed.items() if not f)
+        self._fixed = tuple(n for n, f in fixed.items() if f)
+        self._length_column = column or self.dataset.default_length_column
+        self._start(state)
+
+    def _schema(self, schema: Mapping[str, ColumnSchema]) -> list:
+        out = []
+        for name, spec in schema.items():
+            if name not in self.dataset.column_names:
+                raise ValueError(
+                    f"Loader: schema names column {name!r}; columns are {self.dataset.column_names}"
+                )
+            s = _core.ColumnSchema()
+            s.name = name
+            if spec.dtype is not None:
+                s.dtype = dtype_name(spec.dtype, f"schema for column {name!r}")
+            if spec.inner_shape is not None:
+                s.inner_shape = [int(d) for d in spec.inner_shape]
+            s.min_length = int(spec.min_length)
+            s.max_length = -1 if spec.max_length is None else int(spec.max_length)
+            s.finite = bool(spec.finite)
+            out.append(s)
+        return out
+
+    def _start(self, state: Mapping[str, Any] | None) -> None:
+        core_state = None if state is None else self._parse_state(state)
+        self._core_loader = _core.Loader(self.dataset._core, state=core_state, **self._args)
+
+    def _parse_state(self, state: Mapping[str, Any]):
+        if state.get("version") != _STATE_VERSION:
+            raise ValueError(
+                f"Loader: expected a state of version {_STATE_VERSION}, found "
+                f"{state.get('version')!r}"
+            )
+        if state.get("num_examples") != self.dataset.num_examples:
+            raise ValueError(
+                f"Loader: the state was saved for {state.get('num_examples')} examples but this "
+                f"source has {self.dataset.num_examples}"
+            )
+        if state.get("planner") != repr(self.planner):
+            raise ValueError(
+                f"Loader: the state was saved with planner {state.get('planner')} but this "
+                f"loader has {self.planner!r}"
+            )
+        s = _core.LoaderState()
+        for field in _STATE_FIELDS:
+            setattr(s, field, int(state[field]))
+        return s
+
+    def get_state(self) -> dict[str, Any]:
+        """A small JSON-serialisable dict: seed, epoch, position and counts.
+        Its size does not grow with the data or the prefetch depth."""
+        s = self._live().state()
+        out = {field: getattr(s, field) for field in _STATE_FIELDS}
+        out.update(
+            version=_STATE_VERSION,
+            num_examples=self.dataset.num_examples,
+            planner=repr(self.planner),
+        )
+        return out
+
+    def set_state(self, state: Mapping[str, Any]) -> None:
+        """Continues from `state` (from :meth:`get_state`) with exactly the
+        batches an uninterrupted run would have produced."""
+        core_state = self._parse_state(state)
+        self.close()
+        self._core_loader = _core.Loader(self.dataset._core, state=core_state, **self._args)
+
+    @property
+    def stats(self) -> LoaderStats:
+        s = self._live().state()
+        return LoaderStats(
+            batches=s.batches,
+            examples=s.examples,
+            skipped=s.skipped,
+            quarantined=s.quarantined,
+            dropped=s.dropped,
+            padding_batches=s.padding_batches,
+            epoch=s.epoch,
+        )
+
+    @property
+    def quarantine(self) -> list[dict[str, Any]]:
+        """Quarantined records: ``{"example": index, "reason": ...}``."""
+        return [{"example": e, "reason": r} for e, r in self._live().quarantine()]
+
+    @property
+    def num_threads(self) -> int:
+        return self._live().num_threads
+
+    def _live(self):
+        if self._core_loader is None:
+            raise RuntimeError("Loader: closed")
+        return self._core_loader
+
+    def __iter__(self) -> Iterator[Batch]:
+        return self
+
+    def __next__(self) -> Batch:
+        if self._core_loader is None:
+            raise StopIteration
+        item = self._core_loader.next()
+        if item is None:
+            raise StopIteration
+        arrays, epoch, step, _ = item
+        packed = isinstance(self.planner, Pack)
+        rows = arrays[-1][2].shape
+        shape = BatchShape(
+            rows[0], _padded_length(arrays, self._length_column), rows[1] if packed else 0
+        )
+        batch = _batch_from_core(
+            arrays, step, shape, packed, self._length_column, self._ragged, self._fixed
+        )
+        batch.epoch = epoch
+        return batch
+
+    def close(self) -> None:
+        """Stops and joins every worker thread. Idempotent."""
+        if self._core_loader is not None:
+            self._core_loader.close()
+            self._core_loader = None
+
+    def __enter__(self) -> Loader:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - never raise from a finaliser
+            pass
+
+
+def _padded_length(arrays, column: str) -> int:
+    for name, _, array in arrays:
+        if name == column:
+            return int(array.shape[1])
+    return 0
+
+
+def _resolve_shard(shard) -> tuple[int, int]:
+    if shard is None:
+        return 0, 1
+    if shard == "jax":
+        import jax
+
+        return jax.process_index(), jax.process_count()
+    if (
+        isinstance(shard, tuple | list)
+        and len(shard) == 2
+        and all(isinstance(v, int | np.integer) for v in shard)
+    ):
+        index, count = int(shard[0]), int(shard[1])
+        if count >= 1 and 0 <= index < count:
+            return index, count
+    raise ValueError(
+        f"Loader: shard must be (index, count) with 0 <= index < count or 'jax', found {shard!r}"
+    )
+
+
+def _resolve_max_errors(max_errors) -> tuple[int, float]:
+    if max_errors is None:
+        return -1, -1.0
+    if isinstance(max_errors, bool) or max_errors < 0:
+        raise ValueError(
+            f"Loader: max_errors must be a count >= 0 or a fraction, found {max_errors!r}"
+        )
+    if isinstance(max_errors, int | np.integer):
+        return int(max_errors), -1.0
+    if max_errors < 1:
+        return -1, float(max_errors)
+    raise ValueError(
+        "Loader: max_errors must be an int (a count) or a float below 1 (a fraction), "
+        f"found {max_errors!r}"
+    )

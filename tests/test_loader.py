@@ -1,0 +1,339 @@
+import gc
+import json
+import os
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.feather as feather
+import pyarrow.parquet as pq
+import pytest
+
+import jaxbatch as jb
+
+PLANNERS = [
+    jb.PadToMax(batch_size=6),
+    jb.FixedBuckets([8, 16, 32, 64], batch_size=4),
+    jb.AutoBuckets(max_shapes=3, token_budget=256),
+    jb.Pack(row_length=64, rows_per_batch=2),
+]
+
+
+def make_dataset(n=150, seed=0, max_length=60):
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(1, max_length, n)
+    tokens = [rng.integers(0, 1000, k).astype(np.int32) for k in lengths]
+    labels = [rng.standard_normal(k).astype(np.float32) for k in lengths]
+    return jb.Dataset.from_arrays(
+        {"tokens": tokens, "labels": labels, "y": np.arange(n)}, aligned=[["tokens", "labels"]]
+    )
+
+
+def fingerprint(batch):
+    return tuple((k, v.dtype.str, v.shape, v.tobytes()) for k, v in sorted(batch.items()))
+
+
+def drain(loader, limit=None):
+    out = []
+    for batch in loader:
+        out.append(fingerprint(batch))
+        if limit is not None and len(out) >= limit:
+            break
+    return out
+
+
+def thread_count():
+    return len(os.listdir("/proc/self/task"))
+
+
+@pytest.mark.parametrize("planner", PLANNERS, ids=lambda p: type(p).__name__)
+def test_stream_is_identical_for_any_thread_count(planner):
+    ds = make_dataset()
+    streams = [drain(jb.Loader(ds, planner, seed=3, epochs=2, num_threads=t)) for t in (1, 2, 3)]
+    assert streams[0] and streams[0] == streams[1] == streams[2]
+
+
+@pytest.mark.parametrize("planner", PLANNERS, ids=lambda p: type(p).__name__)
+def test_restore_at_every_step_equals_the_uninterrupted_stream(planner):
+    ds = make_dataset(n=40)
+    full = drain(jb.Loader(ds, planner, seed=1, epochs=2, num_threads=2))
+    for k in range(len(full) + 1):
+        first = jb.Loader(ds, planner, seed=1, epochs=2, num_threads=1)
+        drain(first, limit=k) if k else None
+        state = json.loads(json.dumps(first.get_state()))
+        first.close()
+        resumed = jb.Loader(ds, planner, seed=1, epochs=2, num_threads=3, state=state)
+        assert drain(resumed) == full[k:], f"restored after {k} batches"
+        other = jb.Loader(ds, planner, seed=1, epochs=2, num_threads=2)
+        other.set_state(state)
+        assert drain(other) == full[k:]
+
+
+def test_epochs_none_repeats_with_a_new_permutation_each_epoch():
+    ds = make_dataset(n=60)
+    loader = jb.Loader(ds, jb.PadToMax(batch_size=10), epochs=None, seed=5)
+    orders = {}
+    for batch in loader:
+        orders.setdefault(batch.epoch, []).extend(batch["example_index"].tolist())
+        if len(orders) == 4:
+            break
+    loader.close()
+    for epoch in range(3):
+        assert sorted(orders[epoch]) == list(range(60))
+    assert orders[0] != orders[1] != orders[2]
+    unshuffled = jb.Loader(ds, jb.PadToMax(batch_size=10), shuffle=False)
+    assert [i for b in unshuffled for i in b["example_index"]] == list(range(60))
+
+
+@pytest.mark.parametrize("planner", PLANNERS, ids=lambda p: type(p).__name__)
+@pytest.mark.parametrize("count", [2, 3])
+def test_shards_are_disjoint_cover_and_agree_on_shapes(planner, count):
+    ds = make_dataset(n=200)
+    shards = [
+        [
+            (b.shape, b["example_index"][b["example_index"] >= 0].tolist())
+            for b in jb.Loader(ds, planner, shard=(i, count), seed=2)
+        ]
+        for i in range(count)
+    ]
+    assert len({len(s) for s in shards}) == 1
+    for steps in zip(*shards, strict=True):
+        assert len({shape for shape, _ in steps}) == 1
+    seen = [e for s in shards for _, ids in s for e in ids]
+    assert len(seen) == len(set(seen)) == 200  # remainder "pad": nothing dropped
+
+
+def test_uneven_shard_tail_under_drop_is_counted():
+    ds = jb.Dataset.from_arrays({"tokens": [np.arange(5)] * 70})
+    loaders = [jb.Loader(ds, jb.PadToMax(10, remainder="drop"), shard=(i, 3)) for i in range(3)]
+    seen = [e for loader in loaders for b in loader for e in b["example_index"]]
+    stats = loaders[0].stats
+    assert len(seen) + stats.dropped == 70
+    assert stats.dropped == 10  # seven batches of one shape: one is dealt to no shard
+    # PadToMax gives each batch its own shape, so with shards every tail is
+    # dropped; the loss is counted, never silent.
+    ragged = make_dataset(n=70)
+    lonely = jb.Loader(ragged, jb.PadToMax(10, remainder="drop"), shard=(0, 3))
+    assert list(lonely) == [] and lonely.stats.dropped == 70
+
+
+BAD = {
+    "dtype": (jb.ColumnSchema(dtype=np.int64), "expected dtype int64, found int32", 150),
+    "rank": (jb.ColumnSchema(inner_shape=(2,)), "expected rank 2, found rank 1", 150),
+    "empty": (jb.ColumnSchema(min_length=1), "expected length >= 1, found 0", 1),
+    "too long": (jb.ColumnSchema(max_length=50), "expected length <= 50, found 5", 1),
+}
+
+
+def dataset_with_bad_records():
+    rng = np.random.default_rng(0)
+    tokens = [rng.integers(0, 9, int(k)).astype(np.int32) for k in rng.integers(1, 40, 150)]
+    tokens[17] = np.zeros(0, np.int32)
+    tokens[42] = np.arange(55, dtype=np.int32)
+    labels = [np.ones(len(t), np.float32) for t in tokens]
+    labels[99][0] = np.nan
+    return jb.Dataset.from_arrays(
+        {"tokens": tokens, "labels": labels}, aligned=[["tokens", "labels"]]
+    )
+
+
+@pytest.mark.parametrize("kind", [*BAD, "nan"])
+@pytest.mark.parametrize("policy", ["raise", "skip", "quarantine"])
+def test_bad_records_under_each_policy(kind, policy, tmp_path):
+    ds = dataset_with_bad_records()
+    if kind == "nan":
+        schema, message, count, column = (
+            jb.ColumnSchema(finite=True),
+            "found NaN or Inf",
+            1,
+            "labels",
+        )
+    else:
+        (schema, message, count), column = BAD[kind], "tokens"
+    qfile = tmp_path / "bad.jsonl"
+    loader = jb.Loader(
+        ds, jb.PadToMax(8), schema={column: schema}, on_error=policy, quarantine_file=qfile
+    )
+    if policy == "raise":
+        with pytest.raises(ValueError) as info:
+            next(loader)
+        assert "dataset, example" in str(info.value) and f"column '{column}'" in str(info.value)
+        assert message in str(info.value)
+        return
+    yielded = [e for b in loader for e in b["example_index"] if e >= 0]
+    stats = loader.stats
+    bad = stats.skipped + stats.quarantined
+    assert bad == count
+    assert stats.examples == len(yielded) == 150 - count
+    if policy == "quarantine":
+        records = loader.quarantine
+        assert len(records) == count and message in records[0]["reason"]
+        lines = [json.loads(line) for line in qfile.read_text().splitlines()]
+        assert [r["example"] for r in lines] == [r["example"] for r in records]
+        assert all(r["example"] not in yielded for r in records)
+    else:
+        assert loader.quarantine == [] and not qfile.exists()
+
+
+def test_max_errors_count_and_fraction_stop_with_a_summary():
+    ds = dataset_with_bad_records()
+    schema = {"tokens": jb.ColumnSchema(min_length=1, max_length=50)}
+    with pytest.raises(
+        RuntimeError, match="too many bad records.*2 of 150 examples exceed max_errors=1"
+    ):
+        next(jb.Loader(ds, jb.PadToMax(8), schema=schema, on_error="skip", max_errors=1))
+    with pytest.raises(RuntimeError, match="too many bad records"):
+        next(jb.Loader(ds, jb.PadToMax(8), schema=schema, on_error="skip", max_errors=0.01))
+    ok = jb.Loader(ds, jb.PadToMax(8), schema=schema, on_error="skip", max_errors=0.05)
+    assert sum(1 for _ in ok) > 0
+
+
+def test_worker_error_reaches_the_consumer_with_its_message():
+    ds = make_dataset(n=20, max_length=60)
+    loader = jb.Loader(ds, jb.Pack(row_length=30, rows_per_batch=2), num_threads=2)
+    with pytest.raises(ValueError, match="longer than row_length 30"):
+        next(loader)
+    assert list(loader) == []
+
+
+def test_no_threads_remain_after_close_with_or_gc():
+    ds = make_dataset()
+    before = thread_count()
+    loader = jb.Loader(ds, jb.PadToMax(4), num_threads=3, epochs=None)
+    next(loader)
+    assert thread_count() == before + 3
+    loader.close()
+    assert thread_count() == before
+    with jb.Loader(ds, jb.PadToMax(4), num_threads=2, epochs=None) as loader:
+        next(loader)
+    assert thread_count() == before
+    loader = jb.Loader(ds, jb.PadToMax(4), num_threads=2, epochs=None)
+    batch = next(loader)
+    del loader
+    gc.collect()
+    assert thread_count() == before
+    assert batch["tokens"].shape[0] == 4  # arrays outlive their loader
+
+
+def test_state_is_small_and_does_not_grow_with_data_or_prefetch():
+    sizes = set()
+    for n, prefetch in [(50, 1), (5000, 16)]:
+        loader = jb.Loader(make_dataset(n=n), jb.PadToMax(8), prefetch=prefetch)
+        next(loader)
+        state = loader.get_state()
+        sizes.add(len(json.dumps({k: v for k, v in state.items() if k != "num_examples"})))
+        loader.close()
+    assert len(sizes) == 1 and sizes.pop() < 400
+
+
+def test_state_from_another_dataset_or_planner_is_refused():
+    loader = jb.Loader(make_dataset(n=30), jb.PadToMax(8))
+    state = loader.get_state()
+    with pytest.raises(ValueError, match="saved for 30 examples but this source has 31"):
+        jb.Loader(make_dataset(n=31), jb.PadToMax(8), state=state)
+    with pytest.raises(ValueError, match="saved with planner"):
+        jb.Loader(make_dataset(n=30), jb.PadToMax(9), state=state)
+
+
+def test_host_memory_limit():
+    ds = make_dataset(n=100)
+    limited = jb.Loader(ds, jb.PadToMax(8), host_memory_limit=1 << 20, prefetch=2)
+    assert sum(b["example_index"].size for b in limited) >= 100
+    with pytest.raises(ValueError, match="raise host_memory_limit"):
+        next(jb.Loader(ds, jb.PadToMax(8), host_memory_limit=64))
+
+
+def write_sources(tmp_path):
+    rng = np.random.default_rng(1)
+    tokens = [
+        rng.integers(0, 50, int(k)).astype(np.int32).tolist() for k in rng.integers(1, 20, 40)
+    ]
+    table = pa.table({"tokens": pa.array(tokens, pa.list_(pa.int32())), "id": np.arange(40)})
+    pq.write_table(table, tmp_path / "d.parquet", row_group_size=7)
+    feather.write_feather(table, tmp_path / "d.arrow", compression="uncompressed")
+    folder = tmp_path / "npy"
+    folder.mkdir()
+    np.save(folder / "tokens.values.npy", np.concatenate([np.array(t, np.int32) for t in tokens]))
+    np.save(folder / "tokens.offsets.npy", np.cumsum([0] + [len(t) for t in tokens]))
+    np.save(folder / "id.npy", np.arange(40))
+    return tokens
+
+
+def test_sources_by_path_give_the_same_stream(tmp_path):
+    tokens = write_sources(tmp_path)
+    expected = drain(
+        jb.Loader(
+            jb.Dataset.from_arrays(
+                {"tokens": [np.array(t, np.int32) for t in tokens], "id": np.arange(40)}
+            ),
+            jb.PadToMax(8),
+        )
+    )
+    for path in ("d.parquet", "d.arrow", "npy"):
+        loader = jb.Loader(tmp_path / path, jb.PadToMax(8), columns=["tokens", "id"])
+        assert drain(loader) == expected, path
+
+
+def test_source_errors_before_any_thread_starts(tmp_path):
+    write_sources(tmp_path)
+    before = thread_count()
+    with pytest.raises(FileNotFoundError, match="no such file"):
+        jb.Loader(tmp_path / "missing.parquet", jb.PadToMax(8))
+    with pytest.raises(ValueError, match="has no column 'nope'"):
+        jb.Loader(tmp_path / "d.parquet", jb.PadToMax(8), columns=["nope"])
+    with pytest.raises(ValueError, match="column 'id' of .* must be a list or large_list column"):
+        jb.Loader(tmp_path / "d.parquet", jb.PadToMax(8), columns=["id"])
+    with pytest.raises(ValueError, match="has no column 'nope'"):
+        jb.Loader(tmp_path / "npy", jb.PadToMax(8), columns=["nope"])
+    with pytest.raises(ValueError, match="is fixed-shape"):
+        jb.Loader(tmp_path / "npy", jb.PadToMax(8), columns=["id"])
+    assert thread_count() == before
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"shuffle": "maybe"}, "shuffle must be True, False or 'block'"),
+        ({"on_error": "ignore"}, "on_error must be 'raise', 'skip' or 'quarantine'"),
+        ({"shard": (2, 2)}, "shard must be \\(index, count\\)"),
+        ({"max_errors": 2.5}, "max_errors must be an int"),
+        ({"epochs": 0}, "epochs must be >= 1 or None"),
+        ({"prefetch": 0}, "prefetch must be >= 1"),
+        ({"schema": {"nope": jb.ColumnSchema()}}, "schema names column 'nope'"),
+    ],
+)
+def test_bad_loader_arguments(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        jb.Loader(make_dataset(n=10), jb.PadToMax(4), **kwargs)
+
+
+def test_block_shuffle_reads_contiguous_blocks():
+    ds = make_dataset(n=100)
+    order = [
+        e
+        for b in jb.Loader(ds, jb.PadToMax(100), shuffle="block", block_size=10)
+        for e in b["example_index"]
+    ]
+    assert sorted(order) == list(range(100))
+    blocks = [order[i : i + 10] for i in range(0, 100, 10)]
+    assert all(len({e // 10 for e in block}) == 1 for block in blocks)
+
+
+def test_device_prefetch_puts_batches_on_device_in_order():
+    import jax
+
+    ds = make_dataset(n=50)
+    host = [dict(b) for b in jb.Loader(ds, jb.PadToMax(8), seed=4)]
+    device = list(jb.device_prefetch(jb.Loader(ds, jb.PadToMax(8), seed=4), size=3))
+    assert len(device) == len(host)
+    for h, d in zip(host, device, strict=True):
+        assert set(h) == set(d)
+        for k in h:
+            assert isinstance(d[k], jax.Array)
+            np.testing.assert_array_equal(np.asarray(d[k]), h[k])
+    mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]), ("data",))
+    sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("data"))
+    sharded = next(jb.device_prefetch(jb.Loader(ds, jb.PadToMax(8), seed=4), sharding=sharding))
+    assert sharded["tokens"].sharding == sharding
+    np.testing.assert_array_equal(np.asarray(sharded["tokens"]), host[0]["tokens"])
+    with pytest.raises(ValueError, match="size must be an int >= 1"):
+        next(jb.device_prefetch([], size=0))
