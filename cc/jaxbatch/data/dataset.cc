@@ -17,7 +17,8 @@ std::string JoinNames(const std::vector<RaggedColumn>& columns) {
 
 Dataset::Dataset(std::vector<RaggedColumn> columns, std::vector<std::vector<std::string>> aligned)
     : columns_(std::move(columns)), aligned_(std::move(aligned)) {
-  if (columns_.empty()) throw InvalidArgumentError("Dataset: expected at least one column, found none");
+  if (columns_.empty())
+    throw InvalidArgumentError("Dataset: expected at least one column, found none");
   num_examples_ = columns_[0].num_examples();
   for (size_t c = 0; c < columns_.size(); ++c) {
     const RaggedColumn& col = columns_[c];
@@ -52,9 +53,8 @@ Dataset::Dataset(std::vector<RaggedColumn> columns, std::vector<std::vector<std:
         if (first.length(i) != other.length(i)) {
           throw InvalidArgumentError(StrCat("Dataset: aligned columns '", first.name(), "' and '",
                                             other.name(), "' differ at example ", i, ": '",
-                                            first.name(), "' has length ", first.length(i),
-                                            ", '", other.name(), "' has length ",
-                                            other.length(i)));
+                                            first.name(), "' has length ", first.length(i), ", '",
+                                            other.name(), "' has length ", other.length(i)));
         }
       }
     }

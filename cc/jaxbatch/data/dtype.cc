@@ -61,12 +61,15 @@ uint16_t FloatToBFloat16(float f) {
 
 template <typename T>
 void EncodeInteger(double value, void* out, std::string_view what, DType dtype) {
+  // T's max (2^digits - 1) rounds up to 2^digits as a double for 64-bit
+  // types, so compare against 2^digits exclusively: casting 2^63 to int64
+  // is undefined behaviour.
+  const double limit = std::ldexp(1.0, std::numeric_limits<T>::digits);
   const bool fits = std::isfinite(value) && value == std::floor(value) &&
-                    value >= static_cast<double>(std::numeric_limits<T>::lowest()) &&
-                    value <= static_cast<double>(std::numeric_limits<T>::max());
+                    value >= static_cast<double>(std::numeric_limits<T>::lowest()) && value < limit;
   if (!fits) {
-    throw InvalidArgumentError(StrCat(what, ": expected a value representable as ",
-                                      DTypeName(dtype), ", found ", value));
+    throw InvalidArgumentError(
+        StrCat(what, ": expected a value representable as ", DTypeName(dtype), ", found ", value));
   }
   const T v = static_cast<T>(value);
   std::memcpy(out, &v, sizeof(T));
@@ -107,14 +110,22 @@ void EncodeScalar(double value, DType dtype, void* out, std::string_view what) {
       std::memcpy(out, &v, 1);
       return;
     }
-    case DType::kInt8: return EncodeInteger<int8_t>(value, out, what, dtype);
-    case DType::kInt16: return EncodeInteger<int16_t>(value, out, what, dtype);
-    case DType::kInt32: return EncodeInteger<int32_t>(value, out, what, dtype);
-    case DType::kInt64: return EncodeInteger<int64_t>(value, out, what, dtype);
-    case DType::kUInt8: return EncodeInteger<uint8_t>(value, out, what, dtype);
-    case DType::kUInt16: return EncodeInteger<uint16_t>(value, out, what, dtype);
-    case DType::kUInt32: return EncodeInteger<uint32_t>(value, out, what, dtype);
-    case DType::kUInt64: return EncodeInteger<uint64_t>(value, out, what, dtype);
+    case DType::kInt8:
+      return EncodeInteger<int8_t>(value, out, what, dtype);
+    case DType::kInt16:
+      return EncodeInteger<int16_t>(value, out, what, dtype);
+    case DType::kInt32:
+      return EncodeInteger<int32_t>(value, out, what, dtype);
+    case DType::kInt64:
+      return EncodeInteger<int64_t>(value, out, what, dtype);
+    case DType::kUInt8:
+      return EncodeInteger<uint8_t>(value, out, what, dtype);
+    case DType::kUInt16:
+      return EncodeInteger<uint16_t>(value, out, what, dtype);
+    case DType::kUInt32:
+      return EncodeInteger<uint32_t>(value, out, what, dtype);
+    case DType::kUInt64:
+      return EncodeInteger<uint64_t>(value, out, what, dtype);
     case DType::kFloat16: {
       const uint16_t v = FloatToHalf(static_cast<float>(value));
       std::memcpy(out, &v, 2);
@@ -130,7 +141,9 @@ void EncodeScalar(double value, DType dtype, void* out, std::string_view what) {
       std::memcpy(out, &v, 4);
       return;
     }
-    case DType::kFloat64: std::memcpy(out, &value, 8); return;
+    case DType::kFloat64:
+      std::memcpy(out, &value, 8);
+      return;
   }
 }
 

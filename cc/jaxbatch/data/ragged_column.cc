@@ -51,23 +51,20 @@ RaggedColumn RaggedColumn::Ragged(std::string name, DType dtype, std::vector<int
         StrCat("column '", col.name_, "': expected num_examples + 1 offsets, found none"));
   }
   if (num_examples > 0 && offsets[0] < 0) {
-    throw InvalidArgumentError(StrCat("column '", col.name_,
-                                      "', example 0: expected offsets[0] >= 0, found ",
-                                      offsets[0]));
+    throw InvalidArgumentError(StrCat(
+        "column '", col.name_, "', example 0: expected offsets[0] >= 0, found ", offsets[0]));
   }
   int64_t max_length = 0;
   for (int64_t i = 0; i < num_examples; ++i) {
     if (offsets[i + 1] < offsets[i]) {
-      throw InvalidArgumentError(StrCat("column '", col.name_, "', example ", i,
-                                        ": offsets must not decrease, found offsets[", i,
-                                        "]=", offsets[i], " > offsets[", i + 1,
-                                        "]=", offsets[i + 1]));
+      throw InvalidArgumentError(StrCat(
+          "column '", col.name_, "', example ", i, ": offsets must not decrease, found offsets[", i,
+          "]=", offsets[i], " > offsets[", i + 1, "]=", offsets[i + 1]));
     }
     if (offsets[i + 1] > num_value_rows) {
-      throw InvalidArgumentError(StrCat("column '", col.name_, "', example ", i,
-                                        ": offsets run past the values: offsets[", i + 1,
-                                        "]=", offsets[i + 1], " but values hold ",
-                                        num_value_rows, " rows"));
+      throw InvalidArgumentError(
+          StrCat("column '", col.name_, "', example ", i, ": offsets run past the values: offsets[",
+                 i + 1, "]=", offsets[i + 1], " but values hold ", num_value_rows, " rows"));
     }
     max_length = std::max(max_length, offsets[i + 1] - offsets[i]);
   }
@@ -118,12 +115,15 @@ RaggedColumn RaggedColumn::FromPieces(std::string name, DType dtype,
       if (!fixed) expected.insert(expected.begin(), -1);
       std::string want = ShapeString(expected);
       if (!fixed) want.replace(1, 2, "n");
-      throw InvalidArgumentError(StrCat("column '", name, "', example ", i,
-                                        ": expected an array of rank ", rank, " and shape ",
-                                        want, ", found rank ", piece.shape.size(), " and shape ",
-                                        ShapeString(piece.shape)));
+      throw InvalidArgumentError(StrCat(
+          "column '", name, "', example ", i, ": expected an array of rank ", rank, " and shape ",
+          want, ", found rank ", piece.shape.size(), " and shape ", ShapeString(piece.shape)));
     }
     const int64_t rows = fixed ? 1 : piece.shape[0];
+    if (rows < 0) {
+      throw InvalidArgumentError(StrCat("column '", name, "', example ", i,
+                                        ": expected a leading dimension >= 0, found ", rows));
+    }
     storage->offsets.push_back(storage->offsets.back() + rows);
   }
   RaggedColumn col;

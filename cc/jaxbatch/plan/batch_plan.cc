@@ -67,10 +67,9 @@ BatchPlan PlanBuilder::Finish(std::span<const int64_t> lengths, int64_t num_exam
       if (!view.row_examples(r).empty()) stats.occupied_elements += view.shape.length;
     }
   }
-  stats.efficiency = stats.padded_elements == 0
-                         ? 1.0
-                         : static_cast<double>(stats.real_elements) /
-                               static_cast<double>(stats.padded_elements);
+  stats.efficiency = stats.padded_elements == 0 ? 1.0
+                                                : static_cast<double>(stats.real_elements) /
+                                                      static_cast<double>(stats.padded_elements);
   return std::move(plan_);
 }
 

@@ -29,7 +29,7 @@ struct BatchShape {
 // What a plan costs: every example is in a batch or counted as dropped
 // (remainder="drop") or skipped (too_long="skip").
 struct PlanStats {
-  int64_t examples = 0;         // examples the planner was given
+  int64_t examples = 0;  // examples the planner was given
   int64_t batches = 0;
   int64_t shapes = 0;           // distinct batch shapes = compilations
   int64_t real_elements = 0;    // sum of (possibly truncated) lengths placed

@@ -5,8 +5,8 @@
 
 namespace jaxbatch {
 
-LengthHistogram RoundedHistogram(std::span<const int64_t> lengths,
-                                 std::span<const int64_t> order, int64_t multiple) {
+LengthHistogram RoundedHistogram(std::span<const int64_t> lengths, std::span<const int64_t> order,
+                                 int64_t multiple) {
   std::vector<int64_t> rounded;
   const size_t n = order.empty() ? lengths.size() : order.size();
   rounded.reserve(n);

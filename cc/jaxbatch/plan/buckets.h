@@ -25,8 +25,8 @@ struct LengthHistogram {
 
 // Histogram of lengths rounded up to a multiple of `multiple` (at least
 // `multiple`, so an empty example still gets a row of padding).
-LengthHistogram RoundedHistogram(std::span<const int64_t> lengths,
-                                 std::span<const int64_t> order, int64_t multiple);
+LengthHistogram RoundedHistogram(std::span<const int64_t> lengths, std::span<const int64_t> order,
+                                 int64_t multiple);
 
 // Total padded elements of one bucket holding `count` examples padded to
 // `length` with `rows` rows per batch.

@@ -21,7 +21,8 @@ class RoomTree {
   void Set(size_t row, int64_t room) {
     size_t node = row + size_;
     tree_[node] = room;
-    for (node /= 2; node >= 1; node /= 2) tree_[node] = std::max(tree_[2 * node], tree_[2 * node + 1]);
+    for (node /= 2; node >= 1; node /= 2)
+      tree_[node] = std::max(tree_[2 * node], tree_[2 * node + 1]);
   }
   // Leftmost row with room >= need, or -1.
   int64_t FirstFit(int64_t need) const {

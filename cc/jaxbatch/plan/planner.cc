@@ -46,15 +46,19 @@ std::vector<int64_t> ResolveOrder(std::span<const int64_t> lengths,
 
 // Applies a TooLong policy to example `id` of length `length` > `limit`.
 // Returns true when the example is still planned (truncated).
-bool HandleTooLong(TooLong policy, int64_t id, int64_t length, int64_t limit,
-                   const char* planner, const char* what, PlanBuilder& builder) {
+bool HandleTooLong(TooLong policy, int64_t id, int64_t length, int64_t limit, const char* planner,
+                   const char* what, PlanBuilder& builder) {
   switch (policy) {
     case TooLong::kError:
       throw InvalidArgumentError(StrCat(planner, ": example ", id, " has length ", length,
                                         ", longer than ", what, " ", limit,
                                         "; pass too_long=\"truncate\" or \"skip\" to allow it"));
-    case TooLong::kTruncate: builder.set_allow_truncate(true); return true;
-    case TooLong::kSkip: builder.Skip(id); return false;
+    case TooLong::kTruncate:
+      builder.set_allow_truncate(true);
+      return true;
+    case TooLong::kSkip:
+      builder.Skip(id);
+      return false;
   }
   return false;
 }
@@ -74,8 +78,12 @@ class BucketBatcher {
   void Finish(Remainder remainder, PlanBuilder& builder) {
     if (pending_.empty()) return;
     switch (remainder) {
-      case Remainder::kPad: Flush(rows_, builder); break;
-      case Remainder::kKeep: Flush(static_cast<int64_t>(pending_.size()), builder); break;
+      case Remainder::kPad:
+        Flush(rows_, builder);
+        break;
+      case Remainder::kKeep:
+        Flush(static_cast<int64_t>(pending_.size()), builder);
+        break;
       case Remainder::kDrop:
         for (int64_t id : pending_) builder.Drop(id);
         pending_.clear();
@@ -116,8 +124,8 @@ int64_t RowsForLength(int64_t length, int64_t batch_size, int64_t token_budget,
 // (`rounded` lengths for AutoBuckets' pad_to_multiple).
 BatchPlan PlanBuckets(std::span<const int64_t> lengths, const std::vector<int64_t>& ids,
                       const std::vector<int64_t>& boundaries, int64_t batch_size,
-                      int64_t token_budget, int64_t multiple, Remainder remainder,
-                      TooLong too_long, const char* planner) {
+                      int64_t token_budget, int64_t multiple, Remainder remainder, TooLong too_long,
+                      const char* planner) {
   PlanBuilder builder(/*packed=*/false);
   std::vector<BucketBatcher> buckets;
   for (int64_t boundary : boundaries) {
@@ -128,9 +136,8 @@ BatchPlan PlanBuckets(std::span<const int64_t> lengths, const std::vector<int64_
     const int64_t key = RoundUp(length, multiple);
     auto it = std::lower_bound(boundaries.begin(), boundaries.end(), key);
     if (it == boundaries.end()) {
-      if (boundaries.empty() ||
-          !HandleTooLong(too_long, id, length, boundaries.back(), planner, "the last boundary",
-                         builder)) {
+      if (boundaries.empty() || !HandleTooLong(too_long, id, length, boundaries.back(), planner,
+                                               "the last boundary", builder)) {
         continue;
       }
       --it;
@@ -172,9 +179,10 @@ BatchPlan PlanFixedBuckets(std::span<const int64_t> lengths, const std::vector<i
   }
   for (size_t k = 0; k < o.boundaries.size(); ++k) {
     if (o.boundaries[k] <= 0 || (k > 0 && o.boundaries[k] <= o.boundaries[k - 1])) {
-      throw InvalidArgumentError(StrCat("FixedBuckets: boundaries must be positive and strictly "
-                                        "increasing, found boundaries[",
-                                        k, "] = ", o.boundaries[k]));
+      throw InvalidArgumentError(
+          StrCat("FixedBuckets: boundaries must be positive and strictly "
+                 "increasing, found boundaries[",
+                 k, "] = ", o.boundaries[k]));
     }
   }
   if (o.batch_size <= 0 && o.token_budget <= 0) {
@@ -195,8 +203,8 @@ BatchPlan PlanAutoBuckets(std::span<const int64_t> lengths, const std::vector<in
   auto rows_for_length = [&](int64_t length) {
     return RowsForLength(length, o.batch_size, o.token_budget, "AutoBuckets");
   };
-  const std::vector<int64_t> boundaries = OptimalBoundaries(
-      histogram, o.max_shapes, rows_for_length, o.remainder == Remainder::kPad);
+  const std::vector<int64_t> boundaries =
+      OptimalBoundaries(histogram, o.max_shapes, rows_for_length, o.remainder == Remainder::kPad);
   return PlanBuckets(lengths, ids, boundaries, o.batch_size, o.token_budget, o.pad_to_multiple,
                      o.remainder, TooLong::kError, "AutoBuckets");
 }
@@ -206,8 +214,10 @@ BatchPlan PlanPack(std::span<const int64_t> lengths, const std::vector<int64_t>&
   RequirePositive(o.row_length, "Pack", "row_length");
   RequirePositive(o.rows_per_batch, "Pack", "rows_per_batch");
   if (o.max_segments_per_row < 0) {
-    throw InvalidArgumentError(StrCat("Pack: max_segments_per_row must be >= 1 (or 0 for "
-                                      "row_length), found ", o.max_segments_per_row));
+    throw InvalidArgumentError(
+        StrCat("Pack: max_segments_per_row must be >= 1 (or 0 for "
+               "row_length), found ",
+               o.max_segments_per_row));
   }
   if (o.lookahead < 0) {
     throw InvalidArgumentError(
@@ -225,8 +235,7 @@ BatchPlan PlanPack(std::span<const int64_t> lengths, const std::vector<int64_t>&
     }
     kept.push_back(id);
   }
-  const PackedRows rows =
-      PackRows(lengths, kept, o.row_length, segments, o.algorithm, o.lookahead);
+  const PackedRows rows = PackRows(lengths, kept, o.row_length, segments, o.algorithm, o.lookahead);
   const int64_t num_rows = rows.num_rows();
   for (int64_t first = 0; first < num_rows; first += o.rows_per_batch) {
     const int64_t count = std::min(o.rows_per_batch, num_rows - first);

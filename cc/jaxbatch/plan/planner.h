@@ -66,11 +66,11 @@ struct AutoBucketsOptions {
 };
 
 struct PackOptions {
-  int64_t row_length = 0;           // required, > 0
-  int64_t rows_per_batch = 0;       // required, > 0
-  int64_t max_segments_per_row = 0; // 0 = row_length
+  int64_t row_length = 0;            // required, > 0
+  int64_t rows_per_batch = 0;        // required, > 0
+  int64_t max_segments_per_row = 0;  // 0 = row_length
   PackAlgorithm algorithm = PackAlgorithm::kBestFit;
-  int64_t lookahead = 0;            // examples packed together; 0 = all
+  int64_t lookahead = 0;  // examples packed together; 0 = all
   TooLong too_long = TooLong::kError;
   Remainder remainder = Remainder::kPad;
 };

@@ -1,0 +1,493 @@
+// Tests for data/: dtype encoding, RaggedColumn and Dataset.
+//
+// Float encodings are checked against an obviously-correct reference: every
+// finite float16 and bfloat16 bit pattern is decoded with ldexp and must
+// encode back to itself, and the midpoint of two neighbours must round to the
+// even one.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "jaxbatch/base/error.h"
+#include "jaxbatch/data/dataset.h"
+#include "jaxbatch/data/dtype.h"
+#include "jaxbatch/data/ragged_column.h"
+
+namespace jaxbatch {
+namespace {
+
+// The message of the E that `f` throws ("" and a failure when none).
+template <typename E, typename F>
+std::string ThrownMessage(F&& f) {
+  try {
+    f();
+  } catch (const E& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected an exception, none was thrown";
+  return "";
+}
+
+bool Contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+template <typename T>
+T Encode(double value, DType dtype) {
+  T out{};
+  EncodeScalar(value, dtype, &out, "value");
+  return out;
+}
+
+// ---- dtype ----------------------------------------------------------------
+
+TEST(DTypeTest, NamesSizesAndParsingRoundTrip) {
+  const std::vector<std::pair<DType, size_t>> all = {
+      {DType::kBool, 1},    {DType::kInt8, 1},    {DType::kInt16, 2},    {DType::kInt32, 4},
+      {DType::kInt64, 8},   {DType::kUInt8, 1},   {DType::kUInt16, 2},   {DType::kUInt32, 4},
+      {DType::kUInt64, 8},  {DType::kFloat16, 2}, {DType::kBFloat16, 2}, {DType::kFloat32, 4},
+      {DType::kFloat64, 8},
+  };
+  for (const auto& [dtype, size] : all) {
+    EXPECT_EQ(ItemSize(dtype), size) << DTypeName(dtype);
+    EXPECT_EQ(ParseDType(DTypeName(dtype), "test"), dtype);
+  }
+  EXPECT_EQ(DTypeName(DType::kBFloat16), "bfloat16");
+  EXPECT_EQ(DTypeName(DType::kUInt64), "uint64");
+  EXPECT_TRUE(IsFloating(DType::kFloat16));
+  EXPECT_TRUE(IsFloating(DType::kBFloat16));
+  EXPECT_TRUE(IsFloating(DType::kFloat32));
+  EXPECT_TRUE(IsFloating(DType::kFloat64));
+  EXPECT_FALSE(IsFloating(DType::kInt32));
+  EXPECT_FALSE(IsFloating(DType::kBool));
+}
+
+TEST(DTypeTest, ParseUnknownNameNamesWhatAndListsSupported) {
+  const std::string msg =
+      ThrownMessage<InvalidArgumentError>([] { ParseDType("complex64", "column 'x'"); });
+  EXPECT_TRUE(Contains(msg, "column 'x'")) << msg;
+  EXPECT_TRUE(Contains(msg, "complex64")) << msg;
+  EXPECT_TRUE(Contains(msg, "bfloat16")) << msg;
+  EXPECT_TRUE(Contains(msg, "int32")) << msg;
+}
+
+TEST(DTypeTest, Float16KnownBitPatterns) {
+  EXPECT_EQ(Encode<uint16_t>(1.0, DType::kFloat16), 0x3C00);
+  EXPECT_EQ(Encode<uint16_t>(-2.5, DType::kFloat16), 0xC100);
+  EXPECT_EQ(Encode<uint16_t>(0.0, DType::kFloat16), 0x0000);
+  EXPECT_EQ(Encode<uint16_t>(-0.0, DType::kFloat16), 0x8000);
+  EXPECT_EQ(Encode<uint16_t>(2.0, DType::kFloat16), 0x4000);
+  EXPECT_EQ(Encode<uint16_t>(0.5, DType::kFloat16), 0x3800);
+  EXPECT_EQ(Encode<uint16_t>(65504.0, DType::kFloat16), 0x7BFF);  // Largest finite.
+  EXPECT_EQ(Encode<uint16_t>(65519.0, DType::kFloat16), 0x7BFF);  // Rounds down.
+  EXPECT_EQ(Encode<uint16_t>(65520.0, DType::kFloat16), 0x7C00);  // Rounds to inf.
+  EXPECT_EQ(Encode<uint16_t>(1e6, DType::kFloat16), 0x7C00);
+  EXPECT_EQ(Encode<uint16_t>(-1e6, DType::kFloat16), 0xFC00);
+  EXPECT_EQ(Encode<uint16_t>(std::numeric_limits<double>::infinity(), DType::kFloat16), 0x7C00);
+  EXPECT_EQ(Encode<uint16_t>(-std::numeric_limits<double>::infinity(), DType::kFloat16), 0xFC00);
+  EXPECT_EQ(Encode<uint16_t>(std::ldexp(1.0, -14), DType::kFloat16), 0x0400);  // Min normal.
+  EXPECT_EQ(Encode<uint16_t>(std::ldexp(1.0, -24), DType::kFloat16), 0x0001);  // Min subnormal.
+  EXPECT_EQ(Encode<uint16_t>(std::ldexp(1.0, -25), DType::kFloat16), 0x0000);  // Tie to even.
+  EXPECT_EQ(Encode<uint16_t>(std::ldexp(3.0, -25), DType::kFloat16), 0x0002);  // Tie to even.
+  EXPECT_EQ(Encode<uint16_t>(1.0 + std::ldexp(1.0, -11), DType::kFloat16), 0x3C00);  // Tie.
+  EXPECT_EQ(Encode<uint16_t>(1.0 + std::ldexp(3.0, -11), DType::kFloat16), 0x3C02);  // Tie.
+  EXPECT_EQ(Encode<uint16_t>(0.1, DType::kFloat16), 0x2E66);
+  const uint16_t nan = Encode<uint16_t>(std::nan(""), DType::kFloat16);
+  EXPECT_EQ(nan & 0x7C00, 0x7C00);
+  EXPECT_NE(nan & 0x03FF, 0);
+}
+
+TEST(DTypeTest, BFloat16KnownBitPatterns) {
+  EXPECT_EQ(Encode<uint16_t>(1.0, DType::kBFloat16), 0x3F80);
+  EXPECT_EQ(Encode<uint16_t>(-2.5, DType::kBFloat16), 0xC020);
+  EXPECT_EQ(Encode<uint16_t>(-1.0, DType::kBFloat16), 0xBF80);
+  EXPECT_EQ(Encode<uint16_t>(3.0, DType::kBFloat16), 0x4040);
+  EXPECT_EQ(Encode<uint16_t>(0.0, DType::kBFloat16), 0x0000);
+  EXPECT_EQ(Encode<uint16_t>(-0.0, DType::kBFloat16), 0x8000);
+  EXPECT_EQ(Encode<uint16_t>(std::numeric_limits<double>::infinity(), DType::kBFloat16), 0x7F80);
+  EXPECT_EQ(Encode<uint16_t>(1.0 + std::ldexp(1.0, -8), DType::kBFloat16), 0x3F80);  // Tie.
+  EXPECT_EQ(Encode<uint16_t>(1.0 + std::ldexp(3.0, -8), DType::kBFloat16), 0x3F82);  // Tie.
+  EXPECT_EQ(Encode<uint16_t>(1.0 + std::ldexp(3.0, -9), DType::kBFloat16), 0x3F81);  // Up.
+  const uint16_t nan = Encode<uint16_t>(std::nan(""), DType::kBFloat16);
+  EXPECT_EQ(nan & 0x7F80, 0x7F80);
+  EXPECT_NE(nan & 0x007F, 0);
+}
+
+// Reference decoder for IEEE binary16: sign * mantissa * 2^exponent.
+double HalfToDouble(uint16_t bits) {
+  const int sign = (bits & 0x8000) ? -1 : 1;
+  const int exponent = (bits >> 10) & 0x1F;
+  const int mantissa = bits & 0x3FF;
+  if (exponent == 0) return sign * std::ldexp(mantissa, -24);
+  return sign * std::ldexp(1024 + mantissa, exponent - 25);
+}
+
+TEST(DTypeTest, Float16EveryFinitePatternRoundTripsAndMidpointsRoundToEven) {
+  for (uint32_t bits = 0; bits < 0x10000; ++bits) {
+    const auto half = static_cast<uint16_t>(bits);
+    if ((half & 0x7C00) == 0x7C00) continue;  // Inf and NaN.
+    ASSERT_EQ(Encode<uint16_t>(HalfToDouble(half), DType::kFloat16), half) << bits;
+    // The midpoint to the next larger magnitude rounds to the even pattern.
+    const auto next = static_cast<uint16_t>(half + 1);
+    if ((next & 0x7C00) == 0x7C00) continue;
+    const double mid = (HalfToDouble(half) + HalfToDouble(next)) / 2;
+    const uint16_t even = (half & 1) ? next : half;
+    ASSERT_EQ(Encode<uint16_t>(mid, DType::kFloat16), even) << bits;
+  }
+}
+
+TEST(DTypeTest, BFloat16EveryFinitePatternRoundTrips) {
+  for (uint32_t bits = 0; bits < 0x10000; ++bits) {
+    const auto bf = static_cast<uint16_t>(bits);
+    if ((bf & 0x7F80) == 0x7F80) continue;  // Inf and NaN.
+    const float value = std::bit_cast<float>(static_cast<uint32_t>(bf) << 16);
+    ASSERT_EQ(Encode<uint16_t>(value, DType::kBFloat16), bf) << bits;
+  }
+}
+
+TEST(DTypeTest, FloatAndIntegerEncodings) {
+  EXPECT_EQ(Encode<float>(-1.5, DType::kFloat32), -1.5f);
+  EXPECT_EQ(Encode<double>(0.1, DType::kFloat64), 0.1);
+  EXPECT_EQ(Encode<int8_t>(-128, DType::kInt8), -128);
+  EXPECT_EQ(Encode<int8_t>(127, DType::kInt8), 127);
+  EXPECT_EQ(Encode<uint8_t>(255, DType::kUInt8), 255);
+  EXPECT_EQ(Encode<int16_t>(-32768, DType::kInt16), -32768);
+  EXPECT_EQ(Encode<uint16_t>(65535, DType::kUInt16), 65535);
+  EXPECT_EQ(Encode<int32_t>(-100, DType::kInt32), -100);
+  EXPECT_EQ(Encode<int32_t>(2147483647.0, DType::kInt32), 2147483647);
+  EXPECT_EQ(Encode<int32_t>(-2147483648.0, DType::kInt32), std::numeric_limits<int32_t>::min());
+  EXPECT_EQ(Encode<uint32_t>(4294967295.0, DType::kUInt32), 4294967295u);
+  EXPECT_EQ(Encode<int64_t>(-9223372036854775808.0, DType::kInt64),
+            std::numeric_limits<int64_t>::min());
+  // The largest doubles below 2^63 and 2^64.
+  EXPECT_EQ(Encode<int64_t>(9223372036854774784.0, DType::kInt64), 9223372036854774784LL);
+  EXPECT_EQ(Encode<uint64_t>(18446744073709549568.0, DType::kUInt64), 18446744073709549568ULL);
+  EXPECT_EQ(Encode<uint8_t>(1.0, DType::kBool), 1);
+  EXPECT_EQ(Encode<uint8_t>(0.0, DType::kBool), 0);
+}
+
+TEST(DTypeTest, IntegerOutOfRangeThrowsNamingTheValue) {
+  const std::vector<std::pair<double, DType>> bad = {
+      {128, DType::kInt8},
+      {-129, DType::kInt8},
+      {-1, DType::kUInt8},
+      {256, DType::kUInt8},
+      {32768, DType::kInt16},
+      {65536, DType::kUInt16},
+      {2147483648.0, DType::kInt32},
+      {-2147483649.0, DType::kInt32},
+      {4294967296.0, DType::kUInt32},
+      {-1, DType::kUInt64},
+      {1.5, DType::kInt32},
+      {std::nan(""), DType::kInt64},
+      {std::numeric_limits<double>::infinity(), DType::kInt32},
+      {9223372036854775808.0, DType::kInt64},    // 2^63: one past int64's max.
+      {18446744073709551616.0, DType::kUInt64},  // 2^64: one past uint64's max.
+      {2, DType::kBool},
+      {0.5, DType::kBool},
+  };
+  for (const auto& [value, dtype] : bad) {
+    uint8_t out[8] = {};
+    const std::string msg = ThrownMessage<InvalidArgumentError>(
+        [&] { EncodeScalar(value, dtype, out, "pad value for column 'c'"); });
+    EXPECT_TRUE(Contains(msg, "pad value for column 'c'")) << value << " " << DTypeName(dtype);
+    if (dtype != DType::kBool) {
+      EXPECT_TRUE(Contains(msg, std::string(DTypeName(dtype)))) << msg;
+    }
+  }
+}
+
+// ---- RaggedColumn ---------------------------------------------------------
+
+TEST(RaggedColumnTest, RaggedPointsAtValuesAndOffsets) {
+  const std::vector<int32_t> tokens = {1, 2, 3, 4, 5};
+  const std::vector<int64_t> offsets = {0, 3, 3, 5};
+  const RaggedColumn col =
+      RaggedColumn::Ragged("tokens", DType::kInt32, {}, tokens.data(), 5, offsets.data(), 3,
+                           /*owner=*/nullptr);
+  EXPECT_EQ(col.name(), "tokens");
+  EXPECT_EQ(col.dtype(), DType::kInt32);
+  EXPECT_FALSE(col.is_fixed());
+  EXPECT_EQ(col.num_examples(), 3);
+  EXPECT_EQ(col.inner_size(), 1);
+  EXPECT_EQ(col.row_bytes(), 4);
+  EXPECT_EQ(col.max_length(), 3);
+  EXPECT_EQ(col.Lengths(), (std::vector<int64_t>{3, 0, 2}));
+  EXPECT_EQ(col.example_data(0), reinterpret_cast<const uint8_t*>(&tokens[0]));
+  EXPECT_EQ(col.example_data(2), reinterpret_cast<const uint8_t*>(&tokens[3]));
+}
+
+TEST(RaggedColumnTest, RaggedWithInnerShapeAndNonZeroFirstOffset) {
+  // 7 rows of shape (2, 3); the column is a slice starting at row 2.
+  std::vector<float> values(7 * 6);
+  for (size_t k = 0; k < values.size(); ++k) values[k] = static_cast<float>(k);
+  const std::vector<int64_t> offsets = {2, 4, 7};
+  const RaggedColumn col = RaggedColumn::Ragged("x", DType::kFloat32, {2, 3}, values.data(), 7,
+                                                offsets.data(), 2, nullptr);
+  EXPECT_EQ(col.inner_shape(), (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(col.inner_size(), 6);
+  EXPECT_EQ(col.row_bytes(), 24);
+  EXPECT_EQ(col.Lengths(), (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(col.max_length(), 3);
+  EXPECT_EQ(col.example_data(0), reinterpret_cast<const uint8_t*>(&values[12]));
+  EXPECT_EQ(col.example_data(1), reinterpret_cast<const uint8_t*>(&values[24]));
+}
+
+TEST(RaggedColumnTest, KeepsOwnerAlive) {
+  auto storage = std::make_shared<std::vector<int64_t>>(std::vector<int64_t>{7, 8, 9});
+  const std::vector<int64_t> offsets = {0, 1, 3};
+  std::weak_ptr<std::vector<int64_t>> watch = storage;
+  {
+    const RaggedColumn col = RaggedColumn::Ragged("v", DType::kInt64, {}, storage->data(), 3,
+                                                  offsets.data(), 2, storage);
+    storage.reset();
+    EXPECT_FALSE(watch.expired());
+    int64_t second = 0;
+    std::memcpy(&second, col.example_data(1), sizeof(second));
+    EXPECT_EQ(second, 8);
+  }
+  EXPECT_TRUE(watch.expired());
+}
+
+TEST(RaggedColumnTest, FixedHasOneRowPerExample) {
+  const std::vector<double> values = {1, 2, 3, 4, 5, 6};
+  const RaggedColumn col =
+      RaggedColumn::Fixed("pair", DType::kFloat64, {2}, values.data(), 3, nullptr);
+  EXPECT_TRUE(col.is_fixed());
+  EXPECT_EQ(col.num_examples(), 3);
+  EXPECT_EQ(col.row_bytes(), 16);
+  EXPECT_EQ(col.max_length(), 1);
+  EXPECT_EQ(col.Lengths(), (std::vector<int64_t>{1, 1, 1}));
+  EXPECT_EQ(col.example_data(2), reinterpret_cast<const uint8_t*>(&values[4]));
+  const RaggedColumn empty = RaggedColumn::Fixed("e", DType::kInt8, {}, nullptr, 0, nullptr);
+  EXPECT_EQ(empty.max_length(), 0);
+  EXPECT_TRUE(empty.Lengths().empty());
+}
+
+TEST(RaggedColumnTest, FromPiecesCopiesRaggedPieces) {
+  std::vector<int16_t> a = {1, 2, 3, 4, 5, 6};
+  const std::vector<int16_t> c = {7, 8, 9};
+  const std::vector<RaggedColumn::Piece> pieces = {
+      {a.data(), DType::kInt16, {2, 3}},
+      {nullptr, DType::kInt16, {0, 3}},
+      {c.data(), DType::kInt16, {1, 3}},
+  };
+  const RaggedColumn col = RaggedColumn::FromPieces("p", DType::kInt16, {3}, false, pieces);
+  a[0] = 100;  // The column holds its own copy.
+  EXPECT_FALSE(col.is_fixed());
+  EXPECT_EQ(col.Lengths(), (std::vector<int64_t>{2, 0, 1}));
+  EXPECT_EQ(col.max_length(), 2);
+  std::vector<int16_t> first(6), last(3);
+  std::memcpy(first.data(), col.example_data(0), 12);
+  std::memcpy(last.data(), col.example_data(2), 6);
+  EXPECT_EQ(first, (std::vector<int16_t>{1, 2, 3, 4, 5, 6}));
+  EXPECT_EQ(last, c);
+}
+
+TEST(RaggedColumnTest, FromPiecesCopiesFixedPieces) {
+  const std::vector<float> a = {1, 2}, b = {3, 4};
+  const std::vector<RaggedColumn::Piece> pieces = {{a.data(), DType::kFloat32, {2}},
+                                                   {b.data(), DType::kFloat32, {2}}};
+  const RaggedColumn col = RaggedColumn::FromPieces("f", DType::kFloat32, {2}, true, pieces);
+  EXPECT_TRUE(col.is_fixed());
+  EXPECT_EQ(col.num_examples(), 2);
+  std::vector<float> second(2);
+  std::memcpy(second.data(), col.example_data(1), 8);
+  EXPECT_EQ(second, b);
+}
+
+TEST(RaggedColumnTest, DecreasingOffsetsNameColumnAndExample) {
+  const std::vector<int32_t> values(5);
+  const std::vector<int64_t> offsets = {0, 3, 2, 5};
+  const std::string msg = ThrownMessage<InvalidArgumentError>([&] {
+    RaggedColumn::Ragged("tokens", DType::kInt32, {}, values.data(), 5, offsets.data(), 3, nullptr);
+  });
+  EXPECT_TRUE(Contains(msg, "column 'tokens'")) << msg;
+  EXPECT_TRUE(Contains(msg, "example 1")) << msg;
+}
+
+TEST(RaggedColumnTest, OffsetsPastValuesNameColumnAndExample) {
+  const std::vector<int32_t> values(5);
+  const std::vector<int64_t> offsets = {0, 3, 6};
+  const std::string msg = ThrownMessage<InvalidArgumentError>([&] {
+    RaggedColumn::Ragged("tokens", DType::kInt32, {}, values.data(), 5, offsets.data(), 2, nullptr);
+  });
+  EXPECT_TRUE(Contains(msg, "column 'tokens'")) << msg;
+  EXPECT_TRUE(Contains(msg, "example 1")) << msg;
+  EXPECT_TRUE(Contains(msg, "5 rows")) << msg;
+}
+
+TEST(RaggedColumnTest, NegativeFirstOffsetNamesColumnAndExample) {
+  const std::vector<int32_t> values(5);
+  const std::vector<int64_t> offsets = {-1, 2};
+  const std::string msg = ThrownMessage<InvalidArgumentError>([&] {
+    RaggedColumn::Ragged("ids", DType::kInt32, {}, values.data(), 5, offsets.data(), 1, nullptr);
+  });
+  EXPECT_TRUE(Contains(msg, "column 'ids'")) << msg;
+  EXPECT_TRUE(Contains(msg, "example 0")) << msg;
+}
+
+TEST(RaggedColumnTest, NegativeInnerDimensionThrows) {
+  const std::string msg = ThrownMessage<InvalidArgumentError>(
+      [] { RaggedColumn::Fixed("neg", DType::kInt32, {2, -1}, nullptr, 0, nullptr); });
+  EXPECT_TRUE(Contains(msg, "column 'neg'")) << msg;
+}
+
+TEST(RaggedColumnTest, FromPiecesWrongDTypeNamesColumnAndExample) {
+  const std::vector<int32_t> a = {1, 2};
+  const std::vector<float> b = {1, 2};
+  const std::vector<RaggedColumn::Piece> pieces = {{a.data(), DType::kInt32, {2}},
+                                                   {b.data(), DType::kFloat32, {2}}};
+  const std::string msg = ThrownMessage<InvalidArgumentError>(
+      [&] { RaggedColumn::FromPieces("tokens", DType::kInt32, {}, false, pieces); });
+  EXPECT_TRUE(Contains(msg, "column 'tokens'")) << msg;
+  EXPECT_TRUE(Contains(msg, "example 1")) << msg;
+  EXPECT_TRUE(Contains(msg, "int32")) << msg;
+  EXPECT_TRUE(Contains(msg, "float32")) << msg;
+}
+
+TEST(RaggedColumnTest, FromPiecesWrongRankNamesColumnAndExample) {
+  const std::vector<float> data(6);
+  const std::vector<RaggedColumn::Piece> pieces = {{data.data(), DType::kFloat32, {2, 3}},
+                                                   {data.data(), DType::kFloat32, {1, 3}},
+                                                   {data.data(), DType::kFloat32, {3}}};
+  const std::string msg = ThrownMessage<InvalidArgumentError>(
+      [&] { RaggedColumn::FromPieces("emb", DType::kFloat32, {3}, false, pieces); });
+  EXPECT_TRUE(Contains(msg, "column 'emb'")) << msg;
+  EXPECT_TRUE(Contains(msg, "example 2")) << msg;
+  EXPECT_TRUE(Contains(msg, "rank 2")) << msg;
+  EXPECT_TRUE(Contains(msg, "(n, 3)")) << msg;
+}
+
+TEST(RaggedColumnTest, FromPiecesWrongInnerShapeNamesColumnAndExample) {
+  const std::vector<float> data(8);
+  const std::vector<RaggedColumn::Piece> pieces = {{data.data(), DType::kFloat32, {2, 4}}};
+  const std::string msg = ThrownMessage<InvalidArgumentError>(
+      [&] { RaggedColumn::FromPieces("emb", DType::kFloat32, {3}, false, pieces); });
+  EXPECT_TRUE(Contains(msg, "column 'emb'")) << msg;
+  EXPECT_TRUE(Contains(msg, "example 0")) << msg;
+  EXPECT_TRUE(Contains(msg, "(2, 4)")) << msg;
+}
+
+TEST(RaggedColumnTest, FromPiecesNegativeLeadingDimensionNamesTheExample) {
+  const std::vector<int32_t> data(4);
+  // Offsets 0, 1, -2, -1: the total goes negative before any check sees it.
+  const std::vector<RaggedColumn::Piece> pieces = {{data.data(), DType::kInt32, {1}},
+                                                   {data.data(), DType::kInt32, {-3}},
+                                                   {data.data(), DType::kInt32, {1}}};
+  const std::string msg = ThrownMessage<InvalidArgumentError>(
+      [&] { RaggedColumn::FromPieces("tokens", DType::kInt32, {}, false, pieces); });
+  EXPECT_TRUE(Contains(msg, "column 'tokens'")) << msg;
+  EXPECT_TRUE(Contains(msg, "example 1")) << msg;
+}
+
+TEST(RaggedColumnTest, FromPiecesFixedWithLeadingAxisThrows) {
+  const std::vector<float> data(4);
+  const std::vector<RaggedColumn::Piece> pieces = {{data.data(), DType::kFloat32, {2}},
+                                                   {data.data(), DType::kFloat32, {1, 2}}};
+  const std::string msg = ThrownMessage<InvalidArgumentError>(
+      [&] { RaggedColumn::FromPieces("feat", DType::kFloat32, {2}, true, pieces); });
+  EXPECT_TRUE(Contains(msg, "column 'feat'")) << msg;
+  EXPECT_TRUE(Contains(msg, "example 1")) << msg;
+}
+
+// ---- Dataset --------------------------------------------------------------
+
+// Columns over vectors that outlive them.
+struct Fixture {
+  std::vector<int32_t> tokens = {1, 2, 3, 4, 5, 6};
+  std::vector<int64_t> offsets = {0, 2, 2, 6};        // lengths 2, 0, 4
+  std::vector<int64_t> other_offsets = {0, 2, 3, 6};  // lengths 2, 1, 3
+  std::vector<int64_t> ids = {10, 11, 12};
+
+  RaggedColumn Ragged(const std::string& name, const std::vector<int64_t>& offs) const {
+    return RaggedColumn::Ragged(name, DType::kInt32, {}, tokens.data(), 6, offs.data(),
+                                static_cast<int64_t>(offs.size()) - 1, nullptr);
+  }
+  RaggedColumn Fixed(const std::string& name, int64_t n = 3) const {
+    return RaggedColumn::Fixed(name, DType::kInt64, {}, ids.data(), n, nullptr);
+  }
+};
+
+TEST(DatasetTest, HoldsColumnsAndAlignment) {
+  const Fixture f;
+  const Dataset ds({f.Fixed("id"), f.Ragged("tokens", f.offsets), f.Ragged("labels", f.offsets),
+                    f.Ragged("other", f.other_offsets)},
+                   {{"tokens", "labels"}});
+  EXPECT_EQ(ds.num_examples(), 3);
+  EXPECT_EQ(ds.columns().size(), 4u);
+  EXPECT_EQ(ds.column("labels").Lengths(), (std::vector<int64_t>{2, 0, 4}));
+  EXPECT_TRUE(ds.has_column("other"));
+  EXPECT_FALSE(ds.has_column("nope"));
+  EXPECT_EQ(ds.default_length_column(), "tokens");  // The first ragged column.
+  EXPECT_TRUE(ds.AreAligned("tokens", "labels"));
+  EXPECT_TRUE(ds.AreAligned("labels", "tokens"));
+  EXPECT_TRUE(ds.AreAligned("other", "other"));
+  EXPECT_FALSE(ds.AreAligned("tokens", "other"));
+  EXPECT_EQ(ds.aligned_groups().size(), 1u);
+}
+
+TEST(DatasetTest, UnknownColumnListsColumns) {
+  const Fixture f;
+  const Dataset ds({f.Ragged("tokens", f.offsets), f.Fixed("id")});
+  const std::string msg = ThrownMessage<InvalidArgumentError>([&] { ds.column("labels"); });
+  EXPECT_TRUE(Contains(msg, "'labels'")) << msg;
+  EXPECT_TRUE(Contains(msg, "'tokens', 'id'")) << msg;
+}
+
+TEST(DatasetTest, AllFixedHasNoDefaultLengthColumn) {
+  const Fixture f;
+  const Dataset ds({f.Fixed("id")});
+  EXPECT_THROW(ds.default_length_column(), InvalidArgumentError);
+}
+
+TEST(DatasetTest, DifferingExampleCountsNameBothColumns) {
+  const Fixture f;
+  const std::string msg = ThrownMessage<InvalidArgumentError>(
+      [&] { Dataset({f.Ragged("tokens", f.offsets), f.Fixed("id", 2)}); });
+  EXPECT_TRUE(Contains(msg, "'tokens' has 3")) << msg;
+  EXPECT_TRUE(Contains(msg, "'id' has 2")) << msg;
+}
+
+TEST(DatasetTest, DuplicateEmptyAndMissingColumnsThrow) {
+  const Fixture f;
+  const std::string msg = ThrownMessage<InvalidArgumentError>(
+      [&] { Dataset({f.Ragged("tokens", f.offsets), f.Ragged("tokens", f.other_offsets)}); });
+  EXPECT_TRUE(Contains(msg, "'tokens'")) << msg;
+  EXPECT_TRUE(Contains(msg, "twice")) << msg;
+  EXPECT_THROW(Dataset({f.Fixed("")}), InvalidArgumentError);
+  EXPECT_THROW(Dataset({}), InvalidArgumentError);
+}
+
+TEST(DatasetTest, AlignedColumnsWithDifferentLengthsNameTheExample) {
+  const Fixture f;
+  const std::string msg = ThrownMessage<InvalidArgumentError>([&] {
+    Dataset({f.Ragged("tokens", f.offsets), f.Ragged("labels", f.other_offsets)},
+            {{"tokens", "labels"}});
+  });
+  EXPECT_TRUE(Contains(msg, "'tokens'")) << msg;
+  EXPECT_TRUE(Contains(msg, "'labels'")) << msg;
+  EXPECT_TRUE(Contains(msg, "example 1")) << msg;  // Lengths 0 vs 1.
+}
+
+TEST(DatasetTest, AlignedUnknownOrFixedColumnThrows) {
+  const Fixture f;
+  std::string msg = ThrownMessage<InvalidArgumentError>(
+      [&] { Dataset({f.Ragged("tokens", f.offsets)}, {{"tokens", "labels"}}); });
+  EXPECT_TRUE(Contains(msg, "'labels'")) << msg;
+  EXPECT_TRUE(Contains(msg, "'tokens'")) << msg;
+  msg = ThrownMessage<InvalidArgumentError>(
+      [&] { Dataset({f.Ragged("tokens", f.offsets), f.Fixed("id")}, {{"tokens", "id"}}); });
+  EXPECT_TRUE(Contains(msg, "'id'")) << msg;
+  EXPECT_TRUE(Contains(msg, "fixed")) << msg;
+}
+
+}  // namespace
+}  // namespace jaxbatch
