@@ -13,15 +13,22 @@ Example::
         batch = jb.collate(ds, spec)   # tokens, tokens_mask, tokens_lengths, example_index
 """
 
+from jaxbatch._autotune import AutotuneResult, autotune
+from jaxbatch._axes import AxisError, check_axes
 from jaxbatch._collate import Batch, collate, unbatch
 from jaxbatch._dataset import Dataset
 from jaxbatch._device import device_prefetch
 from jaxbatch._loader import ColumnSchema, Loader, LoaderStats
+from jaxbatch._map import MapResult, MapStats, map
+from jaxbatch._memory import MemoryEstimate, estimate_memory, max_batch_size
 from jaxbatch._plan import BatchPlan, BatchShape, BatchSpec, PlanStats, plan
 from jaxbatch._planners import AutoBuckets, FixedBuckets, Pack, PadToMax
+from jaxbatch._vmap import vmap
 
 __all__ = [
     "AutoBuckets",
+    "AutotuneResult",
+    "AxisError",
     "Batch",
     "BatchPlan",
     "BatchShape",
@@ -31,12 +38,21 @@ __all__ = [
     "FixedBuckets",
     "Loader",
     "LoaderStats",
+    "MapResult",
+    "MapStats",
+    "MemoryEstimate",
     "Pack",
     "PadToMax",
     "PlanStats",
+    "autotune",
+    "check_axes",
     "collate",
     "device_prefetch",
+    "estimate_memory",
+    "map",
+    "max_batch_size",
     "plan",
     "unbatch",
+    "vmap",
 ]
 __version__ = "0.1.0"

@@ -1,0 +1,324 @@
+"""jb.map: a per-example function over every batch of a loader or dataset,
+with OOM split-and-retry, per-example error isolation and compile accounting."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+import warnings
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import numpy as np
+
+from jaxbatch._collate import Batch, unbatch
+from jaxbatch._dataset import Dataset
+from jaxbatch._loader import Loader
+from jaxbatch._planners import AutoBuckets, Planner
+
+log = logging.getLogger("jaxbatch")
+
+#: Rows per batch when batch_size="auto" cannot be planned from device memory (CPU).
+DEFAULT_CPU_BATCH_SIZE = 32
+DEFAULT_MAX_SHAPES = 8
+
+_FINITE, _CHECK = 1, 2
+
+
+@dataclasses.dataclass
+class MapStats:
+    """What a jb.map run did: batches and examples processed, distinct
+    compiled shapes, seconds compiling and running, and every OOM back-off."""
+
+    batches: int = 0
+    examples: int = 0
+    compilations: int = 0
+    compile_seconds: float = 0.0
+    run_seconds: float = 0.0
+    backoffs: list[tuple[int, int]] = dataclasses.field(default_factory=list)
+    rows_limit: int | None = None
+    expected_shapes: int | None = None
+
+    @property
+    def seconds_per_batch(self) -> float:
+        return self.run_seconds / self.batches if self.batches else 0.0
+
+    def __str__(self) -> str:
+        return (
+            f"{self.examples} examples in {self.batches} batches; {self.compilations} "
+            f"compilations ({self.compile_seconds:.2f} s), {self.seconds_per_batch * 1e3:.2f} ms "
+            f"per batch; OOM back-offs: {self.backoffs or 'none'}"
+        )
+
+
+@dataclasses.dataclass
+class MapResult:
+    """Per-example outputs (padding removed) keyed by example index, the
+    quarantined examples with their reasons, and the run's stats."""
+
+    outputs: dict[int, Any]
+    quarantine: list[dict[str, Any]]
+    stats: MapStats
+
+
+def is_oom(error: BaseException) -> bool:
+    """True for XLA's out-of-memory error (RESOURCE_EXHAUSTED)."""
+    import jax
+
+    return isinstance(error, jax.errors.JaxRuntimeError) and "RESOURCE_EXHAUSTED" in str(error)
+
+
+class _Executor:
+    """Compiles the checked, vmapped function once per input signature."""
+
+    def __init__(self, fun, check_finite, check, length_column):
+        import jax
+
+        self.compiled: dict[Any, Any] = {}
+        self.stats = MapStats()
+
+        def per_example(example):
+            out = fun(example)
+            flags = jax.numpy.int32(0)
+            if check_finite:
+                mask = example.get(f"{length_column}_mask") if isinstance(example, dict) else None
+                finite = jax.numpy.bool_(True)
+                for leaf in jax.tree_util.tree_leaves(out):
+                    if not jax.numpy.issubdtype(leaf.dtype, jax.numpy.inexact):
+                        continue
+                    ok = jax.numpy.isfinite(leaf)
+                    if mask is not None and leaf.ndim >= 1 and leaf.shape[0] == mask.shape[0]:
+                        ok = ok | ~mask.reshape(mask.shape + (1,) * (leaf.ndim - 1))
+                    finite = finite & ok.all()
+                flags = flags | jax.numpy.where(finite, 0, _FINITE)
+            if check is not None:
+                passed = jax.numpy.asarray(check(example, out), dtype=bool)
+                flags = flags | jax.numpy.where(passed, 0, _CHECK)
+            return out, flags
+
+        self.batched = jax.jit(jax.vmap(per_example))
+
+    def __call__(self, arrays: dict[str, np.ndarray]):
+        import jax
+
+        key = tuple((k, v.shape, v.dtype.str) for k, v in sorted(arrays.items()))
+        compiled = self.compiled.get(key)
+        if compiled is None:
+            start = time.perf_counter()
+            compiled = self.batched.lower(arrays).compile()
+            self.stats.compile_seconds += time.perf_counter() - start
+            self.stats.compilations += 1
+            self.compiled[key] = compiled
+        start = time.perf_counter()
+        out, flags = compiled(arrays)
+        out = jax.block_until_ready(out)
+        self.stats.run_seconds += time.perf_counter() - start
+        return jax.tree_util.tree_map(np.asarray, out), np.asarray(flags)
+
+
+def _rows(arrays: dict[str, np.ndarray], start: int, stop: int, size: int) -> dict[str, np.ndarray]:
+    """Rows [start, stop) of every array, padded to `size` rows with zeros and
+    example_index -1 (ignored in the results), so every chunk has one shape."""
+    out = {}
+    for k, v in arrays.items():
+        part = v[start:stop]
+        if stop - start < size:
+            fill = -1 if k == "example_index" else 0
+            pad = np.full((size - (stop - start),) + v.shape[1:], fill, dtype=v.dtype)
+            part = np.concatenate([part, pad])
+        out[k] = part
+    return out
+
+
+def map(  # noqa: A001 - the name users expect, as jax.lax.map
+    fun: Callable,
+    data: Loader | Dataset | Iterable[Batch],
+    *,
+    planner: Planner | None = None,
+    batch_size: int | str = "auto",
+    on_oom: str = "split",
+    backoff: float = 0.9,
+    min_batch_size: int = 1,
+    check_finite: bool = False,
+    check: Callable | None = None,
+    on_error: str = "raise",
+    memory_budget: int | str | None = None,
+) -> MapResult:
+    """Runs a per-example function over every batch, safely.
+
+    ``fun(example)`` takes one example as the collated batch's row (a dict:
+    ``tokens [L]``, ``tokens_mask [L]``, ``tokens_lengths``, ...) and returns
+    a pytree; jb.map vmaps it over each batch's rows, under jit, and returns
+    each example's outputs with the padding removed (:func:`jaxbatch.unbatch`).
+
+    * ``data``: a :class:`Loader`, or a :class:`Dataset` planned with
+      ``planner`` (default ``AutoBuckets(8, batch_size=...)``, not shuffled).
+      ``batch_size="auto"`` plans rows from device memory
+      (:func:`jaxbatch.max_batch_size` with ``memory_budget``, default the
+      free device memory); on CPU, which reports none, it uses 32.
+    * ``on_oom="split"``: a batch that raises RESOURCE_EXHAUSTED is run in
+      chunks of ``backoff`` times as many rows, and the new limit is kept for
+      the following batches; each back-off is logged and counted in
+      ``stats.backoffs``; below ``min_batch_size`` the run stops with a
+      summary. No example is lost or duplicated. ``on_oom="raise"``
+      re-raises.
+    * ``check_finite`` / ``check(example, output) -> bool``: evaluated inside
+      the compiled function per example; failing examples are quarantined
+      (``on_error="quarantine"``, their index and reason in
+      ``result.quarantine``) or the first one raises (``"raise"``).
+    * Compile accounting: ``stats`` holds compilations (distinct shapes),
+      compile and run time; a warning is issued when compilations exceed the
+      planner's shape count (plus one per OOM back-off).
+    """
+    if on_oom not in ("split", "raise"):
+        raise ValueError(f"jb.map: on_oom must be 'split' or 'raise', found {on_oom!r}")
+    if on_error not in ("raise", "quarantine"):
+        raise ValueError(f"jb.map: on_error must be 'raise' or 'quarantine', found {on_error!r}")
+    if not 0 < backoff < 1:
+        raise ValueError(f"jb.map: backoff must be between 0 and 1, found {backoff!r}")
+    if (
+        isinstance(min_batch_size, bool)
+        or not isinstance(min_batch_size, int)
+        or min_batch_size < 1
+    ):
+        raise ValueError(f"jb.map: min_batch_size must be an int >= 1, found {min_batch_size!r}")
+
+    batches, expected_shapes, length_column = _batches(
+        fun, data, planner, batch_size, memory_budget
+    )
+    executor = _Executor(fun, check_finite, check, length_column)
+    stats = executor.stats
+    stats.expected_shapes = expected_shapes
+    outputs: dict[int, Any] = {}
+    quarantine: list[dict[str, Any]] = []
+    limit: int | None = None
+    for batch in batches:
+        arrays = dict(batch)
+        rows = len(arrays["example_index"])
+        limit = rows if limit is None else min(limit, rows)
+        start = 0
+        pieces = []
+        while start < rows:
+            stop = min(rows, start + limit)
+            try:
+                out, flags = executor(_rows(arrays, start, stop, limit))
+            except Exception as e:  # noqa: BLE001 - only OOM is handled, the rest re-raised
+                if not is_oom(e) or on_oom == "raise":
+                    raise
+                new = max(min_batch_size, min(limit - 1, int(limit * backoff)))
+                if limit <= min_batch_size:
+                    raise RuntimeError(
+                        f"jb.map: out of memory at {limit} rows per chunk, already at "
+                        f"min_batch_size={min_batch_size} (batch {stats.batches}, "
+                        f"back-offs so far: {stats.backoffs}); reduce the batch shape or the "
+                        f"function's memory use"
+                    ) from e
+                log.warning("jb.map: out of memory at %d rows; retrying with %d", limit, new)
+                stats.backoffs.append((limit, new))
+                limit = new
+                continue
+            count = stop - start
+            pieces.append((jax_tree_slice(out, count), flags[:count]))
+            start = stop
+        out = _concat([p for p, _ in pieces])
+        flags = np.concatenate([f for _, f in pieces])
+        _collect(out, flags, batch, stats, outputs, quarantine, on_error)
+        stats.batches += 1
+    stats.rows_limit = limit
+    allowed = (expected_shapes or 0) + len(stats.backoffs)
+    if expected_shapes is not None and stats.compilations > allowed:
+        warnings.warn(
+            f"jb.map: {stats.compilations} compilations for a plan of {expected_shapes} shapes "
+            f"({len(stats.backoffs)} OOM back-offs); something varies the input shapes",
+            stacklevel=2,
+        )
+    return MapResult(outputs, quarantine, stats)
+
+
+def jax_tree_slice(tree, count):
+    import jax
+
+    return jax.tree_util.tree_map(lambda x: x[:count], tree)
+
+
+def _concat(trees):
+    import jax
+
+    return jax.tree_util.tree_map(lambda *xs: np.concatenate(xs), *trees)
+
+
+def _collect(out, flags, batch, stats, outputs, quarantine, on_error):
+    index = np.asarray(batch["example_index"])
+    per_row = index if index.ndim == 1 else None
+    real = (
+        np.flatnonzero(per_row >= 0) if per_row is not None else np.flatnonzero((index >= 0).any(1))
+    )
+    bad_rows = [r for r in real if flags[r]]
+    for r in bad_rows:
+        examples = [int(index[r])] if per_row is not None else [int(e) for e in index[r] if e >= 0]
+        reasons = []
+        if flags[r] & _FINITE:
+            reasons.append("an output is not finite (NaN or Inf)")
+        if flags[r] & _CHECK:
+            reasons.append("check returned False")
+        reason = " and ".join(reasons)
+        if on_error == "raise":
+            raise ValueError(
+                f"jb.map: example {examples[0]} (batch {stats.batches}, row {r}): {reason}; pass "
+                f"on_error='quarantine' to set such examples aside and continue"
+            )
+        for e in examples:
+            quarantine.append({"example": e, "batch": stats.batches, "reason": reason})
+    per_example = unbatch(out, batch)
+    bad = {q["example"] for q in quarantine}
+    for e, value in per_example.items():
+        if e not in bad:
+            outputs[e] = value
+    stats.examples += len(real) if per_row is not None else int((index >= 0).sum())
+
+
+def _batches(fun, data, planner, batch_size, memory_budget):
+    """The batches to run, the plan's shape count, and the length column."""
+    if isinstance(data, Loader):
+        if planner is not None:
+            raise ValueError("jb.map: planner= is for a Dataset; the Loader has its own")
+        shapes = _plan_shapes(data.dataset, data.planner)
+        return data, shapes, data._length_column
+    if isinstance(data, Dataset):
+        rows = _rows_for(fun, data, batch_size, memory_budget)
+        planner = planner or AutoBuckets(DEFAULT_MAX_SHAPES, batch_size=rows)
+        loader = Loader(data, planner, shuffle=False)
+        return loader, _plan_shapes(data, planner), loader._length_column
+    return data, None, getattr(data, "length_column", "")
+
+
+def _plan_shapes(dataset, planner):
+    from jaxbatch._plan import plan
+
+    return plan(dataset, planner).stats.shapes
+
+
+def _rows_for(fun, dataset, batch_size, memory_budget) -> int:
+    if batch_size != "auto":
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(
+                f"jb.map: batch_size must be an int >= 1 or 'auto', found {batch_size!r}"
+            )
+        return batch_size
+    import jax
+
+    budget = memory_budget or "auto"
+    if budget == "auto" and not (jax.devices()[0].memory_stats() or {}).get("bytes_limit"):
+        log.info("jb.map: no device memory statistics (CPU); batch_size=%d", DEFAULT_CPU_BATCH_SIZE)
+        return DEFAULT_CPU_BATCH_SIZE
+    from jaxbatch._collate import collate
+    from jaxbatch._memory import max_batch_size_for
+    from jaxbatch._plan import plan
+    from jaxbatch._planners import PadToMax
+
+    # One example padded to the longest: the worst case of any bucket.
+    longest = int(np.argmax(dataset.lengths()))
+    spec = plan(dataset, PadToMax(1), order=[longest])[0]
+    example = {k: v[0] for k, v in collate(dataset, spec).items()}
+    return max(1, max_batch_size_for(fun, 0, (example,), {}, budget))

@@ -1,0 +1,193 @@
+"""Memory planning from XLA's compiled memory analysis.
+
+``jax.jit(f).lower(...).compile().memory_analysis()`` says how many bytes a
+compiled program needs for its arguments, outputs and temporaries, without
+running it. Compiling a vmapped function at a few batch sizes and fitting
+bytes = a + b * batch gives the largest batch that fits a budget.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+#: Fraction of free device memory kept back when budget="auto".
+DEFAULT_HEADROOM = 0.1
+DEFAULT_BATCH_SIZES = (1, 2, 4, 8, 16)
+
+
+def compiled_bytes(compiled: Any) -> int:
+    """Peak bytes of a compiled executable, normalised across backends and
+    versions: ``peak_memory_in_bytes`` where XLA reports it, else arguments +
+    outputs + temporaries - aliased (donated) bytes + generated code."""
+    stats = compiled.memory_analysis()
+    if stats is None:
+        raise RuntimeError("memory planning: this backend reports no compiled memory analysis")
+    if isinstance(stats, Sequence):  # Older JAX: one entry per device.
+        stats = stats[0]
+    peak = getattr(stats, "peak_memory_in_bytes", 0) or 0
+    total = (
+        getattr(stats, "argument_size_in_bytes", 0)
+        + getattr(stats, "output_size_in_bytes", 0)
+        + getattr(stats, "temp_size_in_bytes", 0)
+        - getattr(stats, "alias_size_in_bytes", 0)
+        + getattr(stats, "generated_code_size_in_bytes", 0)
+    )
+    return int(max(peak, total))
+
+
+@dataclasses.dataclass(frozen=True)
+class MemoryEstimate:
+    """bytes(batch) = fixed_bytes + per_example_bytes * batch, fitted to
+    compiled memory analyses at ``samples`` (batch, bytes)."""
+
+    fixed_bytes: float
+    per_example_bytes: float
+    samples: tuple[tuple[int, int], ...]
+
+    def predict(self, batch: int) -> int:
+        return int(round(self.fixed_bytes + self.per_example_bytes * batch))
+
+    def max_batch(self, budget: int) -> int:
+        """The largest batch the fit says fits `budget` bytes (0 if none)."""
+        if self.per_example_bytes <= 0:
+            return 2**31 - 1 if self.fixed_bytes <= budget else 0
+        return max(0, int((budget - self.fixed_bytes) // self.per_example_bytes))
+
+
+def _batched_specs(args: Sequence[Any], kwargs: dict, in_axes: Any, batch: int):
+    """ShapeDtypeStructs of the arguments with a batch axis of `batch` inserted."""
+    import jax
+
+    axes = tuple(in_axes) if isinstance(in_axes, list | tuple) else (in_axes,) * len(args)
+    if len(axes) != len(args):
+        raise ValueError(
+            f"memory planning: in_axes has {len(axes)} entries for {len(args)} arguments"
+        )
+
+    def spec(x, axis):
+        x = np.asarray(x) if not hasattr(x, "shape") else x
+        shape = tuple(x.shape)
+        if axis is not None:
+            a = axis % (len(shape) + 1)
+            shape = shape[:a] + (batch,) + shape[a:]
+        return jax.ShapeDtypeStruct(shape, x.dtype)
+
+    from jaxbatch._axes import broadcast_prefix
+
+    out_args = tuple(
+        jax.tree_util.tree_map(spec, a, broadcast_prefix(ax, a))
+        for a, ax in zip(args, axes, strict=True)
+    )
+    out_kwargs = jax.tree_util.tree_map(lambda x: spec(x, 0), kwargs)
+    return out_args, out_kwargs
+
+
+def _bytes_at(fun: Callable, in_axes: Any, args, kwargs, batch: int) -> int:
+    import jax
+
+    specs, kw_specs = _batched_specs(args, kwargs, in_axes, batch)
+    batched = jax.vmap(fun, in_axes=in_axes)
+    return compiled_bytes(jax.jit(batched).lower(*specs, **kw_specs).compile())
+
+
+def estimate_memory(
+    fun: Callable,
+    *example_args: Any,
+    batch_sizes: Sequence[int] = DEFAULT_BATCH_SIZES,
+    in_axes: Any = 0,
+    **example_kwargs: Any,
+) -> MemoryEstimate:
+    """Fits the compiled memory of ``jax.vmap(fun, in_axes)`` as a line in the
+    batch size, from ahead-of-time compilations at ``batch_sizes``.
+
+    ``example_args`` are ONE example (no batch axis); nothing runs on device.
+
+    Example::
+
+        est = jb.estimate_memory(pairwise, jnp.zeros((512, 3)))
+        est.predict(1024), est.per_example_bytes
+    """
+    sizes = sorted({int(b) for b in batch_sizes})
+    if len(sizes) < 2 or sizes[0] < 1:
+        raise ValueError(
+            f"estimate_memory: expected at least two batch sizes >= 1, found {list(batch_sizes)}"
+        )
+    samples = tuple((b, _bytes_at(fun, in_axes, example_args, example_kwargs, b)) for b in sizes)
+    x = np.array([b for b, _ in samples], dtype=np.float64)
+    y = np.array([m for _, m in samples], dtype=np.float64)
+    slope, intercept = np.polyfit(x, y, 1)
+    return MemoryEstimate(float(intercept), float(slope), samples)
+
+
+def free_device_memory(device: Any = None, headroom: float = DEFAULT_HEADROOM) -> int:
+    """Free bytes on `device` (default: the first) less `headroom`, from
+    ``device.memory_stats()``; ValueError where the backend reports none (CPU)."""
+    import jax
+
+    device = device or jax.devices()[0]
+    stats = device.memory_stats()
+    if not stats or "bytes_limit" not in stats:
+        raise ValueError(
+            f"budget='auto' needs the device's memory statistics, but {device.platform} "
+            f"device {device.id} reports none (the CPU backend never does); pass budget in bytes"
+        )
+    free = stats["bytes_limit"] - stats.get("bytes_in_use", 0)
+    return int(free * (1.0 - headroom))
+
+
+def _resolve_budget(budget: int | str) -> int:
+    if budget == "auto":
+        return free_device_memory()
+    if isinstance(budget, bool) or not isinstance(budget, int | np.integer) or budget <= 0:
+        raise ValueError(
+            f"memory budget must be a positive number of bytes or 'auto', found {budget!r}"
+        )
+    return int(budget)
+
+
+def max_batch_size(
+    fun: Callable,
+    *example_args: Any,
+    budget: int | str,
+    in_axes: Any = 0,
+    upper: int = 1 << 20,
+    **example_kwargs: Any,
+) -> int:
+    """The largest batch whose compiled ``jax.vmap(fun)`` fits `budget` bytes
+    (``"auto"``: the device's free memory less 10% headroom).
+
+    The linear fit gives a first guess; the guess is then compiled and
+    stepped down until the compiled memory really fits, so the answer is
+    checked, not only predicted. Raises ValueError if even one example does
+    not fit.
+    """
+    return max_batch_size_for(fun, in_axes, example_args, example_kwargs, budget, upper)
+
+
+def max_batch_size_for(fun, in_axes, args, kwargs, budget, upper: int = 1 << 20) -> int:
+    """max_batch_size over already-batched `args` (the first mapped leaf's
+    batch axis is removed to get one example), as jb.vmap's chunk_size='auto'
+    needs it, or over one example when `args` are unbatched."""
+    limit = _resolve_budget(budget)
+    one = _bytes_at(fun, in_axes, args, kwargs, 1)
+    if one > limit:
+        raise ValueError(
+            f"memory planning: one example needs {one} bytes, over the budget of {limit} bytes"
+        )
+    estimate = MemoryEstimate(*_fit(fun, in_axes, args, kwargs))
+    guess = max(1, min(upper, estimate.max_batch(limit)))
+    while guess > 1 and _bytes_at(fun, in_axes, args, kwargs, guess) > limit:
+        guess = max(1, int(guess * 0.9))
+    return guess
+
+
+def _fit(fun, in_axes, args, kwargs):
+    samples = tuple((b, _bytes_at(fun, in_axes, args, kwargs, b)) for b in (1, 8, 64))
+    x = np.array([b for b, _ in samples], dtype=np.float64)
+    y = np.array([m for _, m in samples], dtype=np.float64)
+    slope, intercept = np.polyfit(x, y, 1)
+    return float(intercept), float(slope), samples

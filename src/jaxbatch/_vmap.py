@@ -1,0 +1,240 @@
+"""jb.vmap: jax.vmap's semantics, checked before tracing, optionally chunked."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+from jaxbatch._axes import (
+    AxisError,
+    check_axes,
+    mapped_leaves,
+)
+from jaxbatch._axes import (
+    broadcast_prefix as _broadcast_prefix,
+)
+
+
+def vmap(
+    fun: Callable,
+    in_axes: Any = 0,
+    out_axes: Any = 0,
+    *,
+    chunk_size: int | str | None = None,
+    memory_budget: int | str | None = None,
+) -> Callable:
+    """``jax.vmap`` with axis checks before tracing and bounded peak memory.
+
+    Semantics are jax.vmap's (pytree ``in_axes``/``out_axes``, ``None``,
+    negative axes; keyword arguments mapped over axis 0). Before tracing,
+    :func:`jaxbatch.check_axes` names any argument whose axes do not fit.
+
+    With ``chunk_size=c`` the batch runs ``c`` examples at a time (a
+    ``lax.map`` over chunks of a ``vmap``), so peak memory is that of one
+    chunk; the last partial chunk is padded by repeating the last example and
+    cut off afterwards, so every call compiles one chunk shape and a call with
+    the same shapes never retraces. ``chunk_size="auto"`` takes the largest
+    chunk whose compiled memory fits ``memory_budget`` (bytes, or ``"auto"``
+    for the device's free memory; see :func:`jaxbatch.max_batch_size`).
+
+    Example::
+
+        pairwise = jb.vmap(lambda x: jnp.linalg.norm(x[:, None] - x[None], axis=-1),
+                           chunk_size=64)
+        d = pairwise(points)   # points [n, k, 3] -> d [n, k, k], 64 examples at a time
+    """
+    import jax
+
+    if chunk_size is not None and chunk_size != "auto":
+        if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
+            raise ValueError(
+                f"jb.vmap: chunk_size must be an int >= 1 or 'auto', found {chunk_size!r}"
+            )
+    if chunk_size == "auto" and memory_budget is None:
+        raise ValueError("jb.vmap: chunk_size='auto' needs memory_budget (bytes, or 'auto')")
+
+    plain = jax.vmap(fun, in_axes=in_axes, out_axes=out_axes)
+    auto_sizes: dict[Any, int] = {}
+
+    @functools.wraps(fun)
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        n = check_axes(fun, in_axes, *args, **kwargs)
+        if chunk_size is None:
+            return plain(*args, **kwargs)
+        size = chunk_size
+        if size == "auto":
+            key = _signature(args, kwargs)
+            if key not in auto_sizes:
+                auto_sizes[key] = _auto_chunk(fun, in_axes, args, kwargs, memory_budget, n)
+            size = auto_sizes[key]
+        if size >= n:
+            return plain(*args, **kwargs)
+        return _chunked(fun, in_axes, out_axes, size, args, kwargs)
+
+    return wrapped
+
+
+def _signature(args, kwargs):
+    import jax
+    import numpy as np
+
+    leaves, tree = jax.tree_util.tree_flatten((args, kwargs))
+    return tree, tuple((np.shape(x), str(getattr(x, "dtype", type(x)))) for x in leaves)
+
+
+def _normalise_axes(in_axes, args):
+    if isinstance(in_axes, list):
+        in_axes = tuple(in_axes)
+    return in_axes if isinstance(in_axes, tuple) else (in_axes,) * len(args)
+
+
+@functools.partial(
+    __import__("jax").jit, static_argnames=("fun", "in_axes", "out_axes", "size", "kw_names")
+)
+def _chunked_jit(fun, in_axes, out_axes, size, kw_names, args, kw_values):
+    import jax
+    import jax.numpy as jnp
+
+    kwargs = dict(zip(kw_names, kw_values, strict=True))
+    in_axes = in_axes.value if isinstance(in_axes, _Frozen) else in_axes
+    out_axes = out_axes.value if isinstance(out_axes, _Frozen) else out_axes
+    axes = _normalise_axes(in_axes, args)
+
+    def to_front(tree, axis_tree):
+        return jax.tree_util.tree_map(
+            lambda ax, x: x if ax is None else jnp.moveaxis(x, ax, 0),
+            axis_tree,
+            tree,
+            is_leaf=lambda a: a is None,
+        )
+
+    # Put every mapped axis first, so chunks are leading slices.
+    front_args = tuple(
+        to_front(a, _broadcast_prefix(ax, a)) for a, ax in zip(args, axes, strict=True)
+    )
+    front_axes = tuple(
+        jax.tree_util.tree_map(
+            lambda ax: None if ax is None else 0,
+            _broadcast_prefix(ax, a),
+            is_leaf=lambda x: x is None,
+        )
+        for a, ax in zip(args, axes, strict=True)
+    )
+    mapped = [
+        leaf
+        for a, ax in zip(front_args, front_axes, strict=True)
+        for leaf, lax_ in zip(
+            jax.tree_util.tree_leaves(a),
+            jax.tree_util.tree_leaves(ax, is_leaf=lambda x: x is None),
+            strict=True,
+        )
+        if lax_ is not None
+    ] + jax.tree_util.tree_leaves(kwargs)
+    n = mapped[0].shape[0]
+    chunks = -(-n // size)
+    padded = chunks * size
+
+    def split(x):
+        if padded > n:  # Repeat the last example: real values, so no NaN from padding.
+            x = jnp.concatenate([x, jnp.repeat(x[-1:], padded - n, axis=0)], axis=0)
+        return x.reshape((chunks, size) + x.shape[1:])
+
+    split_args = tuple(
+        jax.tree_util.tree_map(
+            lambda ax, x: x if ax is None else split(x), ax_tree, a, is_leaf=lambda v: v is None
+        )
+        for a, ax_tree in zip(front_args, front_axes, strict=True)
+    )
+    split_kwargs = jax.tree_util.tree_map(split, kwargs)
+    mapped_positions = [
+        i
+        for i, ax in enumerate(front_axes)
+        if any(v is not None for v in jax.tree_util.tree_leaves(ax, is_leaf=lambda x: x is None))
+    ]
+    # lax.map carries only the mapped arguments; the rest are closed over.
+    carried = tuple(split_args[i] for i in mapped_positions)
+
+    def one_chunk(chunk):
+        chunk_args, chunk_kwargs = chunk
+        full = list(split_args)
+        for i, value in zip(mapped_positions, chunk_args, strict=True):
+            full[i] = value
+        return jax.vmap(fun, in_axes=front_axes, out_axes=0)(*full, **chunk_kwargs)
+
+    out = jax.lax.map(one_chunk, (carried, split_kwargs))
+    out = jax.tree_util.tree_map(lambda y: y.reshape((padded,) + y.shape[2:])[:n], out)
+    return _apply_out_axes(out, out_axes)
+
+
+def _apply_out_axes(out, out_axes):
+    import jax
+    import jax.numpy as jnp
+
+    axes = _broadcast_prefix(out_axes, out)
+
+    def place(ax, y):
+        if ax is None:
+            return y[0]
+        return jnp.moveaxis(y, 0, ax)
+
+    return jax.tree_util.tree_map(place, axes, out, is_leaf=lambda x: x is None)
+
+
+def _chunked(fun, in_axes, out_axes, size, args, kwargs):
+    try:
+        hash(fun)
+    except TypeError:
+        raise AxisError("jb.vmap: chunk_size needs a hashable function") from None
+    in_axes_static = _freeze(in_axes)
+    out_axes_static = _freeze(out_axes)
+    names = tuple(sorted(kwargs))
+    return _chunked_jit(
+        fun, in_axes_static, out_axes_static, size, names, args, tuple(kwargs[k] for k in names)
+    )
+
+
+class _Frozen:
+    """A hashable wrapper for an axes pytree (dicts are not hashable)."""
+
+    def __init__(self, value):
+        self.value = value
+        self._key = repr(value)
+
+    def __hash__(self):
+        return hash(self._key)
+
+    def __eq__(self, other):
+        return isinstance(other, _Frozen) and self._key == other._key
+
+
+def _freeze(axes):
+    try:
+        hash(axes)
+        return axes
+    except TypeError:
+        return _Frozen(axes)
+
+
+def _auto_chunk(fun, in_axes, args, kwargs, budget, n):
+    import jax
+    import numpy as np
+
+    from jaxbatch._memory import max_batch_size_for
+
+    def one(ax, x):  # One example: the mapped axis removed.
+        if ax is None:
+            return x
+        shape = tuple(np.delete(np.shape(x), ax))
+        return jax.ShapeDtypeStruct(shape, x.dtype)
+
+    axes = _normalise_axes(in_axes, args)
+    example = tuple(
+        jax.tree_util.tree_map(one, _broadcast_prefix(ax, a), a, is_leaf=lambda v: v is None)
+        for a, ax in zip(args, axes, strict=True)
+    )
+    kw_example = jax.tree_util.tree_map(lambda x: one(0, x), kwargs)
+    return max(1, min(n, max_batch_size_for(fun, in_axes, example, kw_example, budget, upper=n)))
+
+
+__all__ = ["vmap", "mapped_leaves"]
