@@ -15,6 +15,7 @@ Example::
 
 from jaxbatch._autotune import AutotuneResult, autotune
 from jaxbatch._axes import AxisError, check_axes
+from jaxbatch._broadcast import BroadcastError, explain_broadcast, strict_broadcasting
 from jaxbatch._collate import Batch, collate, unbatch
 from jaxbatch._dataset import Dataset
 from jaxbatch._device import device_prefetch
@@ -33,6 +34,7 @@ __all__ = [
     "BatchPlan",
     "BatchShape",
     "BatchSpec",
+    "BroadcastError",
     "ColumnSchema",
     "Dataset",
     "FixedBuckets",
@@ -49,9 +51,11 @@ __all__ = [
     "collate",
     "device_prefetch",
     "estimate_memory",
+    "explain_broadcast",
     "map",
     "max_batch_size",
     "plan",
+    "strict_broadcasting",
     "unbatch",
     "vmap",
 ]
