@@ -54,7 +54,7 @@ struct Array {
 // owner. A loader passes its BufferArena's Acquire to reuse buffers.
 using Allocator = std::function<std::shared_ptr<void>(size_t bytes, uint8_t** data)>;
 
-// Allocates an uninitialised array from `allocator` (new memory when empty).
+// Allocates an uninitialised array from `allocator` (SharedArena() when empty).
 Array AllocateArray(std::string name, DType dtype, std::vector<int64_t> shape,
                     const Allocator& allocator = {});
 
@@ -62,7 +62,7 @@ struct CollateOptions {
   // Value written into padding, per column; others get default_pad_value.
   std::vector<std::pair<std::string, double>> pad_values;
   double default_pad_value = kDefaultPadValue;
-  Allocator allocator;  // empty: plain new memory per array
+  Allocator allocator;  // empty: SharedArena(), reused across calls
 };
 
 // How a batch's rows are laid out: what a collator needs of its plan.

@@ -34,7 +34,7 @@
 
 #include "jaxbatch/collate/collator.h"
 #include "jaxbatch/data/dataset.h"
-#include "jaxbatch/load/arena.h"
+#include "jaxbatch/base/arena.h"
 #include "jaxbatch/load/schedule.h"
 #include "jaxbatch/load/schema.h"
 

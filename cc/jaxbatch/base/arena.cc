@@ -1,4 +1,4 @@
-#include "jaxbatch/load/arena.h"
+#include "jaxbatch/base/arena.h"
 
 #include "jaxbatch/base/error.h"
 
@@ -11,6 +11,7 @@ struct BufferArena::Pool {
   std::condition_variable released;
   std::multimap<size_t, std::unique_ptr<uint8_t[]>> free;  // capacity -> buffer
   int64_t limit = 0;
+  int64_t max_pooled = -1;
   int64_t allocations = 0;
   int64_t in_use = 0;
   int64_t pooled = 0;
@@ -21,7 +22,8 @@ struct BufferArena::Pool {
     {
       std::lock_guard<std::mutex> lock(mu);
       in_use -= static_cast<int64_t>(capacity);
-      if (!closed) {
+      const bool room = max_pooled < 0 || pooled + static_cast<int64_t>(capacity) <= max_pooled;
+      if (!closed && room) {
         pooled += static_cast<int64_t>(capacity);
         free.emplace(capacity, std::move(buffer));
       }
@@ -30,8 +32,15 @@ struct BufferArena::Pool {
   }
 };
 
-BufferArena::BufferArena(int64_t limit_bytes) : pool_(std::make_shared<Pool>()) {
+BufferArena::BufferArena(int64_t limit_bytes, int64_t max_pooled_bytes)
+    : pool_(std::make_shared<Pool>()) {
   pool_->limit = limit_bytes;
+  pool_->max_pooled = max_pooled_bytes;
+}
+
+BufferArena& SharedArena() {
+  static BufferArena* arena = new BufferArena(0, kSharedArenaPoolBytes);
+  return *arena;
 }
 
 BufferArena::~BufferArena() { Close(); }

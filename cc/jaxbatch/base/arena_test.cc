@@ -1,4 +1,4 @@
-#include "jaxbatch/load/arena.h"
+#include "jaxbatch/base/arena.h"
 
 #include <gtest/gtest.h>
 

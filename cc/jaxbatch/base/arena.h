@@ -6,13 +6,17 @@
 // (allocations() stops growing). An optional limit bounds the bytes handed
 // out at once: Acquire() then waits until enough comes back.
 //
+// SharedArena() is the process-wide arena collation uses by default (when
+// CollateOptions has no allocator), so repeated Collate() calls reuse memory
+// instead of faulting in fresh pages; it pools at most kSharedArenaPoolBytes.
+//
 // Example:
 //   BufferArena arena(/*limit_bytes=*/0);
 //   uint8_t* data;
 //   std::shared_ptr<void> owner = arena.Acquire(1 << 20, &data);
 //   owner.reset();  // the buffer is free for the next Acquire of its size
-#ifndef JAXBATCH_LOAD_ARENA_H_
-#define JAXBATCH_LOAD_ARENA_H_
+#ifndef JAXBATCH_BASE_ARENA_H_
+#define JAXBATCH_BASE_ARENA_H_
 
 #include <condition_variable>
 #include <cstddef>
@@ -23,10 +27,14 @@
 
 namespace jaxbatch {
 
+inline constexpr int64_t kSharedArenaPoolBytes = int64_t{512} << 20;
+
 class BufferArena {
  public:
-  // limit_bytes = 0: no limit.
-  explicit BufferArena(int64_t limit_bytes = 0);
+  // limit_bytes = 0: no limit on bytes handed out at once.
+  // max_pooled_bytes < 0: keep every released buffer for reuse; otherwise a
+  // release that would pool more than that frees the buffer instead.
+  explicit BufferArena(int64_t limit_bytes = 0, int64_t max_pooled_bytes = -1);
   ~BufferArena();
   BufferArena(const BufferArena&) = delete;
   BufferArena& operator=(const BufferArena&) = delete;
@@ -48,6 +56,9 @@ class BufferArena {
   std::shared_ptr<Pool> pool_;
 };
 
+// The process-wide arena (never destroyed; buffers may outlive any caller).
+BufferArena& SharedArena();
+
 }  // namespace jaxbatch
 
-#endif  // JAXBATCH_LOAD_ARENA_H_
+#endif  // JAXBATCH_BASE_ARENA_H_
