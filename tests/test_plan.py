@@ -210,6 +210,8 @@ def test_plan_input_errors():
         jb.plan(np.array([1.5]), jb.PadToMax(2))
     with pytest.raises(IndexError, match=r"order\[1\] = 7 is not an example index"):
         jb.plan(np.array([1, 2]), jb.PadToMax(2), order=[0, 7])
+    with pytest.raises(ValueError, match=r"order\[2\] = 0 lists that example a second time"):
+        jb.plan(np.array([1, 2]), jb.PadToMax(2), order=[0, 1, 0])
     with pytest.raises(TypeError, match="expected a planner"):
         jb.plan(np.array([1]), "pad")
     plan = jb.plan(np.array([1, 2]), jb.PadToMax(2))

@@ -35,10 +35,16 @@ std::vector<int64_t> ResolveOrder(std::span<const int64_t> lengths,
     std::iota(ids.begin(), ids.end(), 0);
     return ids;
   }
+  std::vector<uint8_t> seen(lengths.size(), 0);
   for (size_t k = 0; k < order.size(); ++k) {
     if (order[k] < 0 || order[k] >= n) {
       throw OutOfRangeError(StrCat("plan: order[", k, "] = ", order[k],
                                    " is not an example index; there are ", n, " examples"));
+    }
+    if (seen[static_cast<size_t>(order[k])]++) {
+      throw InvalidArgumentError(StrCat("plan: order[", k, "] = ", order[k],
+                                        " lists that example a second time; each example may be "
+                                        "planned once"));
     }
   }
   return {order.begin(), order.end()};
