@@ -13,6 +13,7 @@ Example::
         batch = jb.collate(ds, spec)   # tokens, tokens_mask, tokens_lengths, example_index
 """
 
+from jaxbatch import masked  # noqa: E402 - a namespace module: jb.masked.sum(...)
 from jaxbatch._autotune import AutotuneResult, autotune
 from jaxbatch._axes import AxisError, check_axes
 from jaxbatch._broadcast import BroadcastError, explain_broadcast, strict_broadcasting
@@ -53,6 +54,7 @@ __all__ = [
     "estimate_memory",
     "explain_broadcast",
     "map",
+    "masked",
     "max_batch_size",
     "plan",
     "strict_broadcasting",
