@@ -32,9 +32,9 @@
 #include <thread>
 #include <vector>
 
+#include "jaxbatch/base/arena.h"
 #include "jaxbatch/collate/collator.h"
 #include "jaxbatch/data/dataset.h"
-#include "jaxbatch/base/arena.h"
 #include "jaxbatch/load/schedule.h"
 #include "jaxbatch/load/schema.h"
 
