@@ -84,15 +84,19 @@ format: $(VENV)/.deps
 
 # The benchmarks need the anchors (grain, ...) in a separate environment.
 BENCH_VENV := .venv-bench
+# Its own build folder: the two environments' nanobind paths differ.
+BENCH_BUILD := --config-settings=build-dir=build/bench-{wheel_tag}
 $(BENCH_VENV)/.deps: bench/requirements.txt requirements-dev.txt | system-deps
 	[ -x $(BENCH_VENV)/bin/python ] || $(PYTHON) -m venv $(BENCH_VENV)
 	$(BENCH_VENV)/bin/pip install -q -r requirements-dev.txt -r bench/requirements.txt
-	$(BENCH_VENV)/bin/pip install -q --no-build-isolation -e .
+	$(BENCH_VENV)/bin/pip install -q --no-build-isolation $(BENCH_BUILD) -e .
 	touch $@
 
 bench: $(BENCH_VENV)/.deps $(VENV)/.built
-	$(BENCH_VENV)/bin/pip install -q --no-build-isolation -e .
+	$(BENCH_VENV)/bin/pip install -q --no-build-isolation $(BENCH_BUILD) -e .
 	$(BENCH_VENV)/bin/python bench/bench_core.py
+	$(BENCH_VENV)/bin/python bench/bench_loader.py
+	$(BENCH_VENV)/bin/python bench/bench_execute.py
 
 clean:
 	rm -rf build $(VENV) $(BENCH_VENV)

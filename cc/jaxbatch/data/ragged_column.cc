@@ -111,10 +111,12 @@ RaggedColumn RaggedColumn::FromPieces(std::string name, DType dtype,
         std::span<const int64_t>(piece.shape).subspan(fixed || piece.shape.empty() ? 0 : 1);
     if (piece.shape.size() != rank ||
         !std::equal(inner.begin(), inner.end(), inner_shape.begin(), inner_shape.end())) {
-      std::vector<int64_t> expected = inner_shape;
-      if (!fixed) expected.insert(expected.begin(), -1);
-      std::string want = ShapeString(expected);
-      if (!fixed) want.replace(1, 2, "n");
+      // "(n, 3)": the variable leading axis shown as n.
+      std::string want = fixed ? ShapeString(inner_shape) : "(n";
+      if (!fixed) {
+        for (int64_t d : inner_shape) want += ", " + std::to_string(d);
+        want += inner_shape.empty() ? ",)" : ")";
+      }
       throw InvalidArgumentError(StrCat(
           "column '", name, "', example ", i, ": expected an array of rank ", rank, " and shape ",
           want, ", found rank ", piece.shape.size(), " and shape ", ShapeString(piece.shape)));

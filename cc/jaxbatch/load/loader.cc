@@ -116,6 +116,7 @@ void Loader::Close() {
   }
   work_cv_.notify_all();
   result_cv_.notify_all();
+  schedule_cv_.notify_all();
   arena_.Close();
   for (std::thread& t : workers_) {
     if (t.joinable()) t.join();
@@ -132,10 +133,10 @@ std::shared_ptr<const EpochSchedule> Loader::ScheduleFor(int64_t epoch,
     auto it = schedules_.find(epoch);
     if (it != schedules_.end()) return it->second;
     if (stop_) return nullptr;
-    if (!building_[epoch]) break;
-    work_cv_.wait(lock);
+    if (!building_.contains(epoch)) break;
+    schedule_cv_.wait(lock);
   }
-  building_[epoch] = true;
+  building_.insert(epoch);
   lock.unlock();
   std::shared_ptr<const EpochSchedule> schedule;
   std::exception_ptr error;
@@ -147,7 +148,7 @@ std::shared_ptr<const EpochSchedule> Loader::ScheduleFor(int64_t epoch,
   }
   lock.lock();
   building_.erase(epoch);
-  work_cv_.notify_all();
+  schedule_cv_.notify_all();
   if (error) std::rethrow_exception(error);
   // Each epoch's plan knows whether it truncates; every epoch plans alike.
   schedules_[epoch] = schedule;
@@ -220,6 +221,17 @@ void Loader::WorkerLoop() {
     lock.lock();
     results_[seq] = std::move(result);
     result_cv_.notify_all();
+    // Halfway through an epoch, plan the next one ahead, so the consumer does
+    // not wait for it at the boundary while other workers keep collating.
+    const int64_t next_epoch = epoch + 1;
+    if (2 * step >= steps && (options_.epochs == 0 || next_epoch < options_.epochs) && !stop_ &&
+        end_seq_ < 0 && !schedules_.contains(next_epoch) && !building_.contains(next_epoch)) {
+      try {
+        ScheduleFor(next_epoch, lock);
+      } catch (...) {
+        // Built again, and the error reported, when the epoch is claimed.
+      }
+    }
   }
 }
 
@@ -289,7 +301,6 @@ std::optional<LoadedBatch> Loader::Next() {
   Result result = std::move(results_[consume_seq_]);
   results_.erase(consume_seq_);
   ++consume_seq_;
-  work_cv_.notify_all();
   if (result.error) {
     // The stream ends at a worker's error; the consumer sees it once.
     end_seq_ = consume_seq_;
@@ -312,7 +323,10 @@ std::optional<LoadedBatch> Loader::Next() {
     state_.epoch += 1;
     state_.step = 0;
   }
-  return LoadedBatch{std::move(result.arrays), result.epoch, result.step, result.examples};
+  LoadedBatch batch{std::move(result.arrays), result.epoch, result.step, result.examples};
+  lock.unlock();
+  work_cv_.notify_one();  // One slot freed: one worker can claim it.
+  return batch;
 }
 
 LoaderState Loader::state() const {

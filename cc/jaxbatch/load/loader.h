@@ -28,6 +28,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -135,8 +136,9 @@ class Loader {
   mutable std::mutex mu_;
   std::condition_variable work_cv_;
   std::condition_variable result_cv_;
+  std::condition_variable schedule_cv_;  // an epoch's schedule finished building
   std::map<int64_t, std::shared_ptr<const EpochSchedule>> schedules_;
-  std::map<int64_t, bool> building_;
+  std::set<int64_t> building_;  // epochs whose schedule a worker is building
   int64_t claim_epoch_ = 0;
   int64_t claim_step_ = 0;
   int64_t claim_seq_ = 0;

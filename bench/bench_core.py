@@ -1,0 +1,673 @@
+"""Core benchmark: planning, collation and packing, reported as ratios.
+
+The machine running this is usually shared and noisy, so every result is
+also given as a ratio against an anchor measured in the same run on the same
+data (np.argsort, a hand-written NumPy collator, a single-thread memcpy,
+Grain's packers): ratios hold where absolute times vary. Each timing is the
+best of a few repeats (time.perf_counter).
+
+Two length distributions of 1M examples each:
+  pydoc      the embedded pydoc paragraph lengths (2608), resampled with
+             replacement (fixed seed);
+  lognormal  median 100, sigma 0.8 (mean ~138), rounded, clipped to [1, 2048].
+
+Sections:
+  1. planning time and plan stats per planner (and the issue's efficiency
+     targets on the plain 2608 pydoc lengths);
+  2. collation throughput of large batches against a NumPy per-example loop
+     and a memcpy of the same number of output bytes;
+  3. packing against Grain's FirstFitPackIterDataset / BestFitPackIterDataset
+     (Grain on a subset: it is slow; throughput is compared per example).
+
+Run: ``make bench`` (installs the anchors into .venv-bench), or
+``.venv-bench/bin/python bench/bench_core.py [--quick]``. Writes
+bench/results/bench_core.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import gc
+import json
+import logging
+import math
+import os
+import platform
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import jaxbatch as jb
+from jaxbatch._default_data import pydoc_lengths
+
+SEED = 0
+MAX_LENGTH = 2048
+ROW_LENGTH = 2048  # >= every example: packing never truncates.
+PLAN_TOKEN_BUDGET = 65536  # elements per batch for the planning section
+PAD_TO_MAX_BATCH = 128
+COLLATE_TOKEN_BUDGET = 1 << 22  # 4M elements: padded batches ~20 MB, packed ~100 MB
+GRAIN_BINS = PLAN_TOKEN_BUDGET // ROW_LENGTH  # num_packing_bins = rows_per_batch = 32
+GRAIN_DEFAULT_READ_EXAMPLES = 20_000
+POW2 = [1 << k for k in range(12)]  # 1 .. 2048
+RESULTS = Path(__file__).resolve().parent / "results" / "bench_core.json"
+
+
+# --------------------------------------------------------------------------- data
+
+
+def make_lengths(n: int) -> dict[str, np.ndarray]:
+    """The two length distributions, n examples each, from fixed seeds."""
+    rng = np.random.default_rng(SEED)
+    pydoc = rng.choice(pydoc_lengths(), size=n, replace=True).astype(np.int64)
+    rng = np.random.default_rng(SEED + 1)
+    lognormal = np.clip(np.rint(rng.lognormal(math.log(100.0), 0.8, size=n)), 1, MAX_LENGTH)
+    return {"pydoc": pydoc, "lognormal": lognormal.astype(np.int64)}
+
+
+def make_tokens(lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A ragged int32 column: distinct values (so a wrong copy shows) and offsets."""
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    return np.arange(offsets[-1], dtype=np.int32), offsets
+
+
+# --------------------------------------------------------------------------- timing
+
+
+def best_of(fn: Callable[[], Any], repeats: int) -> tuple[float, Any]:
+    """Best wall time of `repeats` calls, and the last call's result."""
+    best, result = math.inf, None
+    for _ in range(repeats):
+        gc.collect()
+        start = time.perf_counter()
+        result = fn()
+        best = min(best, time.perf_counter() - start)
+    return best, result
+
+
+def table(title: str, header: list[str], rows: list[list[Any]], note: str = "") -> None:
+    cells = [[str(c) for c in header]] + [[_cell(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+
+    def line(r: list[str]) -> str:
+        return "  ".join(
+            c.ljust(w) if i == 0 else c.rjust(w)
+            for i, (c, w) in enumerate(zip(r, widths, strict=True))
+        )
+
+    print(f"\n== {title}")
+    print(line(cells[0]))
+    print("  ".join("-" * w for w in widths))
+    for r in cells[1:]:
+        print(line(r))
+    if note:
+        print(note)
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        if value == 0 or 0.01 <= abs(value) < 1e5:
+            return f"{value:.2f}" if abs(value) < 100 else f"{value:.0f}"
+        return f"{value:.3g}"
+    return str(value)
+
+
+def pct(x: float) -> str:
+    return f"{100 * x:.1f}%"
+
+
+# --------------------------------------------------------------------------- 1. planning
+
+
+def planners() -> dict[str, jb.PadToMax | jb.FixedBuckets | jb.AutoBuckets | jb.Pack]:
+    rows = PLAN_TOKEN_BUDGET // ROW_LENGTH
+    return {
+        f"PadToMax(batch_size={PAD_TO_MAX_BATCH})": jb.PadToMax(PAD_TO_MAX_BATCH),
+        "FixedBuckets(pow2)": jb.FixedBuckets(POW2, token_budget=PLAN_TOKEN_BUDGET),
+        "AutoBuckets(8)": jb.AutoBuckets(8, token_budget=PLAN_TOKEN_BUDGET),
+        "AutoBuckets(16)": jb.AutoBuckets(16, token_budget=PLAN_TOKEN_BUDGET),
+        "Pack best_fit": jb.Pack(ROW_LENGTH, rows, algorithm="best_fit"),
+        "Pack first_fit": jb.Pack(ROW_LENGTH, rows, algorithm="first_fit"),
+    }
+
+
+def bench_planning(all_lengths: dict[str, np.ndarray], repeats: int) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for dist, lengths in all_lengths.items():
+        sort_s, _ = best_of(lambda lengths=lengths: np.argsort(lengths, kind="stable"), repeats)
+        rows, results = [], {}
+        for name, planner in planners().items():
+            seconds, plan = best_of(lambda p=planner, lengths=lengths: jb.plan(lengths, p), repeats)
+            s = plan.stats
+            results[name] = {
+                "planner": repr(planner),
+                "seconds": seconds,
+                "ns_per_example": 1e9 * seconds / len(lengths),
+                "vs_argsort": seconds / sort_s,
+                "efficiency": s.efficiency,
+                "shapes": s.shapes,
+                "batches": s.batches,
+                "real_elements": s.real_elements,
+                "padded_elements": s.padded_elements,
+            }
+            rows.append(
+                [
+                    name,
+                    1e3 * seconds,
+                    results[name]["ns_per_example"],
+                    seconds / sort_s,
+                    pct(s.efficiency),
+                    s.shapes,
+                    s.batches,
+                ]
+            )
+        table(
+            f"1. planning, {dist}: {len(lengths):,} examples, mean length "
+            f"{lengths.mean():.1f}, max {lengths.max()} (token_budget {PLAN_TOKEN_BUDGET}, "
+            f"row_length {ROW_LENGTH})",
+            ["planner", "ms", "ns/example", "x argsort", "real elements", "shapes", "batches"],
+            rows,
+            f"   x argsort: plan time / np.argsort(lengths, kind='stable') = {1e3 * sort_s:.1f} ms",
+        )
+        out[dist] = {"argsort_seconds": sort_s, "planners": results}
+    return out
+
+
+def pydoc_targets() -> dict[str, Any]:
+    """The issue's targets on the plain 2608 pydoc lengths, under both
+    remainder policies: the bucket padding alone ("keep") and with the last
+    partial batch of each bucket padded to a full batch ("pad", the default)."""
+    lengths = pydoc_lengths()
+    cases = {
+        "AutoBuckets(8)": (
+            lambda r: jb.AutoBuckets(8, token_budget=PLAN_TOKEN_BUDGET, remainder=r),
+            "~75%",
+        ),
+        "AutoBuckets(16)": (
+            lambda r: jb.AutoBuckets(16, token_budget=PLAN_TOKEN_BUDGET, remainder=r),
+            "~89%",
+        ),
+        "FixedBuckets(pow2)": (
+            lambda r: jb.FixedBuckets(POW2, token_budget=PLAN_TOKEN_BUDGET, remainder=r),
+            "~70%, 11 shapes",
+        ),
+        "Pack best_fit": (
+            lambda r: jb.Pack(ROW_LENGTH, PLAN_TOKEN_BUDGET // ROW_LENGTH, remainder=r),
+            ">= 99%",
+        ),
+    }
+    rows, out = [], {}
+    for name, (make, target) in cases.items():
+        keep, pad = jb.plan(lengths, make("keep")).stats, jb.plan(lengths, make("pad")).stats
+        out[name] = {
+            "target": target,
+            "keep": {"efficiency": keep.efficiency, "shapes": keep.shapes, "batches": keep.batches},
+            "pad": {"efficiency": pad.efficiency, "shapes": pad.shapes, "batches": pad.batches},
+        }
+        rows.append(
+            [name, target, pct(keep.efficiency), keep.shapes, pct(pad.efficiency), pad.shapes]
+        )
+    table(
+        f"1b. targets on the plain pydoc lengths ({len(lengths)} examples, "
+        f"{int(lengths.sum())} tokens, token_budget {PLAN_TOKEN_BUDGET})",
+        ["planner", "target", "keep: real", "shapes", "pad: real", "shapes"],
+        rows,
+        "   keep: bucket padding only (independent of token_budget). pad (the default): each\n"
+        "   bucket's last batch is padded to token_budget // length rows; here the whole data\n"
+        f"   set ({int(lengths.sum())} tokens) is about one token_budget, so remainder rows\n"
+        "   dominate and AutoBuckets' DP, which counts them, picks fewer shapes than allowed.",
+    )
+    return out
+
+
+# --------------------------------------------------------------------------- 2. collation
+
+
+def numpy_collate_padded(values, offsets, ids, rows, length):
+    """The usual hand-written padded collator, one example at a time."""
+    tokens = np.full((rows, length), 0, dtype=values.dtype)
+    mask = np.zeros((rows, length), dtype=bool)
+    lengths = np.zeros(rows, dtype=np.int32)
+    index = np.full(rows, -1, dtype=np.int64)
+    for r, e in enumerate(ids):
+        a, b = offsets[e], offsets[e + 1]
+        n = b - a
+        tokens[r, :n] = values[a:b]
+        mask[r, :n] = True
+        lengths[r] = n
+        index[r] = e
+    return {
+        "tokens": tokens,
+        "tokens_mask": mask,
+        "tokens_lengths": lengths,
+        "example_index": index,
+    }
+
+
+def numpy_collate_packed(values, offsets, ids, row_begin, rows, length, segments):
+    """The usual hand-written packing collator (Grain's output names)."""
+    tokens = np.full((rows, length), 0, dtype=values.dtype)
+    segment_ids = np.zeros((rows, length), dtype=np.int32)
+    positions = np.zeros((rows, length), dtype=np.int32)
+    seg_lengths = np.zeros((rows, segments), dtype=np.int32)
+    index = np.full((rows, segments), -1, dtype=np.int64)
+    arange = np.arange(length, dtype=np.int32)
+    for r in range(len(row_begin) - 1):
+        used = 0
+        for s, e in enumerate(ids[row_begin[r] : row_begin[r + 1]]):
+            a, b = offsets[e], offsets[e + 1]
+            n = b - a
+            tokens[r, used : used + n] = values[a:b]
+            segment_ids[r, used : used + n] = s + 1
+            positions[r, used : used + n] = arange[:n]
+            seg_lengths[r, s] = n
+            index[r, s] = e
+            used += n
+    return {
+        "tokens": tokens,
+        "tokens_segment_ids": segment_ids,
+        "tokens_positions": positions,
+        "tokens_lengths": seg_lengths,
+        "example_index": index,
+    }
+
+
+def numpy_inputs(plan: jb.BatchPlan) -> list[tuple[jb.BatchShape, list[int], list[int]]]:
+    """Per batch what a hand-written collator gets: its shape, example ids
+    and row starts as plain lists, prepared outside timing."""
+    out = []
+    for spec in plan:
+        starts = np.cumsum([0] + [len(r) for r in spec.rows]).tolist()
+        out.append((spec.shape, spec.example_ids.tolist(), starts))
+    return out
+
+
+def numpy_collate(values, offsets, packed: bool, shape: jb.BatchShape, ids, starts):
+    if packed:
+        return numpy_collate_packed(
+            values, offsets, ids, starts, shape.rows, shape.length, shape.segments
+        )
+    return numpy_collate_padded(values, offsets, ids, shape.rows, shape.length)
+
+
+def run_jaxbatch_collate(ds: jb.Dataset, specs: list[jb.BatchSpec]) -> int:
+    """Collates every batch; returns the output bytes."""
+    total = 0
+    for spec in specs:
+        batch = jb.collate(ds, spec)
+        total += sum(a.nbytes for a in batch.values())
+    return total
+
+
+def run_numpy_collate(values, offsets, packed: bool, inputs: list[tuple]) -> None:
+    for shape, ids, starts in inputs:
+        numpy_collate(values, offsets, packed, shape, ids, starts)
+
+
+def copy_prealloc(src: np.ndarray, dst: np.ndarray, times: int) -> None:
+    for _ in range(times):
+        np.copyto(dst, src)
+
+
+def copy_fresh(src: np.ndarray, times: int) -> None:
+    for _ in range(times):
+        np.copyto(np.empty_like(src), src)
+
+
+def collate_case(dataset: tuple, planner, repeats: int) -> dict[str, Any]:
+    """One plan's collation against the NumPy loop and memcpy."""
+    values, offsets, ds = dataset
+    plan = jb.plan(ds, planner)
+    specs = list(plan)
+    jb_s, nbytes = best_of(lambda: run_jaxbatch_collate(ds, specs), repeats)
+    inputs = numpy_inputs(plan)
+    # Same arrays, checked once outside timing (first and last batch).
+    for k in sorted({0, len(specs) - 1}):
+        want = numpy_collate(values, offsets, plan.packed, *inputs[k])
+        got = jb.collate(ds, specs[k])
+        assert sorted(got) == sorted(want), (sorted(got), sorted(want))
+        for key, array in want.items():
+            assert got[key].dtype == array.dtype, (key, got[key].dtype, array.dtype)
+            np.testing.assert_array_equal(got[key], array, err_msg=f"{planner} {key}")
+    # The loop is slow and steady: one repeat fewer.
+    np_s, _ = best_of(
+        lambda: run_numpy_collate(values, offsets, plan.packed, inputs), max(1, repeats - 1)
+    )
+    # memcpy anchors: the same number of bytes, in copies of the mean batch size.
+    batch_bytes = max(1, nbytes // len(specs))
+    src = np.ones(batch_bytes, dtype=np.uint8)
+    dst = np.zeros(batch_bytes, dtype=np.uint8)
+    mc_s, _ = best_of(lambda: copy_prealloc(src, dst, len(specs)), repeats)
+    fresh_s, _ = best_of(lambda: copy_fresh(src, len(specs)), repeats)
+    n = ds.num_examples
+    return {
+        "planner": repr(planner),
+        "batches": len(specs),
+        "efficiency": plan.stats.efficiency,
+        "output_bytes": nbytes,
+        "batch_bytes_mean": batch_bytes,
+        "output_arrays": {k: [list(a.shape), str(a.dtype)] for k, a in got.items()},
+        "jaxbatch_seconds": jb_s,
+        "numpy_loop_seconds": np_s,
+        "memcpy_seconds": mc_s,
+        "memcpy_fresh_dst_seconds": fresh_s,
+        "jaxbatch_gb_per_s": nbytes / jb_s / 1e9,
+        "numpy_loop_gb_per_s": nbytes / np_s / 1e9,
+        "memcpy_gb_per_s": nbytes / mc_s / 1e9,
+        "memcpy_fresh_dst_gb_per_s": nbytes / fresh_s / 1e9,
+        "jaxbatch_examples_per_s": n / jb_s,
+        "numpy_loop_examples_per_s": n / np_s,
+        "ratio_jaxbatch_vs_numpy_loop": np_s / jb_s,
+        "ratio_jaxbatch_vs_memcpy": mc_s / jb_s,
+        "ratio_jaxbatch_vs_memcpy_fresh_dst": fresh_s / jb_s,
+    }
+
+
+def bench_collation(datasets: dict[str, tuple], repeats: int) -> dict[str, Any]:
+    configs = {
+        "padded AutoBuckets(16)": jb.AutoBuckets(16, token_budget=COLLATE_TOKEN_BUDGET),
+        "packed Pack best_fit": jb.Pack(ROW_LENGTH, COLLATE_TOKEN_BUDGET // ROW_LENGTH),
+    }
+    out: dict[str, Any] = {}
+    rows, ratio_rows = [], []
+    for dist, dataset in datasets.items():
+        for label, planner in configs.items():
+            r = collate_case(dataset, planner, repeats)
+            name = f"{dist} / {label}"
+            out[name] = r
+            rows.append(
+                [
+                    name,
+                    r["batches"],
+                    pct(r["efficiency"]),
+                    f"{r['batch_bytes_mean'] / 1e6:.0f}",
+                    r["jaxbatch_gb_per_s"],
+                    r["jaxbatch_examples_per_s"] / 1e6,
+                    r["numpy_loop_gb_per_s"],
+                    r["numpy_loop_examples_per_s"] / 1e6,
+                    r["memcpy_gb_per_s"],
+                    r["memcpy_fresh_dst_gb_per_s"],
+                ]
+            )
+            ratio_rows.append(
+                [
+                    name,
+                    f"{r['ratio_jaxbatch_vs_numpy_loop']:.1f}x",
+                    pct(r["ratio_jaxbatch_vs_memcpy"]),
+                    pct(r["ratio_jaxbatch_vs_memcpy_fresh_dst"]),
+                ]
+            )
+    table(
+        f"2. collation throughput (token_budget {COLLATE_TOKEN_BUDGET}, every batch of the plan)",
+        ["plan", "batches", "real", "MB/batch", "jb GB/s", "jb Mex/s", "np GB/s", "np Mex/s"]
+        + ["memcpy GB/s", "memcpy fresh GB/s"],
+        rows,
+        "   GB/s counts every output array (values, mask or segment ids/positions, lengths,\n"
+        "   example_index); Mex/s = million examples per second. np: NumPy per-example loop\n"
+        "   producing the same arrays (checked equal). memcpy: np.copyto between two\n"
+        "   preallocated arrays of the mean batch size, once per batch; memcpy fresh: the same\n"
+        "   into a new np.empty each time (its page faults included).",
+    )
+    table(
+        "2b. collation ratios",
+        ["plan", "jaxbatch / numpy loop", "jaxbatch / memcpy", "jaxbatch / memcpy fresh"],
+        ratio_rows,
+        "   target: jaxbatch >= 50% of memcpy on large batches.",
+    )
+    return out
+
+
+# --------------------------------------------------------------------------- 3. Grain
+
+
+def import_grain():
+    logging.getLogger("absl").setLevel(logging.ERROR)  # "no module named jax" noise
+    import grain
+    import grain.experimental
+
+    return grain
+
+
+def grain_version() -> str:
+    from importlib.metadata import version
+
+    return version("grain")
+
+
+def grain_source(grain, items: list[dict], default_read: bool = False):
+    """Grain's source over in-memory dicts. Reading in the calling thread
+    (num_threads=0, no prefetch) is far faster here than the default
+    ReadOptions (16 threads + prefetch): Grain's best case is the anchor."""
+    source = grain.MapDataset.source(items)
+    if default_read:
+        return source.to_iter_dataset()
+    return source.to_iter_dataset(grain.ReadOptions(num_threads=0, prefetch_buffer_size=0))
+
+
+def grain_pack(grain, items: list[dict], algorithm: str, default_read: bool = False):
+    """Packs `items` with Grain, consumes every row; returns (rows, real tokens)."""
+    cls = {
+        "first_fit": grain.experimental.FirstFitPackIterDataset,
+        "best_fit": grain.experimental.BestFitPackIterDataset,
+    }[algorithm]
+    ds = cls(
+        grain_source(grain, items, default_read),
+        length_struct={"tokens": ROW_LENGTH},
+        num_packing_bins=GRAIN_BINS,
+        shuffle_bins=False,
+    )
+    rows = real = 0
+    for row in ds:
+        rows += 1
+        real += int(np.count_nonzero(row["tokens_segment_ids"]))
+    return rows, real
+
+
+def grain_source_only(grain, items: list[dict]) -> int:
+    return sum(1 for _ in grain_source(grain, items))
+
+
+def jaxbatch_pack(ds: jb.Dataset, planner: jb.Pack, collate: bool) -> jb.BatchPlan:
+    plan = jb.plan(ds, planner)
+    if collate:
+        for spec in plan:
+            jb.collate(ds, spec)
+    return plan
+
+
+def jaxbatch_pack_case(ds: jb.Dataset, planner: jb.Pack, collate: bool, repeats: int) -> dict:
+    seconds, plan = best_of(lambda: jaxbatch_pack(ds, planner, collate), repeats)
+    return {
+        "planner": repr(planner),
+        "collate": collate,
+        "examples": ds.num_examples,
+        "seconds": seconds,
+        "examples_per_s": ds.num_examples / seconds,
+        "rows": plan.stats.padded_elements // ROW_LENGTH,
+        "efficiency": plan.stats.efficiency,
+    }
+
+
+def grain_case(grain, dataset: tuple, n_sub: int, repeats: int) -> dict[str, Any]:
+    """Grain and jaxbatch packing on the first n_sub examples of one distribution."""
+    values, offsets, full_ds = dataset
+    sub_ds = jb.Dataset.from_arrays({"tokens": (values[: offsets[n_sub]], offsets[: n_sub + 1])})
+    items = [{"tokens": values[offsets[i] : offsets[i + 1]]} for i in range(n_sub)]
+    tokens = int(offsets[n_sub])
+    src_s, _ = best_of(lambda: grain_source_only(grain, items), repeats)
+    # Grain with its default ReadOptions, on fewer examples (it is slower still).
+    n_default = min(n_sub, GRAIN_DEFAULT_READ_EXAMPLES)
+    default_s, _ = best_of(
+        lambda: grain_pack(grain, items[:n_default], "first_fit", default_read=True), 1
+    )
+    # About as many examples as fill Grain's open bins once: a streaming window.
+    window = max(1, int(GRAIN_BINS * ROW_LENGTH * n_sub / tokens))
+    out: dict[str, Any] = {
+        "grain_source_only_examples_per_s": n_sub / src_s,
+        "grain_first_fit_default_read_options": {
+            "examples": n_default,
+            "examples_per_s": n_default / default_s,
+        },
+        "window": window,
+    }
+    for algorithm in ("first_fit", "best_fit"):
+        g_s, (g_rows, g_real) = best_of(lambda a=algorithm: grain_pack(grain, items, a), repeats)
+        assert g_real == tokens, (g_real, tokens)
+        pack = jb.Pack(ROW_LENGTH, GRAIN_BINS, algorithm=algorithm, remainder="keep")
+        jbx = {
+            "plan+collate": jaxbatch_pack_case(sub_ds, pack, True, repeats),
+            "plan only": jaxbatch_pack_case(sub_ds, pack, False, repeats),
+            "plan+collate, all examples": jaxbatch_pack_case(full_ds, pack, True, repeats),
+        }
+        if algorithm == "first_fit":
+            local = dataclasses.replace(pack, lookahead=window)
+            jbx[f"plan+collate, lookahead {window}"] = jaxbatch_pack_case(
+                sub_ds, local, True, repeats
+            )
+        g_rate = n_sub / g_s
+        for r in jbx.values():
+            r["ratio_vs_grain"] = r["examples_per_s"] / g_rate
+        out[algorithm] = {
+            "grain_seconds": g_s,
+            "grain_examples_per_s": g_rate,
+            "grain_rows": g_rows,
+            "grain_efficiency": g_real / (g_rows * ROW_LENGTH),
+            "jaxbatch": jbx,
+        }
+    return out
+
+
+def bench_grain(grain, datasets: dict[str, tuple], n_sub: int, repeats: int) -> dict[str, Any]:
+    version = grain_version()
+    out: dict[str, Any] = {
+        "version": version,
+        "api": "grain.experimental.FirstFitPackIterDataset / BestFitPackIterDataset",
+        "subset_examples": n_sub,
+    }
+    rows, ratio_rows = [], []
+    for dist, dataset in datasets.items():
+        r = out[dist] = grain_case(grain, dataset, n_sub, repeats)
+        src_rate = r["grain_source_only_examples_per_s"]
+        rows.append([dist, "Grain source only (no packing)", n_sub, src_rate, "", "", ""])
+        d = r["grain_first_fit_default_read_options"]
+        rows.append(
+            [dist, "Grain first_fit, default ReadOptions", d["examples"], d["examples_per_s"]]
+            + ["", "", ""]
+        )
+        for algorithm in ("first_fit", "best_fit"):
+            g = r[algorithm]
+            rows.append(
+                [dist, f"Grain {algorithm}", n_sub, g["grain_examples_per_s"]]
+                + [pct(g["grain_efficiency"]), g["grain_rows"], "1x"]
+            )
+            for name, j in g["jaxbatch"].items():
+                rows.append(
+                    [dist, f"jaxbatch {algorithm} {name}", j["examples"], j["examples_per_s"]]
+                    + [pct(j["efficiency"]), j["rows"], f"{j['ratio_vs_grain']:.0f}x"]
+                )
+            main, plan_only = g["jaxbatch"]["plan+collate"], g["jaxbatch"]["plan only"]
+            ratio_rows.append(
+                [f"{dist} {algorithm}", f"{main['ratio_vs_grain']:.0f}x"]
+                + [f"{plan_only['ratio_vs_grain']:.0f}x"]
+                + [pct(main["efficiency"]), pct(g["grain_efficiency"])]
+            )
+    table(
+        f"3. packing vs Grain {version} (row_length {ROW_LENGTH}, num_packing_bins = "
+        f"rows_per_batch = {GRAIN_BINS}; Grain on the first {n_sub:,} examples)",
+        ["data", "packer", "examples", "examples/s", "real elements", "rows", "vs Grain"],
+        rows,
+        "   Grain: MapDataset.source(list of {'tokens': np.ndarray}).to_iter_dataset(\n"
+        "   ReadOptions(num_threads=0, prefetch_buffer_size=0)) ->\n"
+        "   grain.experimental.{FirstFit,BestFit}PackIterDataset(length_struct={'tokens': "
+        f"{ROW_LENGTH}}},\n"
+        f"   num_packing_bins={GRAIN_BINS}, shuffle_bins=False); every row consumed. Reading in\n"
+        "   the caller's thread is Grain's fastest setting here; the 'default ReadOptions' row\n"
+        "   (16 read threads, prefetch; one run) is what a default pipeline gets.\n"
+        "   jaxbatch: jb.plan(Pack(..., remainder='keep')) + jb.collate of every batch (the same\n"
+        "   tokens/segment_ids/positions, plus lengths and example_index). Best of repeats.\n"
+        "   jaxbatch best_fit is best-fit decreasing over all examples given and first_fit\n"
+        f"   keeps every row open; Grain's packers see only the {GRAIN_BINS} open bins.\n"
+        "   'lookahead N' closes rows every N examples (about one Grain window): a streaming\n"
+        "   first fit like Grain's. real elements = real tokens / (rows * row_length).",
+    )
+    table(
+        "3b. packing ratios (jaxbatch examples/s / Grain examples/s on the same examples)",
+        ["data / algorithm", "plan+collate", "plan only", "jaxbatch real", "Grain real"],
+        ratio_rows,
+        "   target: jaxbatch >= 20x Grain's throughput at equal or better padding efficiency.",
+    )
+    return out
+
+
+# --------------------------------------------------------------------------- main
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="100k examples, a smoke run")
+    parser.add_argument("--examples", type=int, help="examples per distribution (default 1M)")
+    parser.add_argument("--grain-examples", type=int, help="Grain's subset (default 100k)")
+    parser.add_argument("--repeats", type=int, help="timing repeats, best kept (default 3)")
+    parser.add_argument("--skip-grain", action="store_true", help="leave out section 3")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="JSON results file")
+    args = parser.parse_args(argv)
+    n = args.examples or (100_000 if args.quick else 1_000_000)
+    n_grain = min(n, args.grain_examples or (10_000 if args.quick else 100_000))
+    repeats = args.repeats or (2 if args.quick else 3)
+    grain = None if args.skip_grain else import_grain()
+
+    start = time.perf_counter()
+    print(
+        f"jaxbatch {jb.__version__} core benchmark: {n:,} examples per distribution, best of "
+        f"{repeats}; {os.cpu_count()} CPUs, Python {platform.python_version()}, "
+        f"numpy {np.__version__}"
+    )
+    all_lengths = make_lengths(n)
+    datasets = {}
+    for dist, lengths in all_lengths.items():
+        values, offsets = make_tokens(lengths)
+        datasets[dist] = (values, offsets, jb.Dataset.from_arrays({"tokens": (values, offsets)}))
+
+    results: dict[str, Any] = {
+        "config": {
+            "examples": n,
+            "grain_examples": n_grain,
+            "repeats": repeats,
+            "quick": args.quick,
+            "seed": SEED,
+            "row_length": ROW_LENGTH,
+            "plan_token_budget": PLAN_TOKEN_BUDGET,
+            "collate_token_budget": COLLATE_TOKEN_BUDGET,
+            "grain_num_packing_bins": GRAIN_BINS,
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "numpy": np.__version__,
+            "jaxbatch": jb.__version__,
+            "machine": platform.machine(),
+        },
+        "lengths": {
+            d: {"mean": float(v.mean()), "max": int(v.max()), "tokens": int(v.sum())}
+            for d, v in all_lengths.items()
+        },
+    }
+    results["planning"] = bench_planning(all_lengths, repeats)
+    results["pydoc_targets"] = pydoc_targets()
+    results["collation"] = bench_collation(datasets, repeats)
+    if grain is not None:
+        results["grain"] = bench_grain(grain, datasets, n_grain, repeats)
+    else:
+        print("\n== 3. packing vs Grain: skipped (--skip-grain)")
+    results["total_seconds"] = time.perf_counter() - start
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=2) + "\n")
+    print(f"\nwrote {args.out} ({results['total_seconds']:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
