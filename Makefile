@@ -63,11 +63,13 @@ test-asan: $(VENV)/.deps
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  $(VENV)/bin/ctest --test-dir build/asan --output-on-failure -j $(JOBS)
 
-# The threaded input pipeline's tests under ThreadSanitizer.
+# The threaded input pipeline's tests, and collation (threaded for large
+# batches), under ThreadSanitizer.
 test-tsan: $(VENV)/.deps
 	$(CMAKE) -S . -B build/tsan $(CMAKE_FLAGS) -DCMAKE_BUILD_TYPE=Debug -DJAXBATCH_SANITIZE=thread
-	$(CMAKE) --build build/tsan -j $(JOBS) --target jaxbatch_load_test
+	$(CMAKE) --build build/tsan -j $(JOBS) --target jaxbatch_load_test jaxbatch_core_test
 	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 build/tsan/jaxbatch_load_test
+	TSAN_OPTIONS=halt_on_error=1 build/tsan/jaxbatch_core_test --gtest_filter='Collat*'
 
 test-py: build
 	$(PY) -m pytest

@@ -12,9 +12,11 @@ void BindCollate(nb::module_& m) {
   m.def(
       "collate",
       [](const Dataset& dataset, const BatchPlan& plan, int64_t batch_index,
-         std::vector<std::pair<std::string, double>> pad_values, double default_pad_value) {
+         std::vector<std::pair<std::string, double>> pad_values, double default_pad_value,
+         int64_t max_threads) {
         CollateOptions options{.pad_values = std::move(pad_values),
-                               .default_pad_value = default_pad_value};
+                               .default_pad_value = default_pad_value,
+                               .max_threads = max_threads};
         std::vector<Array> arrays;
         {
           nb::gil_scoped_release release;
@@ -29,7 +31,7 @@ void BindCollate(nb::module_& m) {
         return out;
       },
       nb::arg("dataset"), nb::arg("plan"), nb::arg("batch_index"), nb::arg("pad_values"),
-      nb::arg("default_pad_value"));
+      nb::arg("default_pad_value"), nb::arg("max_threads"));
 }
 
 }  // namespace jaxbatch::bindings

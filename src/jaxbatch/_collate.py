@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -43,12 +44,19 @@ def _aux_of(key: str, ragged: tuple[str, ...]) -> bool:
 
 
 def collate(
-    dataset: Dataset, batch: BatchSpec, *, pad_value: float | Mapping[str, float] = 0
+    dataset: Dataset,
+    batch: BatchSpec,
+    *,
+    pad_value: float | Mapping[str, float] = 0,
+    num_threads: int | None = None,
 ) -> Batch:
     """Fills one planned batch with the dataset's examples, in C++ (GIL
     released): ragged columns padded to the batch shape with ``pad_value``
     (one number, or a dict per column), masks, lengths, segment ids and
     positions for packed rows, fixed columns stacked, and ``example_index``.
+    A large batch (over 4 MiB of output per thread) is filled by up to
+    ``num_threads`` threads (default: the CPU count); buffers are reused
+    across calls once numpy frees them.
 
     Example::
 
@@ -71,7 +79,10 @@ def collate(
         pads, default = [(k, float(v)) for k, v in pad_value.items()], 0.0
     else:
         pads, default = [], float(pad_value)
-    arrays = _core.collate(dataset._core, batch.plan._core, batch.index, pads, default)
+    threads = (os.cpu_count() or 1) if num_threads is None else int(num_threads)
+    if threads < 1:
+        raise ValueError(f"collate: num_threads must be >= 1, found {num_threads!r}")
+    arrays = _core.collate(dataset._core, batch.plan._core, batch.index, pads, default, threads)
     fixed = {n: dataset._core.column(n).is_fixed for n in dataset.column_names}
     return _batch_from_core(
         arrays,

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <exception>
 #include <limits>
+#include <thread>
 
 #include "jaxbatch/base/arena.h"
 #include "jaxbatch/base/error.h"
@@ -100,6 +102,9 @@ class BatchCollator {
       }
     }
     ExampleIndex(out);
+    int64_t bytes = 0;
+    for (const Array& a : out) bytes += a.num_bytes();
+    FillRows(bytes);
     return out;
   }
 
@@ -131,6 +136,35 @@ class BatchCollator {
     return AllocateArray(std::move(name), dtype, std::move(shape), options_.allocator);
   }
 
+  // Runs every column's filler over all rows: in one thread, or for a large
+  // batch split by rows over up to options_.max_threads threads.
+  void FillRows(int64_t bytes) {
+    const int64_t threads = std::clamp<int64_t>(
+        std::min(options_.max_threads, bytes / std::max<int64_t>(options_.min_bytes_per_thread, 1)),
+        1, std::max<int64_t>(rows(), 1));
+    auto fill = [&](int64_t r0, int64_t r1) {
+      for (const auto& filler : fillers_) filler(r0, r1);
+    };
+    if (threads <= 1) return fill(0, rows());
+    std::vector<std::exception_ptr> errors(static_cast<size_t>(threads));
+    std::vector<std::thread> pool;
+    for (int64_t t = 0; t < threads; ++t) {
+      const int64_t r0 = rows() * t / threads;
+      const int64_t r1 = rows() * (t + 1) / threads;
+      pool.emplace_back([&, t, r0, r1] {
+        try {
+          fill(r0, r1);
+        } catch (...) {
+          errors[static_cast<size_t>(t)] = std::current_exception();
+        }
+      });
+    }
+    for (std::thread& thread : pool) thread.join();
+    for (const std::exception_ptr& e : errors) {
+      if (e) std::rethrow_exception(e);
+    }
+  }
+
   int64_t rows() const { return view_.shape.rows; }
   int64_t slots() const { return layout_.packed ? view_.shape.segments : 1; }
 
@@ -147,28 +181,32 @@ class BatchCollator {
     // Short rows: clear the whole batch once, then copy the examples in, so
     // each row costs one memcpy instead of four calls.
     const bool bulk = pad.zero && row_bytes < kBulkClearRowBytes;
-    if (bulk) {
-      std::memset(values.data, 0, static_cast<size_t>(rows() * row_bytes));
-      std::memset(mask.data, 0, static_cast<size_t>(rows() * length));
-    }
-    for (int64_t r = 0; r < rows(); ++r) {
-      const std::span<const int64_t> examples = view_.row_examples(r);
-      const int64_t n = examples.empty() ? 0
-                                         : Take(column, examples[0], length,
-                                                planned && layout_.allow_truncate, view_.index);
-      uint8_t* row = values.data + r * row_bytes;
-      if (n > 0) {
-        std::memcpy(row, column.example_data(examples[0]),
-                    static_cast<size_t>(n * column.row_bytes()));
+    const bool truncate = planned && layout_.allow_truncate;
+    uint8_t* values_out = values.data;
+    uint8_t* mask_out = mask.data;
+    fillers_.push_back([=, this, &column](int64_t r0, int64_t r1) {
+      if (bulk) {
+        std::memset(values_out + r0 * row_bytes, 0, static_cast<size_t>((r1 - r0) * row_bytes));
+        std::memset(mask_out + r0 * length, 0, static_cast<size_t>((r1 - r0) * length));
       }
-      std::memset(mask.data + r * length, 1, static_cast<size_t>(n));
-      if (!bulk) {
-        FillPattern(row + n * column.row_bytes(), (length - n) * column.inner_size(), pad.bytes,
-                    item, pad.zero);
-        std::memset(mask.data + r * length + n, 0, static_cast<size_t>(length - n));
+      for (int64_t r = r0; r < r1; ++r) {
+        const std::span<const int64_t> examples = view_.row_examples(r);
+        const int64_t n =
+            examples.empty() ? 0 : Take(column, examples[0], length, truncate, view_.index);
+        uint8_t* row = values_out + r * row_bytes;
+        if (n > 0) {
+          std::memcpy(row, column.example_data(examples[0]),
+                      static_cast<size_t>(n * column.row_bytes()));
+        }
+        std::memset(mask_out + r * length, 1, static_cast<size_t>(n));
+        if (!bulk) {
+          FillPattern(row + n * column.row_bytes(), (length - n) * column.inner_size(), pad.bytes,
+                      item, pad.zero);
+          std::memset(mask_out + r * length + n, 0, static_cast<size_t>(length - n));
+        }
+        lengths_out[r] = static_cast<int32_t>(n);
       }
-      lengths_out[r] = static_cast<int32_t>(n);
-    }
+    });
     out.push_back(std::move(values));
     out.push_back(std::move(mask));
     out.push_back(std::move(lengths));
@@ -193,31 +231,34 @@ class BatchCollator {
     auto* pos_out = reinterpret_cast<int32_t*>(positions.data);
     auto* len_out = reinterpret_cast<int32_t*>(lengths.data);
     const int64_t row_bytes = length * column.row_bytes();
-    for (int64_t r = 0; r < rows(); ++r) {
-      uint8_t* row = values.data + r * row_bytes;
-      int32_t* ids = ids_out + r * length;
-      int32_t* pos = pos_out + r * length;
-      int32_t* lens = len_out + r * segments;
-      int64_t used = 0;
-      int32_t segment = 0;
-      for (int64_t e : view_.row_examples(r)) {
-        const int64_t n = Take(column, e, length - used, layout_.allow_truncate, view_.index);
-        if (n > 0) {
-          std::memcpy(row + used * column.row_bytes(), column.example_data(e),
-                      static_cast<size_t>(n * column.row_bytes()));
+    uint8_t* values_out = values.data;
+    fillers_.push_back([=, this, &column](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        uint8_t* row = values_out + r * row_bytes;
+        int32_t* ids = ids_out + r * length;
+        int32_t* pos = pos_out + r * length;
+        int32_t* lens = len_out + r * segments;
+        int64_t used = 0;
+        int32_t segment = 0;
+        for (int64_t e : view_.row_examples(r)) {
+          const int64_t n = Take(column, e, length - used, layout_.allow_truncate, view_.index);
+          if (n > 0) {
+            std::memcpy(row + used * column.row_bytes(), column.example_data(e),
+                        static_cast<size_t>(n * column.row_bytes()));
+          }
+          ++segment;
+          std::fill(ids + used, ids + used + n, segment);
+          for (int64_t k = 0; k < n; ++k) pos[used + k] = static_cast<int32_t>(k);
+          lens[segment - 1] = static_cast<int32_t>(n);
+          used += n;
         }
-        ++segment;
-        std::fill(ids + used, ids + used + n, segment);
-        for (int64_t k = 0; k < n; ++k) pos[used + k] = static_cast<int32_t>(k);
-        lens[segment - 1] = static_cast<int32_t>(n);
-        used += n;
+        FillPattern(row + used * column.row_bytes(), (length - used) * column.inner_size(),
+                    pad.bytes, item, pad.zero);
+        std::fill(ids + used, ids + length, 0);
+        std::fill(pos + used, pos + length, 0);
+        std::fill(lens + segment, lens + segments, 0);
       }
-      FillPattern(row + used * column.row_bytes(), (length - used) * column.inner_size(), pad.bytes,
-                  item, pad.zero);
-      std::fill(ids + used, ids + length, 0);
-      std::fill(pos + used, pos + length, 0);
-      std::fill(lens + segment, lens + segments, 0);
-    }
+    });
     out.push_back(std::move(values));
     out.push_back(std::move(segment_ids));
     out.push_back(std::move(positions));
@@ -230,17 +271,20 @@ class BatchCollator {
     if (layout_.packed) lead.push_back(slots());
     Array values = Alloc(column.name(), column.dtype(), WithInner(lead, column));
     const int64_t bytes = column.row_bytes();
-    for (int64_t r = 0; r < rows(); ++r) {
-      const std::span<const int64_t> examples = view_.row_examples(r);
-      uint8_t* row = values.data + r * slots() * bytes;
-      const auto n = static_cast<int64_t>(examples.size());
-      for (int64_t s = 0; s < n; ++s) {
-        std::memcpy(row + s * bytes, column.example_data(examples[static_cast<size_t>(s)]),
-                    static_cast<size_t>(bytes));
+    uint8_t* values_out = values.data;
+    fillers_.push_back([=, this, &column](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const std::span<const int64_t> examples = view_.row_examples(r);
+        uint8_t* row = values_out + r * slots() * bytes;
+        const auto n = static_cast<int64_t>(examples.size());
+        for (int64_t s = 0; s < n; ++s) {
+          std::memcpy(row + s * bytes, column.example_data(examples[static_cast<size_t>(s)]),
+                      static_cast<size_t>(bytes));
+        }
+        FillPattern(row + n * bytes, (slots() - n) * column.inner_size(), pad.bytes,
+                    ItemSize(column.dtype()), pad.zero);
       }
-      FillPattern(row + n * bytes, (slots() - n) * column.inner_size(), pad.bytes,
-                  ItemSize(column.dtype()), pad.zero);
-    }
+    });
     out.push_back(std::move(values));
   }
 
@@ -249,12 +293,14 @@ class BatchCollator {
     if (layout_.packed) shape.push_back(slots());
     Array index = Alloc("example_index", DType::kInt64, shape);
     auto* index_out = reinterpret_cast<int64_t*>(index.data);
-    for (int64_t r = 0; r < rows(); ++r) {
-      const std::span<const int64_t> examples = view_.row_examples(r);
-      int64_t* row = index_out + r * slots();
-      std::copy(examples.begin(), examples.end(), row);
-      std::fill(row + examples.size(), row + slots(), -1);
-    }
+    fillers_.push_back([=, this](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const std::span<const int64_t> examples = view_.row_examples(r);
+        int64_t* row = index_out + r * slots();
+        std::copy(examples.begin(), examples.end(), row);
+        std::fill(row + examples.size(), row + slots(), -1);
+      }
+    });
     out.push_back(std::move(index));
   }
 
@@ -263,6 +309,8 @@ class BatchCollator {
   BatchView view_;
   const CollateOptions& options_;
   std::string length_column_;
+  // Per column: fills rows [r0, r1) of the arrays it allocated.
+  std::vector<std::function<void(int64_t, int64_t)>> fillers_;
 };
 
 }  // namespace

@@ -38,6 +38,7 @@
 namespace jaxbatch {
 
 inline constexpr double kDefaultPadValue = 0.0;
+inline constexpr int64_t kDefaultMinBytesPerThread = int64_t{4} << 20;
 
 // A dense output array. `data` points into memory that `owner` keeps alive,
 // so an array can be handed to numpy without a copy.
@@ -63,6 +64,11 @@ struct CollateOptions {
   std::vector<std::pair<std::string, double>> pad_values;
   double default_pad_value = kDefaultPadValue;
   Allocator allocator;  // empty: SharedArena(), reused across calls
+  // Threads one large batch may be filled with (split by rows, at least
+  // min_bytes_per_thread of output each). A loader, whose workers already run batches in
+  // parallel, keeps 1.
+  int64_t max_threads = 1;
+  int64_t min_bytes_per_thread = kDefaultMinBytesPerThread;
 };
 
 // How a batch's rows are laid out: what a collator needs of its plan.

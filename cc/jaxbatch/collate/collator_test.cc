@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "jaxbatch/base/error.h"
+#include "jaxbatch/base/testing.h"
 #include "jaxbatch/data/dataset.h"
 #include "jaxbatch/data/ragged_column.h"
 #include "jaxbatch/plan/batch_plan.h"
@@ -23,20 +24,8 @@
 namespace jaxbatch {
 namespace {
 
-template <typename E, typename F>
-std::string ThrownMessage(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an exception, none was thrown";
-  return "";
-}
-
-bool Contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
+using testing::Contains;
+using testing::ThrownMessage;
 
 template <typename T>
 std::vector<uint8_t> Bytes(T value) {
@@ -441,6 +430,36 @@ TEST(CollateTest, PackedPlansMatchReference) {
                                        .algorithm = algorithm,
                                        .remainder = remainder});
       CheckEveryBatch(source, ds, kPackable, kAligned, plan, PadOptions(), PadBytes);
+    }
+  }
+}
+
+// Large batches are filled by several threads split by rows: byte for byte
+// what one thread writes, for padded and packed plans.
+TEST(CollateTest, ThreadedFillingEqualsOneThread) {
+  std::mt19937 rng(33);
+  const Source source = MakeSource(rng, 60, 12);
+  const Dataset ds = source.MakeDataset({kPackable.begin(), kPackable.end()});
+  const std::vector<int64_t> lengths = ds.column("tokens").Lengths();
+  const std::vector<PlannerOptions> all = {
+      AutoBucketsOptions{.max_shapes = 2, .batch_size = 7},
+      PackOptions{.row_length = 16, .rows_per_batch = 5, .max_segments_per_row = 4}};
+  for (const PlannerOptions& options : all) {
+    BatchPlan plan = Plan(lengths, options);
+    plan.length_column = "tokens";
+    CollateOptions threaded;
+    threaded.max_threads = 3;
+    threaded.min_bytes_per_thread = 1;
+    for (int64_t b = 0; b < plan.num_batches(); ++b) {
+      const std::vector<Array> one = Collate(ds, plan, b, {});
+      const std::vector<Array> many = Collate(ds, plan, b, threaded);
+      ASSERT_EQ(one.size(), many.size());
+      for (size_t k = 0; k < one.size(); ++k) {
+        ASSERT_EQ(one[k].shape, many[k].shape);
+        EXPECT_EQ(0,
+                  std::memcmp(one[k].data, many[k].data, static_cast<size_t>(one[k].num_bytes())))
+            << one[k].name << " of batch " << b;
+      }
     }
   }
 }

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "jaxbatch/base/error.h"
+#include "jaxbatch/base/testing.h"
 #include "jaxbatch/data/dataset.h"
 #include "jaxbatch/data/dtype.h"
 #include "jaxbatch/data/ragged_column.h"
@@ -23,21 +24,8 @@
 namespace jaxbatch {
 namespace {
 
-// The message of the E that `f` throws ("" and a failure when none).
-template <typename E, typename F>
-std::string ThrownMessage(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an exception, none was thrown";
-  return "";
-}
-
-bool Contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
+using testing::Contains;
+using testing::ThrownMessage;
 
 template <typename T>
 T Encode(double value, DType dtype) {

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "jaxbatch/base/error.h"
+#include "jaxbatch/base/testing.h"
 #include "jaxbatch/plan/batch_plan.h"
 #include "jaxbatch/plan/buckets.h"
 #include "jaxbatch/plan/packer.h"
@@ -25,20 +26,8 @@
 namespace jaxbatch {
 namespace {
 
-template <typename E, typename F>
-std::string ThrownMessage(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an exception, none was thrown";
-  return "";
-}
-
-bool Contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
+using testing::Contains;
+using testing::ThrownMessage;
 
 int64_t RoundUp(int64_t value, int64_t multiple) {
   int64_t rounded = multiple;
