@@ -312,6 +312,14 @@ def test_map_over_a_loader_warns_when_compilations_exceed_the_plan():
             _map._plan_shapes = original
 
 
+def test_map_progress_bar_counts_examples(capsys):
+    _, ds = ragged_dataset(n=20)
+    result = jb.map(masked_sum, ds, batch_size=8, progress=True)
+    assert len(result.outputs) == 20
+    err = capsys.readouterr().err
+    assert "jb.map: 20ex" in err and "compiles=" in err
+
+
 def test_map_argument_errors():
     _, ds = ragged_dataset(n=5)
     for kwargs, message in [

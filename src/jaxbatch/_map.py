@@ -144,6 +144,7 @@ def map(  # noqa: A001 - the name users expect, as jax.lax.map
     check: Callable | None = None,
     on_error: str = "raise",
     memory_budget: int | str | None = None,
+    progress: bool = False,
 ) -> MapResult:
     """Runs a per-example function over every batch, safely.
 
@@ -167,6 +168,8 @@ def map(  # noqa: A001 - the name users expect, as jax.lax.map
       the compiled function per example; failing examples are quarantined
       (``on_error="quarantine"``, their index and reason in
       ``result.quarantine``) or the first one raises (``"raise"``).
+    * ``progress=True`` shows a tqdm bar of examples (when tqdm is installed;
+      otherwise a log line every 100 batches).
     * Compile accounting: ``stats`` holds compilations (distinct shapes),
       compile and run time; a warning is issued when compilations exceed the
       planner's shape count (plus one per OOM back-off).
@@ -193,6 +196,7 @@ def map(  # noqa: A001 - the name users expect, as jax.lax.map
     outputs: dict[int, Any] = {}
     quarantine: list[dict[str, Any]] = []
     limit: int | None = None
+    bar = _progress_bar(progress)
     for batch in batches:
         arrays = dict(batch)
         rows = len(arrays["example_index"])
@@ -223,9 +227,14 @@ def map(  # noqa: A001 - the name users expect, as jax.lax.map
             start = stop
         out = _concat([p for p, _ in pieces])
         flags = np.concatenate([f for _, f in pieces])
+        before = stats.examples
         _collect(out, flags, batch, stats, outputs, quarantine, on_error)
         stats.batches += 1
+        if bar is not None:
+            bar(stats.examples - before, stats)
     stats.rows_limit = limit
+    if bar is not None:
+        bar(0, stats, done=True)
     allowed = (expected_shapes or 0) + len(stats.backoffs)
     if expected_shapes is not None and stats.compilations > allowed:
         warnings.warn(
@@ -234,6 +243,28 @@ def map(  # noqa: A001 - the name users expect, as jax.lax.map
             stacklevel=2,
         )
     return MapResult(outputs, quarantine, stats)
+
+
+def _progress_bar(enabled: bool):
+    """A callback advancing a tqdm bar (or logging) by examples, or None."""
+    if not enabled:
+        return None
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:
+        tqdm = None
+    bar = tqdm(unit="ex", desc="jb.map") if tqdm is not None else None
+
+    def update(examples: int, stats: MapStats, done: bool = False) -> None:
+        if bar is not None:
+            bar.update(examples)
+            bar.set_postfix(compiles=stats.compilations, backoffs=len(stats.backoffs))
+            if done:
+                bar.close()
+        elif done or stats.batches % 100 == 0:
+            log.info("jb.map: %s", stats)
+
+    return update
 
 
 def jax_tree_slice(tree, count):
