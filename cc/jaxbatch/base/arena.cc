@@ -9,7 +9,12 @@ namespace jaxbatch {
 struct BufferArena::Pool {
   std::mutex mu;
   std::condition_variable released;
-  std::multimap<size_t, std::unique_ptr<uint8_t[]>> free;  // capacity -> buffer
+  struct Pooled {
+    std::unique_ptr<uint8_t[]> buffer;
+    uint64_t released_at = 0;  // for evicting the least recently released
+  };
+  std::multimap<size_t, Pooled> free;  // capacity -> buffer
+  uint64_t clock = 0;
   int64_t limit = 0;
   int64_t max_pooled = -1;
   int64_t allocations = 0;
@@ -22,10 +27,20 @@ struct BufferArena::Pool {
     {
       std::lock_guard<std::mutex> lock(mu);
       in_use -= static_cast<int64_t>(capacity);
-      const bool room = max_pooled < 0 || pooled + static_cast<int64_t>(capacity) <= max_pooled;
-      if (!closed && room) {
-        pooled += static_cast<int64_t>(capacity);
-        free.emplace(capacity, std::move(buffer));
+      const auto bytes = static_cast<int64_t>(capacity);
+      if (!closed && (max_pooled < 0 || bytes <= max_pooled)) {
+        // Over the cap, the least recently released buffers go first: sizes
+        // a planner no longer produces make room for the ones in use now.
+        while (max_pooled >= 0 && pooled + bytes > max_pooled && !free.empty()) {
+          auto oldest = free.begin();
+          for (auto it = free.begin(); it != free.end(); ++it) {
+            if (it->second.released_at < oldest->second.released_at) oldest = it;
+          }
+          pooled -= static_cast<int64_t>(oldest->first);
+          free.erase(oldest);
+        }
+        pooled += bytes;
+        free.emplace(capacity, Pooled{std::move(buffer), ++clock});
       }
     }
     released.notify_all();
@@ -65,7 +80,7 @@ std::shared_ptr<void> BufferArena::Acquire(size_t bytes, uint8_t** data) {
   std::unique_ptr<uint8_t[]> buffer;
   auto it = pool.free.find(capacity);
   if (it != pool.free.end()) {
-    buffer = std::move(it->second);
+    buffer = std::move(it->second.buffer);
     pool.free.erase(it);
     pool.pooled -= static_cast<int64_t>(capacity);
   } else {

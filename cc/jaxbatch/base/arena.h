@@ -33,7 +33,8 @@ class BufferArena {
  public:
   // limit_bytes = 0: no limit on bytes handed out at once.
   // max_pooled_bytes < 0: keep every released buffer for reuse; otherwise a
-  // release that would pool more than that frees the buffer instead.
+  // release that would pool more than that first frees the least recently
+  // released buffers.
   explicit BufferArena(int64_t limit_bytes = 0, int64_t max_pooled_bytes = -1);
   ~BufferArena();
   BufferArena(const BufferArena&) = delete;

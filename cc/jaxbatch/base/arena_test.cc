@@ -73,6 +73,30 @@ TEST(BufferArenaTest, CloseWakesWaitersWithAnError) {
   EXPECT_TRUE(failed.load());
 }
 
+TEST(BufferArenaTest, PoolCapEvictsTheLeastRecentlyReleased) {
+  BufferArena arena(/*limit_bytes=*/0, /*max_pooled_bytes=*/250);
+  uint8_t* data;
+  {
+    auto a = arena.Acquire(100, &data);
+  }  // pooled: 100
+  {
+    auto b = arena.Acquire(120, &data);
+  }  // pooled: 100, 120
+  {
+    auto c = arena.Acquire(90, &data);
+  }  // 310 > 250: the 100 goes
+  EXPECT_EQ(arena.bytes_pooled(), 210);
+  EXPECT_EQ(arena.allocations(), 3);
+  {
+    auto again = arena.Acquire(120, &data);
+  }  // reused, not allocated
+  EXPECT_EQ(arena.allocations(), 3);
+  {
+    auto big = arena.Acquire(300, &data);
+  }  // over the cap alone: freed, not pooled
+  EXPECT_EQ(arena.bytes_pooled(), 210);
+}
+
 TEST(BufferArenaTest, BufferOutlivesTheArena) {
   std::shared_ptr<void> owner;
   uint8_t* data;
