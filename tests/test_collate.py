@@ -154,6 +154,24 @@ def test_unbatch_packed_per_segment_outputs():
         assert len(x) == ds.lengths()[e]
 
 
+def test_unbatch_ambiguous_shapes_follow_per_token():
+    ds = jb.Dataset.from_arrays({"tokens": [np.arange(n) for n in (3, 2, 4)]})
+    batch = jb.collate(ds, jb.plan(ds, jb.Pack(row_length=6, rows_per_batch=2))[0])
+    per_segment = batch["tokens_lengths"] * 10  # [rows, 6]: S == L == 6
+    out = jb.unbatch({"score": per_segment}, batch, per_token=False)
+    for (r, s), e in np.ndenumerate(batch["example_index"]):
+        if e >= 0:
+            assert out[e]["score"] == per_segment[r, s] == 10 * ds.lengths()[e]
+    guessed = jb.unbatch({"score": per_segment}, batch)  # taken as per-token
+    assert all(np.ndim(v["score"]) == 1 for v in guessed.values())
+    padded = jb.collate(ds, jb.plan(ds, jb.PadToMax(batch_size=3))[0])
+    logits = np.arange(12).reshape(3, 4)  # per-row, with 4 == L by chance
+    rows = jb.unbatch({"logits": logits}, padded, per_token={"logits": False})
+    np.testing.assert_array_equal(rows[2]["logits"], logits[2])
+    with pytest.raises(ValueError, match="is per-token but its second axis"):
+        jb.unbatch({"p": np.zeros((3, 5))}, padded, per_token=True)
+
+
 def test_collated_arrays_own_their_memory():
     ds = jb.Dataset.from_arrays({"tokens": [np.arange(3, dtype=np.int32)] * 4})
     plan = jb.plan(ds, jb.PadToMax(batch_size=4))

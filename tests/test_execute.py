@@ -59,6 +59,20 @@ def test_vmap_equals_jax_vmap_over_pytrees_axes_and_chunks(n, chunk, p_axis, out
     assert_trees_close(ours(d, w), ref, rtol=1e-3, atol=1e-3)
 
 
+def test_chunked_vmap_with_mapped_and_unmapped_leaves_in_one_argument():
+    x = jnp.arange(30.0).reshape(10, 3)
+    for w in (jnp.arange(9.0).reshape(3, 3), jnp.arange(12.0).reshape(4, 3)[:3]):
+        f = lambda p: p["x"] @ p["w"]  # noqa: E731
+        ref = jax.vmap(f, in_axes=({"x": 0, "w": None},))({"x": x, "w": w})
+        got = jb.vmap(f, in_axes=({"x": 0, "w": None},), chunk_size=3)({"x": x, "w": w})
+        np.testing.assert_allclose(got, ref)
+    w4 = jnp.ones((4, 3))  # leading size equal to the number of chunks: must not be scanned
+    g = lambda p: p["x"].sum() + p["w"].sum()  # noqa: E731
+    ref = jax.vmap(g, in_axes=({"x": 0, "w": None},))({"x": x, "w": w4})
+    got = jb.vmap(g, in_axes=({"x": 0, "w": None},), chunk_size=3)({"x": x, "w": w4})
+    np.testing.assert_allclose(got, ref)
+
+
 def test_vmap_keyword_arguments_are_mapped_like_jax():
     x = jnp.arange(6.0).reshape(3, 2)
     s = jnp.arange(3.0)
@@ -252,6 +266,14 @@ def test_map_splits_on_real_oom_errors_without_losing_examples(caplog):
     assert result.stats.backoffs == [(16, 8), (8, 4)]
     assert result.stats.rows_limit == 4
     assert "out of memory at 16 rows; retrying with 8" in caplog.text
+
+
+def test_a_small_batch_does_not_shrink_later_batches():
+    _, ds = ragged_dataset(n=60)
+    planner = jb.FixedBuckets([8, 32], token_budget=64)  # shapes (8, 8) and (2, 32)
+    result = jb.map(masked_sum, jb.Loader(ds, planner, shuffle=True, seed=3))
+    assert result.stats.rows_limit is None and result.stats.backoffs == []
+    assert result.stats.compilations == 2 == result.stats.expected_shapes
 
 
 def test_map_raises_a_summary_below_min_batch_size():

@@ -239,6 +239,10 @@ def test_state_is_small_and_does_not_grow_with_data_or_prefetch():
 def test_state_from_another_dataset_or_planner_is_refused():
     loader = jb.Loader(make_dataset(n=30), jb.PadToMax(8))
     state = loader.get_state()
+    with pytest.raises(ValueError, match="saved with shard"):
+        jb.Loader(make_dataset(n=30), jb.PadToMax(8), shard=(0, 2), state=state)
+    with pytest.raises(ValueError, match="saved with shuffle"):
+        jb.Loader(make_dataset(n=30), jb.PadToMax(8), shuffle="block", state=state)
     with pytest.raises(ValueError, match="saved for 30 examples but this source has 31"):
         jb.Loader(make_dataset(n=31), jb.PadToMax(8), state=state)
     with pytest.raises(ValueError, match="saved with planner"):
@@ -249,8 +253,10 @@ def test_host_memory_limit():
     ds = make_dataset(n=100)
     limited = jb.Loader(ds, jb.PadToMax(8), host_memory_limit=1 << 20, prefetch=2)
     assert sum(b["example_index"].size for b in limited) >= 100
-    with pytest.raises(ValueError, match="raise host_memory_limit"):
-        next(jb.Loader(ds, jb.PadToMax(8), host_memory_limit=64))
+    with pytest.raises(
+        ValueError, match=r"host_memory_limit 64 bytes holds fewer than prefetch \+ 2"
+    ):
+        jb.Loader(ds, jb.PadToMax(8), host_memory_limit=64)
 
 
 def write_sources(tmp_path):

@@ -109,7 +109,12 @@ def _batch_from_core(arrays, index, shape, packed, length_column, ragged, fixed)
     return out
 
 
-def unbatch(outputs: Mapping[str, Any] | Any, batch: Batch) -> dict[int, Any]:
+def unbatch(
+    outputs: Mapping[str, Any] | Any,
+    batch: Batch,
+    *,
+    per_token: bool | Mapping[str, bool] | None = None,
+) -> dict[int, Any]:
     """Per-example results with the padding removed, keyed by example index.
 
     ``outputs`` is an array or a dict of arrays whose leading axis is the
@@ -142,13 +147,28 @@ def unbatch(outputs: Mapping[str, Any] | Any, batch: Batch) -> dict[int, Any]:
                 f"{batch.shape.rows} rows"
             )
         if key in batch.ragged_columns:
-            lengths, per_token = np.asarray(batch[key + "_lengths"]), True
+            lengths, token_level = np.asarray(batch[key + "_lengths"]), True
         elif key in batch.fixed_columns:
-            lengths, per_token = None, False
+            lengths, token_level = None, False
         else:
             lengths = np.asarray(batch[batch.length_column + "_lengths"])
-            per_token = array.ndim >= 2 and array.shape[1] == batch.shape.length
-        pieces = (_unpack if batch.packed else _unpad)(array, index, lengths, per_token)
+            forced = per_token.get(key) if isinstance(per_token, Mapping) else per_token
+            token_level = (
+                array.ndim >= 2 and array.shape[1] == batch.shape.length
+                if forced is None
+                else bool(forced)
+            )
+        own_length = key in batch.ragged_columns  # a non-aligned column has its own width
+        if (
+            token_level
+            and not own_length
+            and (array.ndim < 2 or array.shape[1] != batch.shape.length)
+        ):
+            raise ValueError(
+                f"unbatch: output {key!r} of shape {array.shape} is per-token but its second "
+                f"axis is not the batch's padded length {batch.shape.length}"
+            )
+        pieces = (_unpack if batch.packed else _unpad)(array, index, lengths, token_level)
         for example, piece in pieces:
             if single:
                 result[example] = piece

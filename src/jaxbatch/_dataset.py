@@ -28,6 +28,11 @@ class Dataset:
     """
 
     def __init__(self, core: _core.Dataset):
+        if not isinstance(core, _core.Dataset):
+            raise TypeError(
+                "Dataset: build one with Dataset.from_arrays({...}) or "
+                f"Dataset.from_arrow(table), found Dataset({type(core).__name__})"
+            )
         self._core = core
 
     @classmethod

@@ -46,7 +46,10 @@ class LoaderStats:
     yielded, ``skipped`` and ``quarantined`` bad records, and ``dropped`` by a
     remainder policy (the plan's, or the shards' uneven tail). Counts add up
     over epochs: yielded + skipped + quarantined + dropped = epochs entered x
-    dataset size."""
+    dataset size. With ``shard``, ``batches`` and ``examples`` are this
+    process's while ``skipped``, ``quarantined`` and ``dropped`` count the
+    whole data set (every process plans it alike): sum ``examples`` across
+    processes, not the others."""
 
     batches: int
     examples: int
@@ -204,6 +207,13 @@ class Loader:
                 f"Loader: the state was saved for {state.get('num_examples')} examples but this "
                 f"source has {self.dataset.num_examples}"
             )
+        stream = self._stream_settings()
+        for key, value in stream.items():
+            if state.get(key) != value:
+                raise ValueError(
+                    f"Loader: the state was saved with {key}={state.get(key)!r} but this loader "
+                    f"has {key}={value!r}; the stream would differ"
+                )
         if state.get("planner") != repr(self.planner):
             raise ValueError(
                 f"Loader: the state was saved with planner {state.get('planner')} but this "
@@ -223,8 +233,17 @@ class Loader:
             version=_STATE_VERSION,
             num_examples=self.dataset.num_examples,
             planner=repr(self.planner),
+            **self._stream_settings(),
         )
         return out
+
+    def _stream_settings(self) -> dict[str, Any]:
+        """What, beside the seed and planner, decides the stream."""
+        return {
+            "shuffle": self._args["shuffle"].name.rstrip("_"),
+            "block_size": self._args["block_size"],
+            "shard": [self._args["shard_index"], self._args["shard_count"]],
+        }
 
     def set_state(self, state: Mapping[str, Any]) -> None:
         """Continues from `state` (from :meth:`get_state`) with exactly the

@@ -37,7 +37,7 @@ class MapStats:
     compile_seconds: float = 0.0
     run_seconds: float = 0.0
     backoffs: list[tuple[int, int]] = dataclasses.field(default_factory=list)
-    rows_limit: int | None = None
+    rows_limit: int | None = None  # rows per chunk after OOM back-offs (None: never backed off)
     expected_shapes: int | None = None
 
     @property
@@ -172,7 +172,7 @@ def map(  # noqa: A001 - the name users expect, as jax.lax.map
       otherwise a log line every 100 batches).
     * Compile accounting: ``stats`` holds compilations (distinct shapes),
       compile and run time; a warning is issued when compilations exceed the
-      planner's shape count (plus one per OOM back-off).
+      planner's shape count (times one plus the number of OOM back-offs).
     """
     if on_oom not in ("split", "raise"):
         raise ValueError(f"jb.map: on_oom must be 'split' or 'raise', found {on_oom!r}")
@@ -195,12 +195,34 @@ def map(  # noqa: A001 - the name users expect, as jax.lax.map
     stats.expected_shapes = expected_shapes
     outputs: dict[int, Any] = {}
     quarantine: list[dict[str, Any]] = []
-    limit: int | None = None
     bar = _progress_bar(progress)
+    try:
+        _run_batches(
+            batches,
+            executor,
+            stats,
+            outputs,
+            quarantine,
+            on_error,
+            on_oom,
+            backoff,
+            min_batch_size,
+            bar,
+        )
+    finally:
+        if isinstance(batches, Loader) and batches is not data:
+            batches.close()  # The loader jb.map made for a Dataset.
+    return _finish(stats, expected_shapes, outputs, quarantine, bar)
+
+
+def _run_batches(
+    batches, executor, stats, outputs, quarantine, on_error, on_oom, backoff, min_batch_size, bar
+):
+    oom_limit = None
     for batch in batches:
         arrays = dict(batch)
         rows = len(arrays["example_index"])
-        limit = rows if limit is None else min(limit, rows)
+        limit = rows if oom_limit is None else min(oom_limit, rows)
         start = 0
         pieces = []
         while start < rows:
@@ -220,7 +242,8 @@ def map(  # noqa: A001 - the name users expect, as jax.lax.map
                     ) from e
                 log.warning("jb.map: out of memory at %d rows; retrying with %d", limit, new)
                 stats.backoffs.append((limit, new))
-                limit = new
+                limit = oom_limit = new
+                stats.rows_limit = oom_limit
                 continue
             count = stop - start
             pieces.append((jax_tree_slice(out, count), flags[:count]))
@@ -232,15 +255,18 @@ def map(  # noqa: A001 - the name users expect, as jax.lax.map
         stats.batches += 1
         if bar is not None:
             bar(stats.examples - before, stats)
-    stats.rows_limit = limit
+
+
+def _finish(stats, expected_shapes, outputs, quarantine, bar):
     if bar is not None:
         bar(0, stats, done=True)
-    allowed = (expected_shapes or 0) + len(stats.backoffs)
+    # Each back-off may give every shape one new chunk shape.
+    allowed = (expected_shapes or 0) * (1 + len(stats.backoffs))
     if expected_shapes is not None and stats.compilations > allowed:
         warnings.warn(
             f"jb.map: {stats.compilations} compilations for a plan of {expected_shapes} shapes "
             f"({len(stats.backoffs)} OOM back-offs); something varies the input shapes",
-            stacklevel=2,
+            stacklevel=3,
         )
     return MapResult(outputs, quarantine, stats)
 

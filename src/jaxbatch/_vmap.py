@@ -147,20 +147,28 @@ def _chunked_jit(fun, in_axes, out_axes, size, kw_names, args, kw_values):
         for a, ax_tree in zip(front_args, front_axes, strict=True)
     )
     split_kwargs = jax.tree_util.tree_map(split, kwargs)
-    mapped_positions = [
-        i
-        for i, ax in enumerate(front_axes)
-        if any(v is not None for v in jax.tree_util.tree_leaves(ax, is_leaf=lambda x: x is None))
-    ]
-    # lax.map carries only the mapped arguments; the rest are closed over.
-    carried = tuple(split_args[i] for i in mapped_positions)
+    # lax.map carries only the mapped leaves; unmapped leaves (even inside an
+    # argument that also has mapped ones) are closed over, never scanned.
+    leaves, defs, leaf_axes = [], [], []
+    for a, ax_tree in zip(split_args, front_axes, strict=True):
+        arg_leaves, arg_def = jax.tree_util.tree_flatten(a)
+        axes_of = jax.tree_util.tree_leaves(ax_tree, is_leaf=lambda x: x is None)
+        defs.append((arg_def, len(arg_leaves)))
+        leaves.extend(arg_leaves)
+        leaf_axes.extend(axes_of)
+    mapped_idx = [k for k, ax in enumerate(leaf_axes) if ax is not None]
+    carried = [leaves[k] for k in mapped_idx]
 
     def one_chunk(chunk):
-        chunk_args, chunk_kwargs = chunk
-        full = list(split_args)
-        for i, value in zip(mapped_positions, chunk_args, strict=True):
-            full[i] = value
-        return jax.vmap(fun, in_axes=front_axes, out_axes=0)(*full, **chunk_kwargs)
+        chunk_leaves, chunk_kwargs = chunk
+        full = list(leaves)
+        for k, value in zip(mapped_idx, chunk_leaves, strict=True):
+            full[k] = value
+        rebuilt, at = [], 0
+        for arg_def, count in defs:
+            rebuilt.append(jax.tree_util.tree_unflatten(arg_def, full[at : at + count]))
+            at += count
+        return jax.vmap(fun, in_axes=front_axes, out_axes=0)(*rebuilt, **chunk_kwargs)
 
     out = jax.lax.map(one_chunk, (carried, split_kwargs))
     out = jax.tree_util.tree_map(lambda y: y.reshape((padded,) + y.shape[2:])[:n], out)

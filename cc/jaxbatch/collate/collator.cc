@@ -333,6 +333,28 @@ Array AllocateArray(std::string name, DType dtype, std::vector<int64_t> shape,
   return array;
 }
 
+int64_t CollatedBytes(const Dataset& dataset, const BatchShape& shape, const BatchLayout& layout) {
+  const std::string& length_column =
+      layout.length_column.empty() ? dataset.default_length_column() : layout.length_column;
+  const int64_t rows = shape.rows;
+  const int64_t slots = layout.packed ? shape.segments : 1;
+  auto array = [](int64_t bytes) { return std::max<int64_t>(bytes, 1); };
+  int64_t total = array(rows * slots * 8);  // example_index
+  for (const RaggedColumn& column : dataset.columns()) {
+    if (column.is_fixed()) {
+      total += array(rows * slots * column.row_bytes());
+    } else if (layout.packed) {
+      total += array(rows * shape.length * column.row_bytes()) +
+               2 * array(rows * shape.length * 4) + array(rows * slots * 4);
+    } else {
+      const int64_t length =
+          dataset.AreAligned(column.name(), length_column) ? shape.length : column.max_length();
+      total += array(rows * length * column.row_bytes()) + array(rows * length) + array(rows * 4);
+    }
+  }
+  return total;
+}
+
 std::vector<Array> Collate(const Dataset& dataset, const BatchPlan& plan, int64_t batch_index,
                            const CollateOptions& options) {
   const BatchLayout layout{.packed = plan.packed,

@@ -85,6 +85,10 @@ struct BatchLayout {
 std::vector<Array> Collate(const Dataset& dataset, const BatchPlan& plan, int64_t batch_index,
                            const CollateOptions& options);
 
+// Bytes of every array Collate() returns for a batch of `shape` (what a
+// memory limit must hold per batch).
+int64_t CollatedBytes(const Dataset& dataset, const BatchShape& shape, const BatchLayout& layout);
+
 // Collates one batch given as a view: a loader filters out bad examples
 // (their rows become padding) and collates what remains.
 std::vector<Array> CollateView(const Dataset& dataset, const BatchView& view,

@@ -95,6 +95,7 @@ Loader::Loader(std::shared_ptr<const Dataset> dataset, LoaderOptions options,
   }
   claim_epoch_ = state_.epoch;
   claim_step_ = state_.step;
+  if (options_.host_memory_limit > 0) CheckMemoryLimit();
   options_.collate.allocator = [this](size_t bytes, uint8_t** data) {
     return arena_.Acquire(bytes, data);
   };
@@ -107,6 +108,25 @@ Loader::Loader(std::shared_ptr<const Dataset> dataset, LoaderOptions options,
 }
 
 Loader::~Loader() { Close(); }
+
+void Loader::CheckMemoryLimit() {
+  // Workers fill prefetch batches ahead while the consumer holds one (and a
+  // Python loop the one before): a limit below that would wait forever.
+  auto schedule = std::make_shared<const EpochSchedule>(
+      MakeEpochSchedule(lengths_, excluded_, options_.schedule, claim_epoch_));
+  int64_t largest = 0;
+  for (const BatchShape& shape : schedule->plan.shapes) {
+    largest = std::max(largest, CollatedBytes(*dataset_, shape, layout_));
+  }
+  const int64_t needed = (options_.prefetch + 2) * largest;
+  if (options_.host_memory_limit < needed) {
+    throw InvalidArgumentError(StrCat(
+        "Loader: host_memory_limit ", options_.host_memory_limit,
+        " bytes holds fewer than prefetch + 2 = ", options_.prefetch + 2, " batches of up to ",
+        largest, " bytes; raise it to at least ", needed, " or lower prefetch"));
+  }
+  schedules_[claim_epoch_] = std::move(schedule);  // Planned already: the workers reuse it.
+}
 
 void Loader::Close() {
   {
@@ -265,9 +285,10 @@ void Loader::EnterEpoch(int64_t epoch, const EpochSchedule& schedule) {
       static_cast<double>(errors) > options_.max_error_fraction * static_cast<double>(seen);
   if (over_count || over_fraction) {
     throw Error(StrCat("Loader: too many bad records in ", options_.source, ": ", errors, " of ",
-                       seen, " examples exceed max_errors=",
-                       over_count ? std::to_string(options_.max_errors)
-                                  : std::to_string(options_.max_error_fraction),
+                       seen, " examples exceed ",
+                       over_count ? StrCat("max_errors=", options_.max_errors)
+                                  : StrCat("max_errors=", options_.max_error_fraction,
+                                           " (a fraction of the examples reached)"),
                        "; first: example ", first.example, ": ", first.reason));
   }
 }

@@ -117,6 +117,9 @@ class Loader {
   };
 
   void WorkerLoop();
+  // Throws InvalidArgumentError when host_memory_limit cannot hold the
+  // batches in flight (which would wait forever); plans the first epoch.
+  void CheckMemoryLimit();
   // Returns the schedule of `epoch`, building it (outside the lock) if no
   // other worker is. `lock` is held on entry and exit.
   std::shared_ptr<const EpochSchedule> ScheduleFor(int64_t epoch,
