@@ -308,6 +308,17 @@ def test_map_quarantines_non_finite_and_failed_checks():
         jb.map(masked_sum, ds_bad, batch_size=8, check_finite=True)
 
 
+def test_map_reports_the_loaders_quarantine_too():
+    tokens, _ = ragged_dataset(n=20)
+    tokens[3] = np.zeros(0, np.float32)
+    ds = jb.Dataset.from_arrays({"tokens": tokens})
+    schema = {"tokens": jb.ColumnSchema(min_length=1)}
+    loader = jb.Loader(ds, jb.PadToMax(8), schema=schema, on_error="quarantine", shuffle=False)
+    result = jb.map(masked_sum, loader)
+    assert [q["example"] for q in result.quarantine] == [3]
+    assert result.quarantine[0]["stage"] == "loader" and 3 not in result.outputs
+
+
 def test_padding_positions_do_not_count_as_non_finite():
     _, ds = ragged_dataset(n=20)
     log_of_padding = lambda ex: jnp.log(jnp.where(ex["tokens_mask"], 1.0, 0.0))  # noqa: E731

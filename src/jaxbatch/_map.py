@@ -55,7 +55,9 @@ class MapStats:
 @dataclasses.dataclass
 class MapResult:
     """Per-example outputs (padding removed) keyed by example index, the
-    quarantined examples with their reasons, and the run's stats."""
+    quarantined examples with their reasons (those the function's checks
+    failed, and with ``stage="loader"`` those a Loader's schema set aside),
+    and the run's stats."""
 
     outputs: dict[int, Any]
     quarantine: list[dict[str, Any]]
@@ -209,6 +211,8 @@ def map(  # noqa: A001 - the name users expect, as jax.lax.map
             min_batch_size,
             bar,
         )
+        if isinstance(batches, Loader):  # Bad records the loader set aside, too.
+            quarantine.extend(dict(q, batch=None, stage="loader") for q in batches.quarantine)
     finally:
         if isinstance(batches, Loader) and batches is not data:
             batches.close()  # The loader jb.map made for a Dataset.

@@ -129,6 +129,7 @@ void Loader::CheckMemoryLimit() {
 }
 
 void Loader::Close() {
+  std::lock_guard<std::mutex> closing(close_mu_);  // One closer joins; others wait for it.
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stop_ && workers_.empty()) return;
@@ -141,8 +142,8 @@ void Loader::Close() {
   for (std::thread& t : workers_) {
     if (t.joinable()) t.join();
   }
-  workers_.clear();
   std::lock_guard<std::mutex> lock(mu_);
+  workers_.clear();
   results_.clear();
   schedules_.clear();
 }

@@ -136,6 +136,7 @@ class Loader {
   BatchLayout layout_;
   BufferArena arena_;
 
+  std::mutex close_mu_;  // serialises Close()
   mutable std::mutex mu_;
   std::condition_variable work_cv_;
   std::condition_variable result_cv_;

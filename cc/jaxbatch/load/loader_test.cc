@@ -8,6 +8,7 @@
 #include <fstream>
 #include <set>
 #include <string>
+#include <thread>
 
 #include "jaxbatch/base/error.h"
 #include "jaxbatch/load/test_util.h"
@@ -218,6 +219,17 @@ TEST(LoaderTest, CloseAndDestructionEndEveryThread) {
     ASSERT_TRUE(loader.Next());
   }  // Destroyed mid-stream with batches in flight.
   EXPECT_EQ(ThreadCount(), before);
+}
+
+TEST(LoaderTest, CloseFromTwoThreadsAtOnce) {
+  auto ds = testing::TokensDataset(std::vector<int64_t>(100, 4));
+  Loader loader(ds, Options(PadToMaxOptions{.batch_size = 4}, 3, 0));
+  ASSERT_TRUE(loader.Next());
+  std::thread other([&] { loader.Close(); });
+  loader.Close();
+  other.join();
+  EXPECT_EQ(loader.num_threads(), 0);
+  EXPECT_FALSE(loader.Next());
 }
 
 TEST(LoaderTest, BadOptionsThrowBeforeAnyThreadStarts) {
