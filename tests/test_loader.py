@@ -315,6 +315,8 @@ def test_source_errors_before_any_thread_starts(tmp_path):
         ({"max_errors": 2.5}, "max_errors must be an int"),
         ({"epochs": 0}, "epochs must be >= 1 or None"),
         ({"prefetch": 0}, "prefetch must be >= 1"),
+        ({"seed": -1}, "seed must be an int in"),
+        ({"shuffle": "block", "block_size": 0}, "block_size must be >= 1"),
         ({"schema": {"nope": jb.ColumnSchema()}}, "schema names column 'nope'"),
     ],
 )

@@ -139,6 +139,12 @@ class Loader:
             raise ValueError(
                 f"Loader: on_error must be 'raise', 'skip' or 'quarantine', found {on_error!r}"
             )
+        if (
+            isinstance(seed, bool)
+            or not isinstance(seed, int | np.integer)
+            or not 0 <= seed < 2**64
+        ):
+            raise ValueError(f"Loader: seed must be an int in [0, 2**64), found {seed!r}")
         shard_index, shard_count = _resolve_shard(shard)
         errors, fraction = _resolve_max_errors(max_errors)
         pads = pad_value if isinstance(pad_value, Mapping) else {}
@@ -255,15 +261,7 @@ class Loader:
     @property
     def stats(self) -> LoaderStats:
         s = self._live().state()
-        return LoaderStats(
-            batches=s.batches,
-            examples=s.examples,
-            skipped=s.skipped,
-            quarantined=s.quarantined,
-            dropped=s.dropped,
-            padding_batches=s.padding_batches,
-            epoch=s.epoch,
-        )
+        return LoaderStats(**{f.name: getattr(s, f.name) for f in dataclasses.fields(LoaderStats)})
 
     @property
     def quarantine(self) -> list[dict[str, Any]]:

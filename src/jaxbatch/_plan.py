@@ -96,19 +96,9 @@ class BatchPlan:
         self._core = core
         self.planner = planner
         s = core.stats
-        self.stats = PlanStats(
-            examples=s.examples,
-            batches=s.batches,
-            shapes=s.shapes,
-            real_elements=s.real_elements,
-            padded_elements=s.padded_elements,
-            efficiency=s.efficiency,
-            occupied_elements=s.occupied_elements,
-            batches_per_shape=tuple(s.batches_per_shape),
-            dropped=s.dropped,
-            skipped=s.skipped,
-            truncated=s.truncated,
-        )
+        fields = {f.name: getattr(s, f.name) for f in dataclasses.fields(PlanStats)}
+        fields["batches_per_shape"] = tuple(fields["batches_per_shape"])
+        self.stats = PlanStats(**fields)
 
     @property
     def packed(self) -> bool:

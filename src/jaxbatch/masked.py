@@ -9,28 +9,5 @@ Example::
     allowed = jb.masked.attention_mask(batch["tokens_segment_ids"], causal=True)
 """
 
-from jaxbatch._masked import (
-    attention_mask,
-    logsumexp,
-    max,
-    mean,
-    min,
-    segment_mean,
-    segment_sum,
-    softmax,
-    sum,
-    var,
-)
-
-__all__ = [
-    "attention_mask",
-    "logsumexp",
-    "max",
-    "mean",
-    "min",
-    "segment_mean",
-    "segment_sum",
-    "softmax",
-    "sum",
-    "var",
-]
+from jaxbatch._masked import *  # noqa: F403 - the names _masked.__all__ lists
+from jaxbatch._masked import __all__  # noqa: F401

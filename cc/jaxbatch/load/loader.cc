@@ -69,7 +69,11 @@ Loader::Loader(std::shared_ptr<const Dataset> dataset, LoaderOptions options,
   layout_ = BatchLayout{.packed = std::holds_alternative<PackOptions>(options_.schedule.planner),
                         .allow_truncate = false,
                         .length_column = length_column};
-  // Validate the schedule options once, on epoch 0 of an empty selection.
+  // Schedule options are checked here, before any thread, not at the first batch.
+  if (options_.schedule.shuffle == ShuffleMode::kBlock && options_.schedule.block_size < 1) {
+    throw InvalidArgumentError(
+        StrCat("Loader: block_size must be >= 1, found ", options_.schedule.block_size));
+  }
   if (options_.schedule.shard_count < 1 || options_.schedule.shard_index < 0 ||
       options_.schedule.shard_index >= options_.schedule.shard_count) {
     throw InvalidArgumentError(StrCat("Loader: shard must satisfy 0 <= index < count, found (",
