@@ -1,0 +1,114 @@
+#include "jaxbatch/base/hash.h"
+
+#include <bit>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "jaxbatch/base/error.h"
+
+namespace jaxbatch {
+namespace {
+
+constexpr uint64_t kP1 = 0x9E3779B185EBCA87ULL;
+constexpr uint64_t kP2 = 0xC2B2AE3D27D4EB4FULL;
+constexpr uint64_t kP3 = 0x165667B19E3779F9ULL;
+constexpr uint64_t kP4 = 0x85EBCA77C2B2AE63ULL;
+constexpr uint64_t kP5 = 0x27D4EB2F165667C5ULL;
+
+// Little-endian loads, whatever the host (the hash is stored in files).
+uint64_t Load64(const unsigned char* p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
+  return v;
+}
+
+uint64_t Load32(const unsigned char* p) {
+  uint64_t v = 0;
+  for (int i = 3; i >= 0; --i) v = (v << 8) | p[i];
+  return v;
+}
+
+uint64_t Round(uint64_t acc, uint64_t input) {
+  acc += input * kP2;
+  acc = std::rotl(acc, 31);
+  return acc * kP1;
+}
+
+uint64_t MergeRound(uint64_t acc, uint64_t value) {
+  acc ^= Round(0, value);
+  return acc * kP1 + kP4;
+}
+
+}  // namespace
+
+uint64_t Hash64(const void* data, size_t size, uint64_t seed) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  const unsigned char* const end = p + size;
+  uint64_t h;
+  if (size >= 32) {
+    uint64_t v1 = seed + kP1 + kP2, v2 = seed + kP2, v3 = seed, v4 = seed - kP1;
+    const unsigned char* const limit = end - 32;
+    do {
+      v1 = Round(v1, Load64(p));
+      v2 = Round(v2, Load64(p + 8));
+      v3 = Round(v3, Load64(p + 16));
+      v4 = Round(v4, Load64(p + 24));
+      p += 32;
+    } while (p <= limit);
+    h = std::rotl(v1, 1) + std::rotl(v2, 7) + std::rotl(v3, 12) + std::rotl(v4, 18);
+    h = MergeRound(h, v1);
+    h = MergeRound(h, v2);
+    h = MergeRound(h, v3);
+    h = MergeRound(h, v4);
+  } else {
+    h = seed + kP5;
+  }
+  h += static_cast<uint64_t>(size);
+  while (end - p >= 8) {
+    h ^= Round(0, Load64(p));
+    h = std::rotl(h, 27) * kP1 + kP4;
+    p += 8;
+  }
+  if (end - p >= 4) {
+    h ^= Load32(p) * kP1;
+    h = std::rotl(h, 23) * kP2 + kP3;
+    p += 4;
+  }
+  while (p < end) {
+    h ^= (*p) * kP5;
+    h = std::rotl(h, 11) * kP1;
+    ++p;
+  }
+  h ^= h >> 33;
+  h *= kP2;
+  h ^= h >> 29;
+  h *= kP3;
+  h ^= h >> 32;
+  return h;
+}
+
+uint64_t HashFile(const std::string& path) {
+  std::unique_ptr<FILE, int (*)(FILE*)> file(std::fopen(path.c_str(), "rb"), &std::fclose);
+  if (!file) {
+    throw IoError(StrCat("cannot open ", path, " to hash it: ", std::strerror(errno)));
+  }
+  std::vector<unsigned char> chunk(kHashFileChunk);
+  uint64_t h = 0;
+  bool first = true;
+  while (true) {
+    const size_t n = std::fread(chunk.data(), 1, chunk.size(), file.get());
+    if (n == 0 && !first) break;
+    h = Hash64(chunk.data(), n, h);
+    first = false;
+    if (n < chunk.size()) break;
+  }
+  if (std::ferror(file.get())) {
+    throw IoError(StrCat("cannot read ", path, " to hash it: ", std::strerror(errno)));
+  }
+  return h;
+}
+
+}  // namespace jaxbatch

@@ -1,0 +1,35 @@
+// Hash64: a fast, stable 64-bit hash of bytes (xxHash64), for fingerprints
+// and checksums.
+//
+// Its value is the same on every platform and build, so it may be stored: a
+// job's journal records the Hash64 of each output file and of its input, and
+// a loader state carries the hash of the data's lengths. It is not a
+// cryptographic hash; it detects corruption and accidental change, not an
+// adversary.
+//
+// Example:
+//   uint64_t h = Hash64(values.data(), values.size() * sizeof(int64_t));
+//   h = Hash64(offsets.data(), offsets.size() * sizeof(int64_t), /*seed=*/h);  // chained
+#ifndef JAXBATCH_BASE_HASH_H_
+#define JAXBATCH_BASE_HASH_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace jaxbatch {
+
+// xxHash64 of `size` bytes at `data` with `seed` (the reference algorithm:
+// Hash64("", 0, 0) == 0xEF46DB3751D8E999).
+uint64_t Hash64(const void* data, size_t size, uint64_t seed = 0);
+
+// The hash of a whole file, read in chunks of kHashFileChunk bytes, each
+// chunk's Hash64 seeded with the previous one's (seed 0 for the first; an
+// empty file hashes to Hash64("", 0)). Throws IoError naming the file when
+// it cannot be read.
+inline constexpr size_t kHashFileChunk = size_t{1} << 20;
+uint64_t HashFile(const std::string& path);
+
+}  // namespace jaxbatch
+
+#endif  // JAXBATCH_BASE_HASH_H_

@@ -1,0 +1,50 @@
+#include "jaxbatch/base/hash.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "jaxbatch/base/error.h"
+
+namespace jaxbatch {
+namespace {
+
+// The reference xxHash64 test vectors.
+TEST(Hash64Test, MatchesReferenceVectors) {
+  EXPECT_EQ(Hash64("", 0), 0xEF46DB3751D8E999ULL);
+  EXPECT_EQ(Hash64("a", 1), 0xD24EC4F1A98C6E5BULL);
+  EXPECT_EQ(Hash64("abc", 3), 0x44BC2CF5AD770999ULL);
+}
+
+TEST(Hash64Test, EveryByteAndTheSeedMatter) {
+  std::vector<unsigned char> bytes(100);
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<unsigned char>(i * 7);
+  const uint64_t base = Hash64(bytes.data(), bytes.size());
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    bytes[i] ^= 1;
+    EXPECT_NE(Hash64(bytes.data(), bytes.size()), base) << "byte " << i;
+    bytes[i] ^= 1;
+  }
+  EXPECT_NE(Hash64(bytes.data(), bytes.size(), 1), base);
+  EXPECT_NE(Hash64(bytes.data(), bytes.size() - 1), base);
+}
+
+TEST(HashFileTest, ChainsChunks) {
+  const auto path = std::filesystem::temp_directory_path() / "jaxbatch_hash_test.bin";
+  std::string data(kHashFileChunk + 123, 'x');
+  data[5] = 'y';
+  std::ofstream(path, std::ios::binary) << data;
+  const uint64_t first = Hash64(data.data(), kHashFileChunk);
+  EXPECT_EQ(HashFile(path.string()), Hash64(data.data() + kHashFileChunk, 123, first));
+  std::ofstream(path, std::ios::binary | std::ios::trunc);
+  EXPECT_EQ(HashFile(path.string()), Hash64("", 0));
+  std::filesystem::remove(path);
+  EXPECT_THROW(HashFile(path.string()), IoError);
+}
+
+}  // namespace
+}  // namespace jaxbatch
