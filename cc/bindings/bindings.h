@@ -24,6 +24,7 @@ void BindData(nb::module_& m);
 void BindPlan(nb::module_& m);
 void BindCollate(nb::module_& m);
 void BindLoad(nb::module_& m);
+void BindJob(nb::module_& m);
 
 // The DLPack dtype numpy understands for `dtype`; bfloat16 travels as
 // uint16 and the Python layer views it as ml_dtypes.bfloat16.

@@ -78,4 +78,5 @@ NB_MODULE(_core, m) {
   jaxbatch::bindings::BindPlan(m);
   jaxbatch::bindings::BindCollate(m);
   jaxbatch::bindings::BindLoad(m);
+  jaxbatch::bindings::BindJob(m);
 }

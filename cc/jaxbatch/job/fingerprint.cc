@@ -1,0 +1,41 @@
+#include "jaxbatch/job/fingerprint.h"
+
+#include <string>
+#include <vector>
+
+#include "jaxbatch/base/hash.h"
+#include "jaxbatch/data/dtype.h"
+
+namespace jaxbatch {
+namespace {
+
+uint64_t HashString(const std::string& s, uint64_t seed) {
+  const uint64_t size = s.size();
+  return Hash64(s.data(), s.size(), Hash64(&size, sizeof(size), seed));
+}
+
+}  // namespace
+
+uint64_t DatasetFingerprint(const Dataset& dataset) {
+  const int64_t n = dataset.num_examples();
+  uint64_t h = Hash64(&n, sizeof(n), 0);
+  for (const RaggedColumn& column : dataset.columns()) {
+    h = HashString(column.name(), h);
+    h = HashString(std::string(DTypeName(column.dtype())), h);
+    const std::vector<int64_t>& inner = column.inner_shape();
+    const int64_t rank = static_cast<int64_t>(inner.size());
+    h = Hash64(&rank, sizeof(rank), h);
+    h = Hash64(inner.data(), inner.size() * sizeof(int64_t), h);
+    const uint8_t fixed = column.is_fixed() ? 1 : 0;
+    h = Hash64(&fixed, 1, h);
+    const std::vector<int64_t> lengths = column.Lengths();
+    h = Hash64(lengths.data(), lengths.size() * sizeof(int64_t), h);
+    int64_t rows = 0;
+    for (int64_t length : lengths) rows += length;
+    if (n > 0)
+      h = Hash64(column.example_data(0), static_cast<size_t>(rows * column.row_bytes()), h);
+  }
+  return h;
+}
+
+}  // namespace jaxbatch

@@ -1,0 +1,49 @@
+#include "jaxbatch/job/fingerprint.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace jaxbatch {
+namespace {
+
+// One int32 ragged column named `name` over `values` with `offsets`.
+Dataset Tokens(const std::vector<int32_t>& values, const std::vector<int64_t>& offsets,
+               const char* name = "tokens", DType dtype = DType::kInt32) {
+  return Dataset(
+      {RaggedColumn::Ragged(name, dtype, {}, values.data(), static_cast<int64_t>(values.size()),
+                            offsets.data(), static_cast<int64_t>(offsets.size()) - 1, nullptr)});
+}
+
+TEST(DatasetFingerprintTest, EqualDataHashesAlikeWhateverTheLayout) {
+  const std::vector<int32_t> values = {1, 2, 3, 4, 5};
+  const std::vector<int32_t> shifted = {99, 98, 1, 2, 3, 4, 5};
+  const std::vector<int64_t> offsets = {0, 2, 5}, shifted_offsets = {2, 4, 7};
+  EXPECT_EQ(DatasetFingerprint(Tokens(values, offsets)),
+            DatasetFingerprint(Tokens(shifted, shifted_offsets)));
+}
+
+TEST(DatasetFingerprintTest, AnyChangeChangesIt) {
+  const std::vector<int32_t> values = {1, 2, 3, 4, 5};
+  const std::vector<int64_t> offsets = {0, 2, 5};
+  const uint64_t base = DatasetFingerprint(Tokens(values, offsets));
+  EXPECT_NE(DatasetFingerprint(Tokens({1, 2, 3, 4, 6}, offsets)), base);  // a value
+  EXPECT_NE(DatasetFingerprint(Tokens(values, {0, 3, 5})), base);         // a length
+  EXPECT_NE(DatasetFingerprint(Tokens(values, offsets, "other")), base);  // a name
+  EXPECT_NE(DatasetFingerprint(Tokens(values, offsets, "tokens", DType::kUInt32)), base);
+  EXPECT_NE(DatasetFingerprint(Tokens(values, {0, 2, 5, 5})), base);  // an example
+  const std::vector<int32_t> fixed_values = {1, 2};
+  const Dataset fixed(
+      {RaggedColumn::Fixed("tokens", DType::kInt32, {}, fixed_values.data(), 2, nullptr)});
+  EXPECT_NE(DatasetFingerprint(fixed), DatasetFingerprint(Tokens(fixed_values, {0, 1, 2})));
+}
+
+TEST(DatasetFingerprintTest, EmptyDatasetHashes) {
+  const std::vector<int32_t> values;
+  EXPECT_EQ(DatasetFingerprint(Tokens(values, {0})), DatasetFingerprint(Tokens(values, {0})));
+}
+
+}  // namespace
+}  // namespace jaxbatch
