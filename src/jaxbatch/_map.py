@@ -15,6 +15,7 @@ import numpy as np
 from jaxbatch._collate import Batch, unbatch
 from jaxbatch._dataset import Dataset
 from jaxbatch._loader import Loader
+from jaxbatch._output_layout import unbatch_layout
 from jaxbatch._planners import AutoBuckets, Planner
 
 log = logging.getLogger("jaxbatch")
@@ -79,6 +80,7 @@ class _Executor:
 
         self.compiled: dict[Any, Any] = {}
         self.stats = MapStats()
+        self.fun = fun
 
         def per_example(example):
             out = fun(example)
@@ -222,43 +224,67 @@ def map(  # noqa: A001 - the name users expect, as jax.lax.map
 def _run_batches(
     batches, executor, stats, outputs, quarantine, on_error, on_oom, backoff, min_batch_size, bar
 ):
-    oom_limit = None
+    run = _OomSplitter(executor, on_oom, backoff, min_batch_size)
+    layouts = {}
     for batch in batches:
+        out, flags = run(batch)
+        signature = tuple((k, np.shape(v)) for k, v in batch.items())
+        if signature not in layouts:
+            layouts[signature] = unbatch_layout(executor.fun, batch, out)
+        before = stats.examples
+        _collect(out, flags, batch, stats, outputs, quarantine, on_error, layouts[signature])
+        stats.batches += 1
+        if bar is not None:
+            bar(stats.examples - before, stats)
+
+
+class _OomSplitter:
+    """Runs a batch through an _Executor whole or, after an out-of-memory
+    error, in chunks of fewer rows (each chunk padded to the same row count,
+    so one shape per limit); the lowered limit is kept for later batches."""
+
+    def __init__(self, executor, on_oom, backoff, min_batch_size):
+        self.executor, self.on_oom = executor, on_oom
+        self.backoff, self.min_batch_size = backoff, min_batch_size
+        self.stats = executor.stats
+        self.oom_limit = None
+
+    def __call__(self, batch):
+        """The batch's outputs (numpy, one leading row axis) and per-row flags."""
         arrays = dict(batch)
         rows = len(arrays["example_index"])
-        limit = rows if oom_limit is None else min(oom_limit, rows)
+        limit = rows if self.oom_limit is None else min(self.oom_limit, rows)
         start = 0
         pieces = []
         while start < rows:
             stop = min(rows, start + limit)
             try:
-                out, flags = executor(_rows(arrays, start, stop, limit))
+                out, flags = self.executor(_rows(arrays, start, stop, limit))
             except Exception as e:  # noqa: BLE001 - only OOM is handled, the rest re-raised
-                if not is_oom(e) or on_oom == "raise":
+                if not is_oom(e) or self.on_oom == "raise":
                     raise
-                new = max(min_batch_size, min(limit - 1, int(limit * backoff)))
-                if limit <= min_batch_size:
-                    raise RuntimeError(
-                        f"jb.map: out of memory at {limit} rows per chunk, already at "
-                        f"min_batch_size={min_batch_size} (batch {stats.batches}, "
-                        f"back-offs so far: {stats.backoffs}); reduce the batch shape or the "
-                        f"function's memory use"
-                    ) from e
-                log.warning("jb.map: out of memory at %d rows; retrying with %d", limit, new)
-                stats.backoffs.append((limit, new))
-                limit = oom_limit = new
-                stats.rows_limit = oom_limit
+                limit = self._back_off(limit, e)
                 continue
             count = stop - start
             pieces.append((jax_tree_slice(out, count), flags[:count]))
             start = stop
-        out = _concat([p for p, _ in pieces])
-        flags = np.concatenate([f for _, f in pieces])
-        before = stats.examples
-        _collect(out, flags, batch, stats, outputs, quarantine, on_error)
-        stats.batches += 1
-        if bar is not None:
-            bar(stats.examples - before, stats)
+        return _concat([p for p, _ in pieces]), np.concatenate([f for _, f in pieces])
+
+    def _back_off(self, limit: int, error: Exception) -> int:
+        stats = self.stats
+        if limit <= self.min_batch_size:
+            raise RuntimeError(
+                f"jb.map: out of memory at {limit} rows per chunk, already at "
+                f"min_batch_size={self.min_batch_size} (batch {stats.batches}, "
+                f"back-offs so far: {stats.backoffs}); reduce the batch shape or the "
+                f"function's memory use"
+            ) from error
+        new = max(self.min_batch_size, min(limit - 1, int(limit * self.backoff)))
+        log.warning("jb.map: out of memory at %d rows; retrying with %d", limit, new)
+        stats.backoffs.append((limit, new))
+        self.oom_limit = new
+        stats.rows_limit = new
+        return new
 
 
 def _finish(stats, expected_shapes, outputs, quarantine, bar):
@@ -309,7 +335,17 @@ def _concat(trees):
     return jax.tree_util.tree_map(lambda *xs: np.concatenate(xs), *trees)
 
 
-def _collect(out, flags, batch, stats, outputs, quarantine, on_error):
+def flag_reason(flag: int) -> str:
+    """Why the compiled checks flagged an example."""
+    reasons = []
+    if flag & _FINITE:
+        reasons.append("an output is not finite (NaN or Inf)")
+    if flag & _CHECK:
+        reasons.append("check returned False")
+    return " and ".join(reasons)
+
+
+def _collect(out, flags, batch, stats, outputs, quarantine, on_error, per_token=None):
     index = np.asarray(batch["example_index"])
     per_row = index if index.ndim == 1 else None
     real = (
@@ -318,12 +354,7 @@ def _collect(out, flags, batch, stats, outputs, quarantine, on_error):
     bad_rows = [r for r in real if flags[r]]
     for r in bad_rows:
         examples = [int(index[r])] if per_row is not None else [int(e) for e in index[r] if e >= 0]
-        reasons = []
-        if flags[r] & _FINITE:
-            reasons.append("an output is not finite (NaN or Inf)")
-        if flags[r] & _CHECK:
-            reasons.append("check returned False")
-        reason = " and ".join(reasons)
+        reason = flag_reason(flags[r])
         if on_error == "raise":
             raise ValueError(
                 f"jb.map: example {examples[0]} (batch {stats.batches}, row {r}): {reason}; pass "
@@ -331,7 +362,7 @@ def _collect(out, flags, batch, stats, outputs, quarantine, on_error):
             )
         for e in examples:
             quarantine.append({"example": e, "batch": stats.batches, "reason": reason})
-    per_example = unbatch(out, batch)
+    per_example = unbatch(out, batch, per_token=per_token)
     bad = {q["example"] for q in quarantine}
     for e, value in per_example.items():
         if e not in bad:

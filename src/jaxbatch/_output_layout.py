@@ -1,0 +1,88 @@
+"""Which of a per-example function's outputs are per token.
+
+A batched output ``[rows, n, ...]`` is per token when ``n`` is the batch's
+padded length, but an output can be that long by accident (an embedding of
+384 values in a bucket of 384 tokens; a vector of 3 moments in a batch of
+3-token rows). So the question is put to the function itself: its output
+shapes are evaluated (tracing only) on one row and on the same row one token
+longer, and only the outputs that grow with it are per token.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+
+def leaf_names(out: Any) -> list[tuple[str, Any]]:
+    """(column name, leaf) for every leaf of an output pytree: a bare array is
+    ``output``; dict keys and sequence indices are joined with dots."""
+    import jax
+
+    leaves = jax.tree_util.tree_flatten_with_path(out)[0]
+    named = []
+    for path, leaf in leaves:
+        parts = []
+        for key in path:
+            if isinstance(key, jax.tree_util.DictKey):
+                parts.append(str(key.key))
+            elif isinstance(key, jax.tree_util.SequenceKey):
+                parts.append(str(key.idx))
+            elif isinstance(key, jax.tree_util.GetAttrKey):
+                parts.append(key.name)
+            else:
+                parts.append(str(key))
+        named.append((".".join(parts) or "output", leaf))
+    names = [n for n, _ in named]
+    if "example_index" in names or len(set(names)) != len(names):
+        raise ValueError(f"output names {names} must be unique and must not be 'example_index'")
+    return named
+
+
+def per_token_leaves(fun, batch) -> list[bool]:
+    """Which output leaves are per token: those whose leading axis follows
+    the example's padded length. Found by evaluating the function's output
+    shapes (tracing only, nothing runs) on one row of the batch and on the
+    same row one token longer, so an output that happens to be as long as
+    the row (an embedding of 384 in a bucket of 384 tokens, or per-segment
+    values as many as the tokens) is never mistaken for one."""
+    import jax
+
+    def row(extra: int):
+        spec = {}
+        for key, value in batch.items():
+            shape = list(np.shape(value)[1:])
+            if extra and _token_level_key(key, batch) and shape:
+                shape[0] += extra
+            spec[key] = jax.ShapeDtypeStruct(tuple(shape), np.asarray(value).dtype)
+        return spec
+
+    base = leaf_names(jax.eval_shape(fun, row(0)))
+    longer = leaf_names(jax.eval_shape(fun, row(1)))
+    length = batch.shape.length
+    out = []
+    for (_, a), (_, b) in zip(base, longer, strict=True):
+        out.append(len(a.shape) >= 1 and a.shape[0] == length and b.shape[0] == length + 1)
+    return out
+
+
+def _token_level_key(key: str, batch) -> bool:
+    """Keys whose first per-row axis is a ragged column's token axis."""
+    for column in batch.ragged_columns:
+        if key == column or key in (
+            f"{column}_mask",
+            f"{column}_segment_ids",
+            f"{column}_positions",
+        ):
+            return True
+    return False
+
+
+def unbatch_layout(fun, batch, out) -> bool | dict[str, bool]:
+    """per_token= for :func:`jaxbatch.unbatch` of ``out``, from the function:
+    one bool for a single array, one per key for a dict of arrays."""
+    flags = per_token_leaves(fun, batch)
+    if isinstance(out, dict):
+        return dict(zip(out, flags, strict=True))
+    return flags[0]
