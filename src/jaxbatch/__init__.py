@@ -20,6 +20,8 @@ from jaxbatch._broadcast import BroadcastError, explain_broadcast, strict_broadc
 from jaxbatch._collate import Batch, collate, unbatch
 from jaxbatch._dataset import Dataset
 from jaxbatch._device import device_prefetch
+from jaxbatch._job import JobError, JobReport, run
+from jaxbatch._job_output import read_output
 from jaxbatch._loader import ColumnSchema, Loader, LoaderStats
 from jaxbatch._map import MapResult, MapStats, map
 from jaxbatch._memory import MemoryEstimate, estimate_memory, max_batch_size
@@ -39,6 +41,8 @@ __all__ = [
     "ColumnSchema",
     "Dataset",
     "FixedBuckets",
+    "JobError",
+    "JobReport",
     "Loader",
     "LoaderStats",
     "MapResult",
@@ -57,6 +61,8 @@ __all__ = [
     "masked",
     "max_batch_size",
     "plan",
+    "read_output",
+    "run",
     "strict_broadcasting",
     "unbatch",
     "vmap",

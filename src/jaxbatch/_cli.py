@@ -1,4 +1,5 @@
-"""The `jaxbatch` command line.
+"""The `jaxbatch` command line: `jaxbatch plan`, `jaxbatch run` and
+`jaxbatch demo` (see jaxbatch._cli_job for the last two).
 
     jaxbatch plan [FILE | --default] [--column NAME] [--max-shapes K]
                   [--token-budget T] [--plot out.png]
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from jaxbatch._cli_job import add_job_parsers
 from jaxbatch._dataset import Dataset
 from jaxbatch._default_data import pydoc_lengths
 from jaxbatch._plan import BatchPlan, plan
@@ -186,7 +188,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-shapes", type=int, default=DEFAULT_MAX_SHAPES, metavar="K")
     p.add_argument("--token-budget", type=int, default=DEFAULT_TOKEN_BUDGET, metavar="T")
     p.add_argument("--plot", metavar="OUT.png", help="draw the length histogram and boundaries")
+    add_job_parsers(sub)
     args = parser.parse_args(argv)
+    if args.command != "plan":
+        return args.handler(args)
     try:
         return _plan_command(args)
     except ValueError as e:

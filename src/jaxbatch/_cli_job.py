@@ -1,0 +1,141 @@
+"""`jaxbatch run` and `jaxbatch demo`.
+
+    jaxbatch run MODULE:FUNCTION --input FILE --output DIR [--column NAME]
+                 [--planner auto|pad|pack] [--max-shapes K] [--token-budget T]
+                 [--batch-size N] [--row-length L] [--checkpoint-every N]
+                 [--on-error raise|skip|quarantine] [--check-finite]
+                 [--overwrite] [--tag TAG] [--no-progress]
+
+runs a per-example JAX function over a Parquet/Arrow/.npy source as a
+resumable job (jb.run): re-running the same command after a crash resumes.
+``MODULE`` is a dotted module name or a path to a ``.py`` file; a trailing
+``()`` on FUNCTION calls it (a factory) to get the per-example function.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from pathlib import Path
+
+EXIT_USAGE, EXIT_INTERRUPTED = 2, 130
+
+
+def resolve_function(spec: str):
+    """The callable named by ``MODULE:FUNCTION`` (``FUNCTION()`` calls a factory)."""
+    module_name, sep, attribute = spec.rpartition(":")
+    if not sep or not module_name or not attribute:
+        raise ValueError(f"expected MODULE:FUNCTION, found {spec!r}")
+    factory = attribute.endswith("()")
+    attribute = attribute[:-2] if factory else attribute
+    if module_name.endswith(".py"):
+        path = Path(module_name)
+        if not path.is_file():
+            raise ValueError(f"{spec}: no such file {path}")
+        module_spec = importlib.util.spec_from_file_location(path.stem, path)
+        module = importlib.util.module_from_spec(module_spec)
+        sys.modules[path.stem] = module
+        module_spec.loader.exec_module(module)
+    else:
+        if "" not in sys.path:
+            sys.path.insert(0, "")  # As `python -m`: modules in the working folder import.
+        module = importlib.import_module(module_name)
+    target = module
+    for part in attribute.split("."):
+        if not hasattr(target, part):
+            raise ValueError(f"{spec}: module {module_name!r} has no attribute {attribute!r}")
+        target = getattr(target, part)
+    fun = target() if factory else target
+    if not callable(fun):
+        raise ValueError(f"{spec}: {attribute!r} is not callable (found {type(fun).__name__})")
+    return fun
+
+
+def _planner(args):
+    from jaxbatch._planners import AutoBuckets, Pack, PadToMax
+
+    if args.planner == "pad":
+        return PadToMax(args.batch_size or 32)
+    if args.planner == "pack":
+        if not args.row_length:
+            raise ValueError("--planner pack needs --row-length")
+        rows = args.batch_size or max(1, (args.token_budget or 65536) // args.row_length)
+        return Pack(args.row_length, rows)
+    if args.token_budget is None and args.batch_size is None:
+        return None  # jb.run's default: AutoBuckets with a memory-planned batch size.
+    return AutoBuckets(args.max_shapes, token_budget=args.token_budget, batch_size=args.batch_size)
+
+
+def run_command(args) -> int:
+    import jaxbatch as jb
+
+    try:
+        fun = resolve_function(args.function)
+        report = jb.run(
+            fun,
+            args.input,
+            args.output,
+            column=args.column,
+            columns=args.columns.split(",") if args.columns else None,
+            planner=_planner(args),
+            checkpoint_every=args.checkpoint_every,
+            on_error=args.on_error,
+            check_finite=args.check_finite,
+            overwrite=args.overwrite,
+            tag=args.tag,
+            progress=not args.no_progress,
+            name=args.function,
+        )
+    except KeyboardInterrupt:
+        print(
+            f"\njaxbatch run: interrupted; re-run the same command to resume from the last "
+            f"checkpoint in {args.output}",
+            file=sys.stderr,
+        )
+        return EXIT_INTERRUPTED
+    except (ValueError, OSError, ImportError) as e:
+        print(f"jaxbatch run: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    print(report)
+    print(f"report written to {Path(args.output) / 'report.json'}")
+    return 0
+
+
+def add_job_parsers(sub) -> None:
+    """Adds `run` and `demo` to the `jaxbatch` command's subparsers."""
+    _add_run_parser(sub)
+    from jaxbatch._demo.command import add_demo_parser
+
+    add_demo_parser(sub)
+
+
+def _add_run_parser(sub) -> None:
+    p = sub.add_parser(
+        "run",
+        help="run a per-example JAX function over a data source as a resumable job",
+        description=__doc__.split("\n\n")[2].strip(),
+    )
+    p.add_argument("function", metavar="MODULE:FUNCTION")
+    p.add_argument("--input", required=True, help="Parquet/Arrow file or folder of .npy files")
+    p.add_argument("--output", required=True, metavar="DIR", help="the job's output folder")
+    p.add_argument("--column", help="the ragged column to batch by (default: the first)")
+    p.add_argument("--columns", help="comma-separated columns to read (default: all)")
+    p.add_argument("--planner", choices=("auto", "pad", "pack"), default="auto")
+    p.add_argument("--max-shapes", type=int, default=8, metavar="K")
+    p.add_argument("--token-budget", type=int, metavar="T")
+    p.add_argument("--batch-size", type=int, metavar="N")
+    p.add_argument("--row-length", type=int, metavar="L", help="packed row length (--planner pack)")
+    p.add_argument(
+        "--checkpoint-every",
+        type=int,
+        default=8192,
+        metavar="N",
+        help="examples per output shard (default 8192)",
+    )
+    p.add_argument("--on-error", choices=("raise", "skip", "quarantine"), default="raise")
+    p.add_argument("--check-finite", action="store_true", help="set aside NaN/Inf outputs")
+    p.add_argument("--overwrite", action="store_true", help="start over in a used folder")
+    p.add_argument("--tag", help="a version the job is keyed on (e.g. the model's)")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(handler=run_command)

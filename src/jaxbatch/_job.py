@@ -1,0 +1,756 @@
+"""jb.run: a resumable, exactly-once batch job over a data source.
+
+A job streams its source through a :class:`Loader` and the jb.map executor
+(OOM split-and-retry, per-example checks, compile accounting) and writes
+per-example outputs, keyed by example index, to Parquet shards in its output
+folder. After each shard is durably on disk the job appends one record to
+its journal (C++: append-only, checksummed, fsync'd): the shard's file, size
+and hash, what it holds, and the loader state that follows it. That record
+is the commit point, so after a crash or ``kill -9`` at any moment
+re-running the same call redoes exactly the work after the last record:
+
+* a shard file with no record (killed before the journal append) is
+  deleted and redone; a torn journal tail is cut off;
+* a recorded shard whose file is missing, truncated or corrupt (size or
+  hash differ) is redone, with every shard after it;
+* the finished output holds every example exactly once, the same as an
+  uninterrupted run's.
+
+The first record keys the job on its function, input and options; a run
+with a different one in the same folder is refused (``overwrite=True``
+starts over).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import inspect
+import json
+import logging
+import os
+import resource
+import socket
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from jaxbatch import _core
+from jaxbatch._dataset import Dataset
+from jaxbatch._job_output import (
+    JOURNAL_NAME,
+    SHARD_PATTERN,
+    batch_columns,
+    concat_columns,
+    encode_parquet,
+    to_table,
+)
+from jaxbatch._loader import ColumnSchema, Loader
+from jaxbatch._map import (
+    DEFAULT_MAX_SHAPES,
+    _Executor,
+    _OomSplitter,
+    _rows_for,
+    flag_reason,
+)
+from jaxbatch._output_layout import per_token_leaves
+from jaxbatch._planners import AutoBuckets, FixedBuckets, Pack, PadToMax, Planner
+
+log = logging.getLogger("jaxbatch")
+
+#: Examples per output shard (and per journal record) unless checkpoint_every says otherwise.
+DEFAULT_CHECKPOINT_EVERY = 8192
+REPORT_NAME = "report.json"
+_FORMAT_VERSION = 1
+_PLANNERS = {c.__name__: c for c in (PadToMax, FixedBuckets, AutoBuckets, Pack)}
+_ON_ERROR = ("raise", "skip", "quarantine")
+
+
+@dataclasses.dataclass
+class JobReport:
+    """What a job did, over all its runs (a resumed job adds up its shards).
+
+    ``examples`` were written; ``skipped`` and ``quarantined`` were not (the
+    loader's bad records and the function's failed checks, each with its
+    reason in ``quarantine``). ``seconds`` splits the committed work into
+    loading, compiling, computing and writing; ``padding_efficiency`` is
+    real over padded elements of the batches run. ``peak_host_bytes`` and
+    ``peak_device_bytes`` are this run's."""
+
+    output: str
+    complete: bool
+    total: int
+    examples: int
+    skipped: int
+    quarantined: int
+    quarantine: list[dict[str, Any]]
+    shards: int
+    runs: int
+    redone_shards: int
+    compilations: int
+    seconds: dict[str, float]
+    wall_seconds: float
+    real_elements: int
+    padded_elements: int
+    peak_host_bytes: int
+    peak_device_bytes: int | None
+
+    @property
+    def padding_efficiency(self) -> float:
+        return self.real_elements / self.padded_elements if self.padded_elements else 1.0
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["padding_efficiency"] = self.padding_efficiency
+        return out
+
+    def __str__(self) -> str:
+        s = self.seconds
+        reasons: dict[str, int] = {}
+        for q in self.quarantine:
+            key = f"{q['stage']}: {q['reason']}"
+            reasons[key] = reasons.get(key, 0) + 1
+        lines = [
+            f"job {self.output}: {'complete' if self.complete else 'NOT complete'}; "
+            f"{self.examples} of {self.total} examples written in {self.shards} shards "
+            f"({self.runs} run{'s' if self.runs != 1 else ''}"
+            + (f", {self.redone_shards} damaged shards redone" if self.redone_shards else "")
+            + ")",
+            f"  skipped {self.skipped}, quarantined {self.quarantined}"
+            + "".join(f"\n    {n} x {r}" for r, n in sorted(reasons.items())),
+            f"  time: loading {s['loading']:.2f} s, compiling {s['compiling']:.2f} s "
+            f"({self.compilations} compilations), computing {s['computing']:.2f} s, writing "
+            f"{s['writing']:.2f} s; this run's wall time {self.wall_seconds:.2f} s",
+            f"  padding efficiency {self.padding_efficiency:.1%} ({self.real_elements} real of "
+            f"{self.padded_elements} elements)",
+            f"  peak memory: host {self.peak_host_bytes / 2**20:.0f} MiB"
+            + (
+                f", device {self.peak_device_bytes / 2**20:.0f} MiB"
+                if self.peak_device_bytes is not None
+                else ""
+            ),
+        ]
+        return "\n".join(lines)
+
+
+class JobError(ValueError):
+    """A job that cannot start or resume as asked (another job's folder,
+    changed function, input or options)."""
+
+
+class _JournalHandle:
+    """The opened journal, closed (and unlocked) on exit."""
+
+    def __init__(self, path: Path):
+        self.core = _core.Journal(str(path))
+        self.records = [json.loads(r) for r in self.core.records()]
+
+    def append(self, record: dict[str, Any]) -> None:
+        self.core.append(json.dumps(record, sort_keys=True, separators=(",", ":")).encode())
+        self.records.append(record)
+
+    def truncate(self, count: int) -> None:
+        self.core.truncate(count)
+        del self.records[count:]
+
+    def __enter__(self) -> _JournalHandle:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.core.close()
+
+
+class JobFolder:
+    """A job's output folder: its journal, shards and report."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def open_journal(self) -> _JournalHandle:
+        if not (self.path / JOURNAL_NAME).is_file():
+            raise JobError(f"{self.path} holds no jaxbatch job (no {JOURNAL_NAME})")
+        return _JournalHandle(self.path / JOURNAL_NAME)
+
+    def ours(self) -> list[Path]:
+        """Files a job writes here (shards, their temporaries, journal, report)."""
+        return [
+            p
+            for p in self.path.iterdir()
+            if p.name in (JOURNAL_NAME, REPORT_NAME)
+            or (p.name.startswith("part-") and p.name.endswith(".parquet"))
+            or (p.name.startswith(".") and ".tmp-" in p.name)
+        ]
+
+    def verified_shards(self, journal: _JournalHandle) -> tuple[list[dict], bool]:
+        """The journal's shard records whose files match; the first that does
+        not, and everything after it, is cut off the journal. Also True
+        when the (verified) journal ends with the job's completion."""
+        shards = []
+        for i, record in enumerate(journal.records):
+            if record.get("kind") == "done":
+                return shards, True
+            if record.get("kind") != "shard":
+                continue
+            problem = self._shard_problem(record)
+            if problem is not None:
+                log.warning(
+                    "jb.run: shard %s is %s; redoing it and what follows", record["file"], problem
+                )
+                journal.truncate(i)
+                return shards, False
+            shards.append(record)
+        return shards, False
+
+    def _shard_problem(self, record: dict) -> str | None:
+        path = self.path / record["file"]
+        if not path.is_file():
+            return "missing"
+        size = path.stat().st_size
+        if size != record["bytes"]:
+            return f"{size} bytes, not the {record['bytes']} recorded (truncated or torn)"
+        if f"{_core.hash_file(str(path)):016x}" != record["hash"]:
+            return "corrupt (its hash differs from the one recorded)"
+        return None
+
+
+def run(
+    fun: Callable,
+    source: Dataset | str | os.PathLike,
+    output: str | os.PathLike,
+    *,
+    planner: Planner | None = None,
+    column: str | None = None,
+    columns: list[str] | None = None,
+    batch_size: int | str = "auto",
+    memory_budget: int | str | None = None,
+    checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY,
+    on_error: str = "raise",
+    max_errors: int | float | None = None,
+    schema: Mapping[str, ColumnSchema] | None = None,
+    check_finite: bool = False,
+    check: Callable | None = None,
+    pad_value: float | Mapping[str, float] = 0,
+    num_threads: int | None = None,
+    prefetch: int = 4,
+    progress: bool = True,
+    overwrite: bool = False,
+    tag: str | None = None,
+    name: str | None = None,
+) -> JobReport:
+    """Runs ``fun`` over every example of ``source`` and writes the outputs to
+    ``output``, resumably and exactly once.
+
+    ``fun(example)`` takes one example as a collated row (a dict: the
+    column ``[L]``, ``<column>_mask [L]``, ...) and returns a pytree, as for
+    :func:`jaxbatch.map`. Each leaf becomes a Parquet column of
+    ``output/part-NNNNNN.parquet`` beside ``example_index``; read them back
+    with :func:`jaxbatch.read_output`. Re-running the same call after a
+    crash or kill resumes where the journal says; the finished output is the
+    same as an uninterrupted run's.
+
+    * ``source``: a :class:`Dataset` or a path a :class:`Loader` reads
+      (Parquet, Arrow IPC, a folder of .npy), with ``columns`` / ``column``.
+    * ``planner`` (default ``AutoBuckets(8, batch_size=...)``) and
+      ``batch_size`` / ``memory_budget`` as for jb.map; the planner is
+      resolved once, on the first run, and kept for every resume.
+    * ``checkpoint_every``: examples per shard and journal record: what a
+      crash can cost at most.
+    * ``on_error``: ``"raise"``, ``"skip"`` or ``"quarantine"`` for records
+      that break ``schema`` and examples whose ``check_finite``/``check``
+      fail; skipped and quarantined examples are not written, and are
+      counted (quarantined with their reasons) in the report.
+    * ``progress``: a tqdm bar (examples/s, padding efficiency, ETA).
+    * ``overwrite=True`` deletes a previous job's files in ``output``;
+      otherwise a different function, input or options is refused.
+      ``tag`` is keyed on too: name the model version there (the function's
+      source is hashed, the values it closes over are not).
+
+    Returns the :class:`JobReport`, also written to ``output/report.json``.
+
+    Example::
+
+        report = jb.run(embed, "corpus.parquet", "out/", column="tokens",
+                        planner=jb.AutoBuckets(8, token_budget=16384))
+        vectors = jb.read_output("out/")["output"]
+    """
+    start_time = time.perf_counter()
+    try:
+        import pyarrow  # noqa: F401 - the shards are Parquet
+    except ImportError:
+        raise ImportError(
+            "jb.run writes Parquet and needs pyarrow: pip install 'jaxbatch[arrow]'"
+        ) from None
+    _check_args(checkpoint_every, on_error)
+    if isinstance(source, Dataset):
+        dataset, source_name = source, "a Dataset"
+    else:
+        from jaxbatch._sources import open_source
+
+        dataset, source_name = open_source(source, columns, column, None), str(source)
+    length_column = column or dataset.default_length_column
+    fingerprint = {
+        "format": _FORMAT_VERSION,
+        "function": name or _function_key(fun),
+        "function_source": _source_hash(fun),
+        "input": f"{_core.dataset_fingerprint(dataset._core):016x}",
+        "examples": dataset.num_examples,
+        "options": {
+            "planner": repr(planner),
+            "column": length_column,
+            "batch_size": batch_size,
+            "memory_budget": memory_budget,
+            "schema": repr(dict(schema or {})),
+            "check_finite": check_finite,
+            "check": None if check is None else [_function_key(check), _source_hash(check)],
+            "pad_value": repr(pad_value),
+            "tag": tag,
+        },
+    }
+    folder = JobFolder(Path(output))
+    journal = _open(folder, fingerprint, overwrite)
+    with journal:
+        if journal.records:
+            _refuse_changes(journal.records[0], fingerprint, folder.path)
+            resolved = _planner_from(journal.records[0]["planner"])
+        else:
+            resolved = planner or AutoBuckets(
+                DEFAULT_MAX_SHAPES, batch_size=_rows_for(fun, dataset, batch_size, memory_budget)
+            )
+            journal.append(
+                {
+                    "kind": "job",
+                    "fingerprint": fingerprint,
+                    "planner": _planner_record(resolved),
+                    "source": source_name,
+                    "created": time.time(),
+                }
+            )
+        recorded = sum(r.get("kind") == "shard" for r in journal.records)
+        shards, done = folder.verified_shards(journal)
+        redone = recorded - len(shards)
+        _remove_orphans(folder, shards)
+        if not done:
+            journal.append(
+                {
+                    "kind": "start",
+                    "time": time.time(),
+                    "host": socket.gethostname(),
+                    "pid": os.getpid(),
+                    "on_error": on_error,
+                    "resumed_at": sum(s["examples"] for s in shards),
+                    "redone": redone,
+                }
+            )
+            job = _Job(
+                fun,
+                dataset,
+                resolved,
+                length_column,
+                journal,
+                folder,
+                shards,
+                loader_options={
+                    "on_error": on_error,
+                    "max_errors": max_errors,
+                    "schema": schema,
+                    "pad_value": pad_value,
+                    "num_threads": num_threads,
+                    "prefetch": prefetch,
+                },
+                check_finite=check_finite,
+                check=check,
+                checkpoint_every=checkpoint_every,
+                progress=progress,
+            )
+            shards = job.run()
+            journal.append(
+                {
+                    "kind": "done",
+                    "time": time.time(),
+                    "loader_quarantine": job.loader_quarantine,
+                    "loader_skipped": job.loader_skipped,
+                }
+            )
+        else:
+            log.info("jb.run: the job in %s is already complete", folder.path)
+        runs = sum(r.get("kind") == "start" for r in journal.records)
+        redone = sum(r.get("redone", 0) for r in journal.records if r.get("kind") == "start")
+        done_record = next(r for r in journal.records if r.get("kind") == "done")
+    report = _report(
+        folder,
+        dataset.num_examples,
+        shards,
+        done_record,
+        runs,
+        redone,
+        time.perf_counter() - start_time,
+    )
+    _core.write_file_atomic(
+        str(folder.path / REPORT_NAME), json.dumps(report.to_dict(), indent=1).encode()
+    )
+    return report
+
+
+def _check_args(checkpoint_every, on_error) -> None:
+    if (
+        isinstance(checkpoint_every, bool)
+        or not isinstance(checkpoint_every, int | np.integer)
+        or checkpoint_every < 1
+    ):
+        raise ValueError(
+            f"jb.run: checkpoint_every must be an int >= 1 (examples per shard), found "
+            f"{checkpoint_every!r}"
+        )
+    if on_error not in _ON_ERROR:
+        raise ValueError(
+            f"jb.run: on_error must be 'raise', 'skip' or 'quarantine', found {on_error!r}"
+        )
+
+
+def _function_key(fun: Callable) -> str:
+    module = getattr(fun, "__module__", None) or "?"
+    qualname = getattr(fun, "__qualname__", None) or type(fun).__qualname__
+    return f"{module}:{qualname}"
+
+
+def _source_hash(fun: Callable) -> str:
+    """A hash of the function's source (its bytecode when there is none)."""
+    target = inspect.unwrap(fun)
+    try:
+        text = inspect.getsource(target).encode()
+    except (OSError, TypeError):
+        code = getattr(target, "__code__", None)
+        text = code.co_code if code is not None else repr(target).encode()
+    return hashlib.sha256(text).hexdigest()[:16]
+
+
+def _planner_record(planner: Planner) -> dict[str, Any]:
+    if not isinstance(planner, tuple(_PLANNERS.values())):
+        raise TypeError(f"jb.run: planner must be a jaxbatch planner, found {planner!r}")
+    fields = dataclasses.asdict(planner)
+    return {"type": type(planner).__name__, "fields": fields}
+
+
+def _planner_from(record: dict[str, Any]) -> Planner:
+    fields = {k: tuple(v) if isinstance(v, list) else v for k, v in record["fields"].items()}
+    return _PLANNERS[record["type"]](**fields)
+
+
+def _open(folder: JobFolder, fingerprint: dict, overwrite: bool) -> _JournalHandle:
+    path = folder.path
+    if path.exists() and not path.is_dir():
+        raise JobError(f"jb.run: output {path} is a file; expected a folder")
+    path.mkdir(parents=True, exist_ok=True)
+    journal_path = path / JOURNAL_NAME
+    if overwrite:
+        if journal_path.exists():
+            _JournalHandle(journal_path).__exit__()  # Refuses while another process runs it.
+        for p in folder.ours():
+            p.unlink()
+        _core.sync_directory(str(path))
+    elif not journal_path.exists():
+        foreign = [p.name for p in path.iterdir() if p not in folder.ours()]
+        if foreign:
+            raise JobError(
+                f"jb.run: output folder {path} is not empty and holds no jaxbatch job (found "
+                f"{sorted(foreign)[:5]}); choose an empty or new folder"
+            )
+    journal = _JournalHandle(journal_path)
+    if journal.core.discarded_bytes:
+        log.warning(
+            "jb.run: %s: cut %d bytes off the journal (%s); the work they recorded is redone",
+            journal_path,
+            journal.core.discarded_bytes,
+            journal.core.discarded_reason,
+        )
+    if journal.records and journal.records[0].get("kind") != "job":
+        journal.__exit__()
+        raise JobError(f"jb.run: {journal_path} does not start with a job record")
+    return journal
+
+
+def _refuse_changes(job_record: dict, fingerprint: dict, path: Path) -> None:
+    old = job_record["fingerprint"]
+    differences = []
+    for key in ("format", "function", "function_source", "input", "examples"):
+        if old.get(key) != fingerprint[key]:
+            differences.append(f"{key}: was {old.get(key)!r}, now {fingerprint[key]!r}")
+    for key, value in fingerprint["options"].items():
+        was = old.get("options", {}).get(key)
+        if was != json.loads(json.dumps(value)):
+            differences.append(f"option {key}: was {was!r}, now {value!r}")
+    if differences:
+        raise JobError(
+            f"jb.run: {path} holds a job with a different "
+            + ("function, input or options" if len(differences) > 1 else "setting")
+            + ":\n  "
+            + "\n  ".join(differences)
+            + "\nre-run with the original settings to resume it, choose another output folder, "
+            "or pass overwrite=True (--overwrite) to start over"
+        )
+
+
+def _remove_orphans(folder: JobFolder, shards: list[dict]) -> None:
+    """Deletes shard files the journal does not list (written after the last
+    record) and temporaries."""
+    listed = {s["file"] for s in shards}
+    removed = False
+    for p in folder.ours():
+        if p.name in (JOURNAL_NAME, REPORT_NAME) or p.name in listed:
+            continue
+        p.unlink()
+        removed = True
+    if removed:
+        _core.sync_directory(str(folder.path))
+
+
+class _Job:
+    """One run of a job: the loader from the last committed state, the
+    executor, and shards appended as they fill."""
+
+    def __init__(
+        self,
+        fun,
+        dataset,
+        planner,
+        length_column,
+        journal,
+        folder,
+        shards,
+        *,
+        loader_options,
+        check_finite,
+        check,
+        checkpoint_every,
+        progress,
+    ):
+        self.journal, self.folder, self.shards = journal, folder, list(shards)
+        on_error = loader_options["on_error"]
+        self.on_error, self.checkpoint_every = on_error, checkpoint_every
+        self.total = dataset.num_examples
+        state = shards[-1]["state"] if shards else None
+        self.loader = Loader(
+            dataset,
+            planner,
+            column=length_column,
+            shuffle=False,
+            epochs=1,
+            state=state,
+            **loader_options,
+        )
+        map_policy = "raise" if on_error == "raise" else "quarantine"
+        self.executor = _Executor(fun, check_finite, check, length_column)
+        self.map_policy = map_policy
+        self.run_batch = _OomSplitter(self.executor, "split", 0.9, 1)
+        self.bar = _ProgressBar(progress, self.total, sum(s["examples"] for s in shards))
+        self.loader_quarantine: list[dict[str, Any]] = []
+        self.loader_skipped = 0
+        self.fun = fun
+        self.per_token: dict[Any, list[bool]] = {}
+
+    def run(self) -> list[dict]:
+        """Runs to the end; returns every shard record of the job."""
+        try:
+            self._loop()
+            self.loader_quarantine = [dict(q, stage="loader") for q in self.loader.quarantine]
+            self.loader_skipped = self.loader.stats.skipped
+        finally:
+            self.loader.close()
+            self.bar.close()
+        return self.shards
+
+    def _loop(self) -> None:
+        pending: list[tuple[np.ndarray, dict]] = []
+        bad: list[dict[str, Any]] = []
+        counts = _Counts()
+        loader = iter(self.loader)
+        while True:
+            t0 = time.perf_counter()
+            batch = next(loader, None)
+            counts.loading += time.perf_counter() - t0
+            if batch is None:
+                break
+            compile_before = self.executor.stats.compile_seconds
+            run_before = self.executor.stats.run_seconds
+            compiles_before = self.executor.stats.compilations
+            out, flags = self.run_batch(batch)
+            counts.compiling += self.executor.stats.compile_seconds - compile_before
+            counts.computing += self.executor.stats.run_seconds - run_before
+            counts.compilations += self.executor.stats.compilations - compiles_before
+            examples, columns, batch_bad = self._keep(out, flags, batch)
+            pending.append((examples, columns))
+            bad.extend(batch_bad)
+            counts.add_batch(batch, len(examples), len(batch_bad))
+            self.bar.update(len(examples) + len(batch_bad), batch, counts, self.executor.stats)
+            if counts.examples + counts.bad >= self.checkpoint_every:
+                self._commit(pending, bad, counts)
+                pending, bad, counts = [], [], _Counts()
+        if pending:
+            self._commit(pending, bad, counts)
+
+    def _keep(self, out, flags, batch):
+        """The examples to write, their columns, and the flagged examples."""
+        index = np.asarray(batch["example_index"])
+        flags = np.asarray(flags)
+        row_ok = flags == 0
+        keep = (index >= 0) & (row_ok if index.ndim == 1 else row_ok[:, None])
+        flagged = (index >= 0) & ~(row_ok if index.ndim == 1 else row_ok[:, None])
+        bad = []
+        if flagged.any():
+            rows = np.nonzero(flagged)[0]
+            if self.map_policy == "raise":
+                r = int(rows[0])
+                raise ValueError(
+                    f"jb.run: example {int(index[flagged][0])} (batch {batch.index}, row {r}): "
+                    f"{flag_reason(int(flags[r]))}; pass on_error='quarantine' (or 'skip') to "
+                    f"set such examples aside and continue"
+                )
+            stage = "function" if self.on_error == "quarantine" else "function-skip"
+            bad = [
+                {"example": int(e), "reason": flag_reason(int(flags[r])), "stage": stage}
+                for e, r in zip(index[flagged], rows, strict=True)
+            ]
+        signature = tuple((k, np.shape(v)) for k, v in batch.items())
+        per_token = self.per_token.get(signature)
+        if per_token is None:
+            per_token = self.per_token[signature] = per_token_leaves(self.fun, batch)
+        examples, columns = batch_columns(out, keep, batch, per_token)
+        return examples, columns, bad
+
+    def _commit(self, pending, bad, counts: _Counts) -> None:
+        """Writes one shard and its journal record: the commit point."""
+        t0 = time.perf_counter()
+        number = len(self.shards)
+        name = SHARD_PATTERN.format(number)
+        examples = np.concatenate([e for e, _ in pending])
+        columns = concat_columns([c for _, c in pending])
+        data = encode_parquet(to_table(examples, columns))
+        _core.write_file_atomic(str(self.folder.path / name), data)
+        digest = f"{_core.hash_file(str(self.folder.path / name)):016x}"
+        counts.writing += time.perf_counter() - t0
+        record = {
+            "kind": "shard",
+            "shard": number,
+            "file": name,
+            "bytes": len(data),
+            "hash": digest,
+            "examples": counts.examples,
+            "bad": bad,
+            "state": self.loader.get_state(),
+            **counts.record(),
+        }
+        self.journal.append(record)
+        self.shards.append(record)
+
+
+@dataclasses.dataclass
+class _Counts:
+    examples: int = 0
+    bad: int = 0
+    loading: float = 0.0
+    compiling: float = 0.0
+    computing: float = 0.0
+    writing: float = 0.0
+    compilations: int = 0
+    real_elements: int = 0
+    padded_elements: int = 0
+
+    def add_batch(self, batch, written: int, bad: int) -> None:
+        self.examples += written
+        self.bad += bad
+        column = batch.length_column
+        self.real_elements += int(np.asarray(batch[column + "_lengths"]).sum())
+        self.padded_elements += int(np.prod(np.asarray(batch[column]).shape[:2]))
+
+    def record(self) -> dict[str, Any]:
+        return {
+            "seconds": {
+                "loading": self.loading,
+                "compiling": self.compiling,
+                "computing": self.computing,
+                "writing": self.writing,
+            },
+            "compilations": self.compilations,
+            "real_elements": self.real_elements,
+            "padded_elements": self.padded_elements,
+        }
+
+
+class _ProgressBar:
+    """A tqdm bar of examples with padding efficiency and compilations."""
+
+    def __init__(self, enabled: bool, total: int, initial: int):
+        self.bar = None
+        if not enabled:
+            return
+        try:
+            from tqdm.auto import tqdm
+        except ImportError:
+            log.info("jb.run: install tqdm for a progress bar")
+            return
+        self.bar = tqdm(total=total, initial=initial, unit="ex", desc="jb.run", smoothing=0.1)
+        self.real = self.padded = 0
+
+    def update(self, examples: int, batch, counts: _Counts, stats) -> None:
+        if self.bar is None:
+            return
+        column = batch.length_column
+        self.real += int(np.asarray(batch[column + "_lengths"]).sum())
+        self.padded += int(np.prod(np.asarray(batch[column]).shape[:2]))
+        self.bar.update(examples)
+        self.bar.set_postfix(
+            padding_eff=f"{self.real / max(self.padded, 1):.0%}",
+            compiles=stats.compilations,
+            refresh=False,
+        )
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _report(folder, total, shards, done, runs, redone, wall) -> JobReport:
+    """Adds up the committed shards of every run."""
+    records = shards
+    seconds = dict.fromkeys(("loading", "compiling", "computing", "writing"), 0.0)
+    quarantine, skipped = [], 0
+    for r in records:
+        for k in seconds:
+            seconds[k] += r["seconds"][k]
+        for b in r["bad"]:
+            if b["stage"] == "function-skip":
+                skipped += 1
+            else:
+                quarantine.append(b)
+    skipped += done["loader_skipped"]
+    quarantine.extend(done["loader_quarantine"])
+    device_peak = None
+    try:
+        import jax
+
+        stats = jax.devices()[0].memory_stats() or {}
+        device_peak = stats.get("peak_bytes_in_use")
+    except Exception:  # noqa: BLE001 - a report never fails on a missing statistic
+        device_peak = None
+    return JobReport(
+        output=str(folder.path),
+        complete=True,
+        total=total,
+        examples=sum(r["examples"] for r in records),
+        skipped=skipped,
+        quarantined=len(quarantine),
+        quarantine=sorted(quarantine, key=lambda q: q["example"]),
+        shards=len(shards),
+        runs=runs,
+        redone_shards=redone,
+        compilations=sum(r["compilations"] for r in records),
+        seconds=seconds,
+        wall_seconds=wall,
+        real_elements=sum(r["real_elements"] for r in records),
+        padded_elements=sum(r["padded_elements"] for r in records),
+        peak_host_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        peak_device_bytes=device_peak,
+    )

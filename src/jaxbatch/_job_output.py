@@ -1,0 +1,222 @@
+"""A job's per-example outputs: from a batch's outputs to columns, to
+Parquet shards, and back (:func:`read_output`).
+
+Each output leaf becomes one column, keyed by ``example_index``:
+* a per-example array of fixed shape (``[rows, *shape]`` in the batch; per
+  segment ``[rows, S, *shape]`` for packed rows) -> one value per example
+  (a scalar, or a fixed-size list of ``prod(shape)`` values);
+* a per-token array (``[rows, L, *inner]``, L the batch's padded length)
+  -> the example's own tokens only (a list of ``prod(inner)``-wide rows).
+The shape and dtype ride in the Arrow field's metadata, so
+:func:`read_output` gives back numpy arrays of the shapes the function
+returned. Everything here is vectorised per batch; no per-example loop.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from jaxbatch._collate import Batch
+from jaxbatch._output_layout import leaf_names
+
+SHARD_PATTERN = "part-{:06d}.parquet"
+JOURNAL_NAME = "journal.jbj"
+_META_KIND, _META_SHAPE, _META_DTYPE = b"jaxbatch.kind", b"jaxbatch.shape", b"jaxbatch.dtype"
+
+
+@dataclass
+class Column:
+    """One output's values for a run of examples: ``values`` [n, *shape]
+    (fixed) or [sum(lengths), *inner] with ``lengths`` [n] (per token)."""
+
+    values: np.ndarray
+    lengths: np.ndarray | None = None
+
+
+def batch_columns(
+    out: Any, keep: np.ndarray, batch: Batch, per_token: list[bool]
+) -> tuple[np.ndarray, dict[str, Column]]:
+    """The kept examples' indices and each output leaf's values, from a
+    batch's outputs. ``keep`` marks the rows (padded) or segments (packed)
+    whose outputs are written; ``per_token`` says which leaves are per token
+    (:func:`per_token_leaves`)."""
+    index = np.asarray(batch["example_index"])
+    examples = index[keep].astype(np.int64)
+    length = batch.shape.length
+    lengths = np.asarray(batch[batch.length_column + "_lengths"])
+    columns = {}
+    for (name, leaf), token_level in zip(leaf_names(out), per_token, strict=True):
+        array = np.asarray(leaf)
+        if array.ndim < 1 or array.shape[0] != index.shape[0]:
+            raise ValueError(
+                f"jb.run: output {name!r} has shape {array.shape}; expected a leading axis of "
+                f"{index.shape[0]} rows (the function returns one value per example)"
+            )
+        if not token_level:
+            if batch.packed and (array.ndim < 2 or array.shape[1] != index.shape[1]):
+                raise ValueError(
+                    f"jb.run: output {name!r} of a packed batch has shape {array.shape}; "
+                    f"expected per-segment [rows, {index.shape[1]}, ...] or per-token "
+                    f"[rows, {length}, ...]"
+                )
+            columns[name] = Column(array[keep])
+        elif not batch.packed:
+            n = lengths[keep]
+            tokens = np.arange(length)[None, :] < n[:, None]
+            columns[name] = Column(array[keep][tokens], n.astype(np.int64))
+        else:
+            # Segment k of a row holds slot k-1's tokens, back to back in slot
+            # order, so the kept tokens in row-major order are the kept
+            # segments' tokens in the order of lengths[keep].
+            segment_ids = np.asarray(batch[batch.length_column + "_segment_ids"])
+            kept_slot = np.concatenate([np.zeros((keep.shape[0], 1), bool), keep], axis=1)
+            tokens = np.take_along_axis(kept_slot, segment_ids.astype(np.int64), axis=1)
+            columns[name] = Column(array[tokens], lengths[keep].astype(np.int64))
+    return examples, columns
+
+
+def concat_columns(pieces: list[dict[str, Column]]) -> dict[str, Column]:
+    """One shard's columns from its batches' columns (same names and kinds)."""
+    out = {}
+    for name in pieces[0]:
+        parts = [p[name] for p in pieces]
+        kinds = {p.lengths is None for p in parts}
+        shapes = {p.values.shape[1:] for p in parts}
+        if len(kinds) != 1 or len(shapes) != 1:
+            raise ValueError(
+                f"jb.run: output {name!r} changes kind or shape between batches "
+                f"({sorted(str(s) for s in shapes)}); every example must return the same "
+                f"structure"
+            )
+        values = np.concatenate([p.values for p in parts])
+        lengths = None if parts[0].lengths is None else np.concatenate([p.lengths for p in parts])
+        out[name] = Column(values, lengths)
+    return out
+
+
+def to_table(examples: np.ndarray, columns: dict[str, Column]):
+    """An Arrow table: ``example_index`` and one column per output."""
+    import pyarrow as pa
+
+    arrays, fields = [pa.array(examples, pa.int64())], [pa.field("example_index", pa.int64())]
+    for name, column in columns.items():
+        values = column.values
+        inner = values.shape[1:]
+        flat = _arrow_values(values.reshape(values.shape[0], -1) if inner else values)
+        width = int(np.prod(inner)) if inner else 0
+        if width:
+            flat = pa.FixedSizeListArray.from_arrays(flat, width)
+        kind = "fixed"
+        if column.lengths is not None:
+            offsets = np.zeros(len(column.lengths) + 1, dtype=np.int64)
+            np.cumsum(column.lengths, out=offsets[1:])
+            flat = pa.LargeListArray.from_arrays(pa.array(offsets), flat)
+            kind = "tokens"
+        metadata = {
+            _META_KIND: kind.encode(),
+            _META_SHAPE: json.dumps(list(inner)).encode(),
+            _META_DTYPE: values.dtype.name.encode(),
+        }
+        arrays.append(flat)
+        fields.append(pa.field(name, flat.type, metadata=metadata))
+    return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+
+
+def _arrow_values(values: np.ndarray):
+    """A flat Arrow array of the values (bfloat16, which Arrow lacks, as uint16)."""
+    import pyarrow as pa
+
+    flat = np.ascontiguousarray(values).reshape(-1)
+    if flat.dtype.name == "bfloat16":
+        flat = flat.view(np.uint16)
+    return pa.array(flat)
+
+
+def encode_parquet(table) -> bytes:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink)
+    return sink.getvalue().to_pybytes()
+
+
+def from_table(table) -> dict[str, Any]:
+    """numpy arrays from an output table: ``example_index`` [n]; a fixed
+    column as [n, *shape]; a per-token column as a list of [length, *inner]."""
+    out: dict[str, Any] = {"example_index": table.column("example_index").to_numpy()}
+    for field in table.schema:
+        if field.name == "example_index":
+            continue
+        meta = field.metadata or {}
+        shape = tuple(json.loads(meta.get(_META_SHAPE, b"[]")))
+        dtype = _numpy_dtype(meta.get(_META_DTYPE, b"").decode())
+        column = table.column(field.name).combine_chunks()
+        if meta.get(_META_KIND) == b"tokens":
+            offsets = column.offsets.to_numpy()
+            flat = _flat_values(column.values, dtype).reshape((-1, *shape))
+            out[field.name] = [flat[a:b] for a, b in zip(offsets[:-1], offsets[1:], strict=True)]
+        else:
+            out[field.name] = _flat_values(column, dtype).reshape((len(column), *shape))
+    return out
+
+
+def _flat_values(array, dtype):
+    import pyarrow as pa
+
+    if pa.types.is_fixed_size_list(array.type):
+        array = array.flatten()
+    values = array.to_numpy(zero_copy_only=False)
+    if dtype is not None and values.dtype != dtype:
+        values = values.view(dtype) if values.dtype.itemsize == dtype.itemsize else values
+    return values
+
+
+def _numpy_dtype(name: str):
+    if not name:
+        return None
+    from jaxbatch._dtypes import numpy_dtype
+
+    return numpy_dtype(name)
+
+
+def read_output(output: str | os.PathLike, *, partial: bool = False) -> dict[str, Any]:
+    """A job's outputs as numpy, in example order: ``example_index`` and one
+    entry per output (fixed-shape outputs stacked ``[n, *shape]``, per-token
+    outputs as a list of arrays).
+
+    Reads the shards the journal lists (each checked against its recorded
+    size and hash). Raises ``ValueError`` for a job that has not finished
+    unless ``partial=True``, and ``OSError`` while the job is running.
+
+    Example::
+
+        out = jb.read_output("embeddings/")
+        vectors = out["output"]            # [examples, 384]
+    """
+    import pyarrow as pa
+
+    from jaxbatch._job import JobFolder
+
+    folder = JobFolder(Path(output))
+    with folder.open_journal() as journal:
+        shards, done = folder.verified_shards(journal)
+    if not done and not partial:
+        raise ValueError(
+            f"jb.read_output: the job in {output} has not finished ({len(shards)} shards "
+            f"written); re-run it to finish, or pass partial=True"
+        )
+    import pyarrow.parquet as pq
+
+    tables = [pq.read_table(Path(output) / s["file"]) for s in shards]
+    if not tables:
+        return {"example_index": np.zeros(0, dtype=np.int64)}
+    table = pa.concat_tables(tables)
+    order = np.argsort(table.column("example_index").to_numpy(), kind="stable")
+    return from_table(table.take(pa.array(order)))

@@ -1,0 +1,361 @@
+"""jb.run / `jaxbatch run`: resumable exactly-once jobs, checked against a
+NumPy reference and against uninterrupted runs, with kill -9 at random
+moments."""
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from job_functions import fails_on_multiples_of_7, summarise, summarise_reference
+
+import jaxbatch as jb
+from jaxbatch import _core
+from jaxbatch._cli import main as cli_main
+
+FUNCTIONS = str(Path(__file__).parent / "job_functions.py")
+
+
+def token_lists(n: int, seed: int = 0, max_length: int = 40) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [rng.integers(0, 1000, rng.integers(1, max_length)).astype(np.int32) for _ in range(n)]
+
+
+def dataset(n: int, seed: int = 0) -> jb.Dataset:
+    return jb.Dataset.from_arrays({"tokens": token_lists(n, seed)})
+
+
+def write_parquet(path: Path, tokens: list[np.ndarray]) -> Path:
+    table = pa.table({"tokens": pa.array([t.tolist() for t in tokens], pa.list_(pa.int32()))})
+    pq.write_table(table, path)
+    return path
+
+
+def shard_bytes(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.glob("part-*.parquet"))}
+
+
+def assert_matches_reference(out: dict, tokens: list[np.ndarray], skip=()) -> None:
+    expected = [i for i in range(len(tokens)) if i not in set(skip)]
+    np.testing.assert_array_equal(out["example_index"], expected)
+    for row, i in enumerate(expected):
+        ref = summarise_reference(tokens[i])
+        np.testing.assert_allclose(out["total"][row], ref["total"], rtol=1e-6)
+        np.testing.assert_allclose(out["moments"][row], ref["moments"], rtol=1e-5)
+        np.testing.assert_array_equal(out["doubled"][row], ref["doubled"])
+
+
+def test_outputs_match_the_numpy_reference_and_jb_map(tmp_path):
+    tokens = token_lists(300)
+    ds = jb.Dataset.from_arrays({"tokens": tokens})
+    report = jb.run(summarise, ds, tmp_path, checkpoint_every=64, progress=False)
+    out = jb.read_output(tmp_path)
+    assert_matches_reference(out, tokens)
+    assert out["moments"].shape == (300, 3) and out["doubled"][5].dtype == np.int32
+    mapped = jb.map(summarise, ds).outputs
+    for row in range(300):
+        np.testing.assert_array_equal(out["doubled"][row], mapped[row]["doubled"])
+        np.testing.assert_array_equal(out["moments"][row], mapped[row]["moments"])
+    assert report.complete and report.examples == 300 and report.total == 300
+    assert report.shards == len(list(tmp_path.glob("part-*.parquet"))) >= 300 // 64
+    assert report.real_elements == sum(len(t) for t in tokens)
+    assert 0 < report.padding_efficiency <= 1 and report.compilations >= 1
+    saved = json.loads((tmp_path / "report.json").read_text())
+    assert saved["examples"] == 300 and saved["padding_efficiency"] == report.padding_efficiency
+
+
+def test_packed_batches_give_the_same_outputs(tmp_path):
+    tokens = token_lists(200, seed=3)
+    ds = jb.Dataset.from_arrays({"tokens": tokens})
+
+    def per_segment_and_token(row):
+        import jax.numpy as jnp
+
+        segments = row["tokens_segment_ids"]
+        sums = jnp.zeros(16, jnp.int32).at[segments].add(row["tokens"])[1:]
+        return {"total": sums, "doubled": row["tokens"] * 2}
+
+    jb.run(
+        per_segment_and_token,
+        ds,
+        tmp_path,
+        planner=jb.Pack(64, 4, max_segments_per_row=15),
+        progress=False,
+    )
+    out = jb.read_output(tmp_path)
+    np.testing.assert_array_equal(out["example_index"], np.arange(200))
+    np.testing.assert_array_equal(out["total"], [t.sum() for t in tokens])
+    for i, t in enumerate(tokens):
+        np.testing.assert_array_equal(out["doubled"][i], t * 2)
+
+
+def test_a_finished_job_is_not_run_again(tmp_path):
+    ds = dataset(50)
+    jb.run(summarise, ds, tmp_path, checkpoint_every=10, progress=False)
+    before = shard_bytes(tmp_path)
+    report = jb.run(summarise, ds, tmp_path, checkpoint_every=10, progress=False)
+    assert report.complete and report.examples == 50 and report.runs == 1
+    assert shard_bytes(tmp_path) == before
+
+
+def _records(folder: Path) -> list[dict]:
+    journal = _core.Journal(str(folder / "journal.jbj"))
+    try:
+        return [json.loads(r) for r in journal.records()]
+    finally:
+        journal.close()
+
+
+def test_a_truncated_last_shard_is_redone(tmp_path):
+    ds = dataset(120)
+    reference = tmp_path / "reference"
+    jb.run(summarise, ds, reference, checkpoint_every=25, progress=False)
+    job = tmp_path / "job"
+    jb.run(summarise, ds, job, checkpoint_every=25, progress=False)
+    last = sorted(job.glob("part-*.parquet"))[-1]
+    last.write_bytes(last.read_bytes()[:-100])  # Torn: the disk lost its end.
+    report = jb.run(summarise, ds, job, checkpoint_every=25, progress=False)
+    assert report.redone_shards == 1 and report.examples == 120 and report.runs == 2
+    assert shard_bytes(job) == shard_bytes(reference)
+
+
+def test_a_corrupt_middle_shard_is_redone_with_what_follows(tmp_path):
+    ds = dataset(120)
+    jb.run(summarise, ds, tmp_path / "reference", checkpoint_every=25, progress=False)
+    job = tmp_path / "job"
+    jb.run(summarise, ds, job, checkpoint_every=25, progress=False)
+    shards = sorted(job.glob("part-*.parquet"))
+    data = bytearray(shards[1].read_bytes())
+    data[len(data) // 2] ^= 0xFF  # Same size, one flipped byte.
+    shards[1].write_bytes(bytes(data))
+    report = jb.run(summarise, ds, job, checkpoint_every=25, progress=False)
+    assert report.redone_shards == len(shards) - 1
+    assert shard_bytes(job) == shard_bytes(tmp_path / "reference")
+
+
+def test_a_shard_written_but_not_journaled_is_replaced(tmp_path, monkeypatch):
+    """A kill between a shard's write and its journal record leaves an orphan
+    file: the next run deletes it and redoes the shard."""
+    ds = dataset(100)
+    jb.run(summarise, ds, tmp_path / "reference", checkpoint_every=30, progress=False)
+    job = tmp_path / "job"
+    appended = []
+
+    class Crash(Exception):
+        pass
+
+    real_append = jb._job._JournalHandle.append
+
+    def crash_on_second_shard(self, record):
+        if record["kind"] == "shard":
+            if len(appended) == 1:
+                raise Crash  # As if killed: the shard file is written, its record is not.
+            appended.append(record)
+        real_append(self, record)
+
+    monkeypatch.setattr(jb._job._JournalHandle, "append", crash_on_second_shard)
+    with pytest.raises(Crash):
+        jb.run(summarise, ds, job, checkpoint_every=30, progress=False)
+    assert len(list(job.glob("part-*.parquet"))) == 2  # The second is an orphan.
+    monkeypatch.setattr(jb._job._JournalHandle, "append", real_append)
+    jb.run(summarise, ds, job, checkpoint_every=30, progress=False)
+    assert shard_bytes(job) == shard_bytes(tmp_path / "reference")
+    assert_matches_reference(jb.read_output(job), [ds.example(i)["tokens"] for i in range(100)])
+
+
+def test_a_torn_journal_record_is_cut_and_its_work_redone(tmp_path):
+    ds = dataset(100)
+    jb.run(summarise, ds, tmp_path / "reference", checkpoint_every=30, progress=False)
+    job = tmp_path / "job"
+    jb.run(summarise, ds, job, checkpoint_every=30, progress=False)
+    journal = job / "journal.jbj"
+    records = _records(job)
+    kinds = [r["kind"] for r in records]
+    # Cut the journal in the middle of the last shard record (and drop "done").
+    last_shard = max(i for i, k in enumerate(kinds) if k == "shard")
+    size = sum(
+        16 + len(json.dumps(r, sort_keys=True, separators=(",", ":")).encode())
+        for r in records[:last_shard]
+    )
+    with open(journal, "r+b") as f:
+        f.truncate(size + 30)
+    report = jb.run(summarise, ds, job, checkpoint_every=30, progress=False)
+    assert report.examples == 100 and report.runs == 2
+    assert shard_bytes(job) == shard_bytes(tmp_path / "reference")
+
+
+def test_changed_function_input_or_options_are_refused(tmp_path):
+    ds = dataset(40)
+    jb.run(summarise, ds, tmp_path, checkpoint_every=10, progress=False)
+    with pytest.raises(jb.JobError, match="function"):
+        jb.run(fails_on_multiples_of_7, ds, tmp_path, progress=False)
+    with pytest.raises(jb.JobError, match="input"):
+        jb.run(summarise, dataset(40, seed=1), tmp_path, progress=False)
+    with pytest.raises(jb.JobError, match="option planner"):
+        jb.run(summarise, ds, tmp_path, planner=jb.PadToMax(4), progress=False)
+    with pytest.raises(jb.JobError, match="option tag"):
+        jb.run(summarise, ds, tmp_path, tag="v2", progress=False)
+    report = jb.run(summarise, ds, tmp_path, planner=jb.PadToMax(4), overwrite=True, progress=False)
+    assert report.examples == 40 and report.runs == 1
+
+
+def test_a_folder_of_other_files_is_refused(tmp_path):
+    (tmp_path / "notes.txt").write_text("mine")
+    with pytest.raises(jb.JobError, match="not empty and holds no jaxbatch job"):
+        jb.run(summarise, dataset(5), tmp_path, progress=False)
+    jb.run(summarise, dataset(5), tmp_path, overwrite=True, progress=False)
+    assert (tmp_path / "notes.txt").read_text() == "mine"  # Only the job's own files go.
+
+
+def test_two_runs_of_one_job_at_once_are_refused(tmp_path):
+    jb.run(summarise, dataset(5), tmp_path, progress=False)
+    journal = _core.Journal(str(tmp_path / "journal.jbj"))  # Held, as a running job holds it.
+    try:
+        with pytest.raises(OSError, match="another process is running this job"):
+            jb.run(summarise, dataset(5), tmp_path, progress=False)
+    finally:
+        journal.close()
+
+
+def test_quarantined_examples_are_reported_not_written(tmp_path):
+    tokens = token_lists(200, seed=5)
+    ds = jb.Dataset.from_arrays({"tokens": tokens})
+    bad = [i for i, t in enumerate(tokens) if t[0] % 7 == 0]
+    assert bad
+    with pytest.raises(ValueError, match=f"example {bad[0]}"):
+        jb.run(fails_on_multiples_of_7, ds, tmp_path / "raise", check_finite=True, progress=False)
+    report = jb.run(
+        fails_on_multiples_of_7,
+        ds,
+        tmp_path / "q",
+        check_finite=True,
+        on_error="quarantine",
+        checkpoint_every=50,
+        progress=False,
+    )
+    out = jb.read_output(tmp_path / "q")
+    assert sorted(set(range(200)) - set(out["example_index"].tolist())) == bad
+    assert report.quarantined == len(bad) and report.examples == 200 - len(bad)
+    assert [q["example"] for q in report.quarantine] == bad
+    assert all("not finite" in q["reason"] and q["stage"] == "function" for q in report.quarantine)
+    report = jb.run(
+        fails_on_multiples_of_7,
+        ds,
+        tmp_path / "s",
+        check_finite=True,
+        on_error="skip",
+        progress=False,
+    )
+    assert report.skipped == len(bad) and report.quarantined == 0
+
+
+def test_loader_bad_records_are_counted(tmp_path):
+    tokens = token_lists(100, seed=2)
+    ds = jb.Dataset.from_arrays({"tokens": tokens})
+    schema = {"tokens": jb.ColumnSchema(max_length=30)}
+    long = [i for i, t in enumerate(tokens) if len(t) > 30]
+    report = jb.run(summarise, ds, tmp_path, schema=schema, on_error="quarantine", progress=False)
+    assert report.quarantined == len(long) and report.examples == 100 - len(long)
+    assert [q["example"] for q in report.quarantine] == long
+    assert all(q["stage"] == "loader" for q in report.quarantine)
+    assert_matches_reference(jb.read_output(tmp_path), tokens, skip=long)
+
+
+def test_read_output_refuses_an_unfinished_job(tmp_path):
+    ds = dataset(60)
+    jb.run(summarise, ds, tmp_path, checkpoint_every=20, progress=False)
+    journal = _core.Journal(str(tmp_path / "journal.jbj"))
+    journal.truncate(len(journal.records()) - 1)  # Drop "done".
+    journal.close()
+    with pytest.raises(ValueError, match="has not finished"):
+        jb.read_output(tmp_path)
+    assert len(jb.read_output(tmp_path, partial=True)["example_index"]) == 60
+
+
+def test_bad_arguments_name_the_option(tmp_path):
+    with pytest.raises(ValueError, match="checkpoint_every"):
+        jb.run(summarise, dataset(3), tmp_path, checkpoint_every=0)
+    with pytest.raises(ValueError, match="on_error"):
+        jb.run(summarise, dataset(3), tmp_path, on_error="ignore")
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(jb.JobError, match="is a file"):
+        jb.run(summarise, dataset(3), tmp_path / "file")
+
+
+def _cli(*args: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "jaxbatch._cli", "run", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _run_args(source, output, *options: str) -> list[str]:
+    """`jaxbatch run` arguments for the test function over a Parquet file."""
+    base = [f"{FUNCTIONS}:summarise", "--input", str(source), "--column", "tokens"]
+    return [*base, "--output", str(output), *options, "--no-progress"]
+
+
+def test_cli_runs_resumes_and_refuses(tmp_path):
+    tokens = token_lists(80)
+    source = write_parquet(tmp_path / "in.parquet", tokens)
+    args = _run_args(source, tmp_path / "out", "--checkpoint-every", "20")
+    assert cli_main(["run", *args]) == 0
+    assert_matches_reference(jb.read_output(tmp_path / "out"), tokens)
+    assert cli_main(["run", *args, "--batch-size", "4"]) == 2  # Changed options: refused.
+    assert cli_main(["run", *args, "--batch-size", "4", "--overwrite"]) == 0
+    assert cli_main(["run", "no_such_module:f", *args[1:]]) == 2
+
+
+def test_kill_9_at_random_moments_then_resume_gives_the_uninterrupted_output(tmp_path):
+    tokens = token_lists(3000, seed=11, max_length=24)
+    source = write_parquet(tmp_path / "in.parquet", tokens)
+
+    def args(out):
+        return _run_args(
+            source, out, "--planner", "pad", "--batch-size", "8", "--checkpoint-every", "40"
+        )
+
+    assert cli_main(["run", *args(tmp_path / "reference")]) == 0
+    job = tmp_path / "job"
+    journal = job / "journal.jbj"
+    rng = random.Random(7)
+    kills = 0
+    sizes = []
+    while kills < 6:
+        size = journal.stat().st_size if journal.exists() else 0
+        proc = _cli(*args(job))
+        deadline = time.monotonic() + 120
+        # Wait for the job to make progress, then kill it at a random moment.
+        while proc.poll() is None and time.monotonic() < deadline:
+            if journal.exists() and journal.stat().st_size > size + 2000:
+                break
+            time.sleep(0.01)
+        time.sleep(rng.uniform(0, 0.3))
+        if proc.poll() is not None:
+            break  # Finished before we could kill it: the data set is too small.
+        proc.send_signal(signal.SIGKILL)
+        if proc.wait() == 0:
+            break  # It finished between the poll and the kill.
+        kills += 1
+        sizes.append(journal.stat().st_size)
+    assert kills >= 5, f"the job finished after {kills} kills; expected at least 5"
+    assert sizes == sorted(sizes)  # Every run made progress.
+    final = _cli(*args(job))
+    _, err = final.communicate(timeout=300)
+    assert final.returncode == 0, err
+    assert shard_bytes(job) == shard_bytes(tmp_path / "reference")
+    out = jb.read_output(job)
+    assert_matches_reference(out, tokens)
+    report = json.loads((job / "report.json").read_text())
+    assert report["runs"] == kills + 1 and report["examples"] == 3000
+    assert not [p for p in os.listdir(job) if ".tmp-" in p]
