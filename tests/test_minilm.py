@@ -1,0 +1,70 @@
+"""The demo's all-MiniLM-L6-v2 in JAX against the PyTorch reference.
+
+tests/data/minilm_reference.npz holds 20 sentences and the embeddings
+sentence-transformers 6.3.0 on torch 2.13.0 (CPU) gave for them, written
+once by `bench/make_minilm_reference.py` in the bench environment:
+
+    .venv-bench/bin/python bench/make_minilm_reference.py
+
+so these tests need neither torch nor sentence-transformers. bench_e2e.py
+compares against live sentence-transformers.
+"""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import jaxbatch as jb
+from jaxbatch._demo import minilm
+
+REFERENCE = Path(__file__).parent / "data" / "minilm_reference.npz"
+
+
+@pytest.fixture(scope="module")
+def model():
+    return minilm.load_model()
+
+
+@pytest.fixture(scope="module")
+def reference():
+    data = np.load(REFERENCE)
+    return [str(s) for s in data["sentences"]], data["embeddings"]
+
+
+def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+
+
+def test_every_sentence_matches_sentence_transformers(model, reference):
+    import jax
+
+    sentences, expected = reference
+    embed = jax.jit(model.embed_fn())
+    ids = model.tokenize(sentences)
+    assert max(len(i) for i in ids) == 256  # The long paragraph is truncated as the model is.
+    got = np.stack(
+        [np.asarray(embed({"input_ids": i, "input_ids_mask": np.ones(len(i), bool)})) for i in ids]
+    )
+    assert got.shape == (20, 384)
+    assert cosines(got, expected).min() >= 0.999
+    np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1.0, rtol=1e-5)
+
+
+def test_padded_bucketed_job_gives_the_unpadded_embeddings(model, reference, tmp_path):
+    """Through jb.run (AutoBuckets, padding, masks): padding changes nothing."""
+    sentences, expected = reference
+    ds = jb.Dataset.from_arrays({"input_ids": model.tokenize(sentences)})
+    jb.run(
+        model.embed_fn(), ds, tmp_path, planner=jb.AutoBuckets(2, token_budget=1024), progress=False
+    )
+    out = jb.read_output(tmp_path)
+    np.testing.assert_array_equal(out["example_index"], np.arange(20))
+    assert cosines(out["output"], expected).min() >= 0.999
+
+
+def test_tokenizer_matches_the_reference_ids(model):
+    # [CLS] hello world [SEP], from the model's own vocab.txt.
+    vocab = (model.folder / "vocab.txt").read_text(encoding="utf-8").split("\n")
+    ids = model.tokenize(["Hello world"])[0]
+    assert [vocab[i] for i in ids] == ["[CLS]", "hello", "world", "[SEP]"]
