@@ -90,11 +90,31 @@ def test_chunked_vmap_does_not_retrace_for_a_remainder():
         traces.append(x.shape)
         return x * 2
 
-    g = jb.vmap(f, chunk_size=4)
+    g = jax.jit(jb.vmap(f, chunk_size=4))
     x = jnp.ones((10, 3))
     for _ in range(3):
         np.testing.assert_array_equal(g(x), x * 2)
     assert len(traces) == 1  # one chunk shape, traced once, for 10 = 4 + 4 + 2 rows
+
+
+SCALE = 2.0
+
+
+def scaled(x):
+    return x * SCALE
+
+
+def test_chunked_vmap_traces_afresh_like_jax_vmap():
+    """Not jitted behind the user's back: a changed global is seen, as by jax.vmap."""
+    global SCALE
+    x = jnp.arange(10.0)
+    g = jb.vmap(scaled, chunk_size=4)
+    try:
+        for SCALE in (2.0, 3.0):
+            np.testing.assert_array_equal(g(x), jax.vmap(scaled)(x))
+            np.testing.assert_array_equal(g(x), x * SCALE)
+    finally:
+        SCALE = 2.0
 
 
 def gram_trace(x):

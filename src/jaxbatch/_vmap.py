@@ -33,8 +33,10 @@ def vmap(
     With ``chunk_size=c`` the batch runs ``c`` examples at a time (a
     ``lax.map`` over chunks of a ``vmap``), so peak memory is that of one
     chunk; the last partial chunk is padded by repeating the last example and
-    cut off afterwards, so every call compiles one chunk shape and a call with
-    the same shapes never retraces. ``chunk_size="auto"`` takes the largest
+    cut off afterwards, so a batch of any size traces one chunk shape. Like
+    jax.vmap it is not jitted for you: each call traces ``fun`` afresh (a
+    changed global is seen); wrap it in ``jax.jit`` to compile it once per
+    batch shape. ``chunk_size="auto"`` takes the largest
     chunk whose compiled memory fits ``memory_budget`` (bytes, or ``"auto"``
     for the device's free memory; see :func:`jaxbatch.max_batch_size`).
 
@@ -89,16 +91,13 @@ def _normalise_axes(in_axes, args):
     return in_axes if isinstance(in_axes, tuple) else (in_axes,) * len(args)
 
 
-@functools.partial(
-    __import__("jax").jit, static_argnames=("fun", "in_axes", "out_axes", "size", "kw_names")
-)
-def _chunked_jit(fun, in_axes, out_axes, size, kw_names, args, kw_values):
+def _chunked_map(fun, in_axes, out_axes, size, kw_names, args, kw_values):
+    """Not jitted, like jax.vmap: each call traces ``fun`` afresh (so it sees
+    the current globals), and under an outer jit it is traced with it."""
     import jax
     import jax.numpy as jnp
 
     kwargs = dict(zip(kw_names, kw_values, strict=True))
-    in_axes = in_axes.value if isinstance(in_axes, _Frozen) else in_axes
-    out_axes = out_axes.value if isinstance(out_axes, _Frozen) else out_axes
     axes = _normalise_axes(in_axes, args)
 
     def to_front(tree, axis_tree):
@@ -190,38 +189,8 @@ def _apply_out_axes(out, out_axes):
 
 
 def _chunked(fun, in_axes, out_axes, size, args, kwargs):
-    try:
-        hash(fun)
-    except TypeError:
-        raise AxisError("jb.vmap: chunk_size needs a hashable function") from None
-    in_axes_static = _freeze(in_axes)
-    out_axes_static = _freeze(out_axes)
     names = tuple(sorted(kwargs))
-    return _chunked_jit(
-        fun, in_axes_static, out_axes_static, size, names, args, tuple(kwargs[k] for k in names)
-    )
-
-
-class _Frozen:
-    """A hashable wrapper for an axes pytree (dicts are not hashable)."""
-
-    def __init__(self, value):
-        self.value = value
-        self._key = repr(value)
-
-    def __hash__(self):
-        return hash(self._key)
-
-    def __eq__(self, other):
-        return isinstance(other, _Frozen) and self._key == other._key
-
-
-def _freeze(axes):
-    try:
-        hash(axes)
-        return axes
-    except TypeError:
-        return _Frozen(axes)
+    return _chunked_map(fun, in_axes, out_axes, size, names, args, tuple(kwargs[k] for k in names))
 
 
 def _auto_chunk(fun, in_axes, args, kwargs, budget, n):
