@@ -146,6 +146,23 @@ def test_integer_and_bool_inputs():
     np.testing.assert_array_equal(masked.sum(x > 2, mask), [2, 0])
 
 
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.int16, np.uint16, np.int32, bool])
+def test_sums_of_small_integers_and_bools_widen_like_jnp_sum(dtype):
+    """int8 [100, 100] must sum to 200 in segment_sum as in sum (not wrap to
+    -56); bools are counted. The reference adds in int64."""
+    rng = np.random.default_rng(3)
+    hi = 2 if dtype is bool else min(int(np.iinfo(dtype).max), 1000)
+    x = rng.integers(0, hi, (3, 40)).astype(dtype)
+    ids = rng.integers(0, 4, (3, 40)).astype(np.int32)
+    want_dtype = jnp.sum(jnp.zeros((), dtype)).dtype
+    got = masked.segment_sum(x, ids, 3)
+    assert got.dtype == want_dtype
+    np.testing.assert_array_equal(got, _segment_loop(x.astype(np.int64), ids, 3, np.sum))
+    got = masked.sum(x, ids > 0)
+    assert got.dtype == want_dtype
+    np.testing.assert_array_equal(got, np.where(ids > 0, x.astype(np.int64), 0).sum(-1))
+
+
 @pytest.mark.parametrize("dtype", [np.float32, BF16])
 def test_fully_masked_rows_give_documented_values(dtype):
     x = np.full((2, 3), np.nan, dtype)

@@ -61,11 +61,14 @@ def _float_dtypes(x: jax.Array) -> tuple[Any, Any]:
     return out, jnp.promote_types(out, jnp.float32)
 
 
-def _accum_dtype(x: jax.Array) -> Any:
-    """float32 for 16-bit floats, else the input's own dtype."""
-    if jnp.issubdtype(x.dtype, jnp.floating):
-        return jnp.promote_types(x.dtype, jnp.float32)
-    return x.dtype
+def _sum_dtypes(x: jax.Array) -> tuple[Any, Any]:
+    """(result dtype, accumulation dtype) of a sum, as jnp.sum's: small
+    integers and bools (counted) widen to the default int before adding, so
+    int8 [100, 100] sums to 200, not -56; 16-bit floats add in float32."""
+    out = jnp.sum(jnp.zeros((), x.dtype)).dtype
+    if jnp.issubdtype(out, jnp.floating):
+        return out, jnp.promote_types(out, jnp.float32)
+    return out, out
 
 
 def _lowest(dtype: Any) -> Any:
@@ -96,10 +99,9 @@ def sum(x: Any, mask: Any, axis: Axis = -1, keepdims: bool = False) -> jax.Array
         total = jb.masked.sum(batch["scores"], batch["scores_mask"])  # [rows]
     """
     x, mask = _inputs("sum", x, mask)
-    acc = _accum_dtype(x)
-    zero = jnp.zeros((), x.dtype)
-    total = jnp.sum(jnp.where(mask, x, zero).astype(acc), axis=axis, keepdims=keepdims)
-    return total.astype(jnp.sum(zero).dtype)
+    out, acc = _sum_dtypes(x)
+    total = jnp.sum(jnp.where(mask, x.astype(acc), 0), axis=axis, keepdims=keepdims)
+    return total.astype(out)
 
 
 def mean(
@@ -289,7 +291,8 @@ def segment_sum(x: Any, segment_ids: Any, num_segments: int) -> jax.Array:
     """Per-segment sums of packed rows: ``x [..., L, ...]`` and ``segment_ids
     [..., L]`` give ``[..., num_segments, ...]``, entry ``s - 1`` summing the
     positions whose id is ``s``. Id 0 (padding) and ids above
-    ``num_segments`` are ignored; an empty segment sums to 0.
+    ``num_segments`` are ignored; an empty segment sums to 0. The result's
+    dtype is jnp.sum's (int8 adds as int32; bools are counted).
 
     Example::
 
@@ -298,8 +301,8 @@ def segment_sum(x: Any, segment_ids: Any, num_segments: int) -> jax.Array:
         )  # [rows, S], lines up with batch["example_index"]
     """
     x, segment_ids, num_segments = _segment_inputs("segment_sum", x, segment_ids, num_segments)
-    total = _segment_sum(x.astype(_accum_dtype(x)), segment_ids, num_segments)
-    return total.astype(jnp.sum(jnp.zeros((), x.dtype)).dtype)
+    out, acc = _sum_dtypes(x)
+    return _segment_sum(x.astype(acc), segment_ids, num_segments).astype(out)
 
 
 def segment_mean(x: Any, segment_ids: Any, num_segments: int) -> jax.Array:

@@ -7,12 +7,11 @@ from collections.abc import Callable
 from typing import Any
 
 from jaxbatch._axes import (
-    AxisError,
-    check_axes,
-    mapped_leaves,
+    broadcast_prefix as _broadcast_prefix,
 )
 from jaxbatch._axes import (
-    broadcast_prefix as _broadcast_prefix,
+    check_axes,
+    mapped_leaves,
 )
 
 
