@@ -89,9 +89,20 @@ def _batched_specs(args: Sequence[Any], kwargs: dict, in_axes: Any, batch: int):
 def _bytes_at(fun: Callable, in_axes: Any, args, kwargs, batch: int) -> int:
     import jax
 
+    from jaxbatch._hoist import hoisted
+
     specs, kw_specs = _batched_specs(args, kwargs, in_axes, batch)
-    batched = jax.vmap(fun, in_axes=in_axes)
-    return compiled_bytes(jax.jit(batched).lower(*specs, **kw_specs).compile())
+    names = sorted(kw_specs)
+
+    def batched(*a):  # Keyword arguments by position: hoisted takes positions.
+        return jax.vmap(fun, in_axes=in_axes)(*a[: len(specs)], **dict(zip(names, a[len(specs) :])))
+
+    # Compiled as jb.map compiles it: closed-over arrays (weights) passed as
+    # arguments, which are already resident and so not counted again.
+    run, consts = hoisted(batched, *specs, *(kw_specs[k] for k in names))
+    compiled = jax.jit(run).lower(consts, *specs, *(kw_specs[k] for k in names)).compile()
+    resident = sum(c.nbytes for c in consts if isinstance(c, jax.Array))
+    return compiled_bytes(compiled) - resident
 
 
 def estimate_memory(
