@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 
 from jaxbatch._collate import Batch, unbatch
-from jaxbatch._hoist import hoisted
 from jaxbatch._dataset import Dataset
+from jaxbatch._hoist import hoisted
 from jaxbatch._loader import Loader
 from jaxbatch._output_layout import unbatch_layout
 from jaxbatch._planners import AutoBuckets, Planner

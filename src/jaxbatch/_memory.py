@@ -95,7 +95,9 @@ def _bytes_at(fun: Callable, in_axes: Any, args, kwargs, batch: int) -> int:
     names = sorted(kw_specs)
 
     def batched(*a):  # Keyword arguments by position: hoisted takes positions.
-        return jax.vmap(fun, in_axes=in_axes)(*a[: len(specs)], **dict(zip(names, a[len(specs) :])))
+        return jax.vmap(fun, in_axes=in_axes)(
+            *a[: len(specs)], **dict(zip(names, a[len(specs) :], strict=True))
+        )
 
     # Compiled as jb.map compiles it: closed-over arrays (weights) passed as
     # arguments, which are already resident and so not counted again.
