@@ -156,14 +156,28 @@ def test_unbatch_packed_per_segment_outputs():
 
 def test_unbatch_ambiguous_shapes_follow_per_token():
     ds = jb.Dataset.from_arrays({"tokens": [np.arange(n) for n in (3, 2, 4)]})
+    # By default the segment axis is sized from the lengths (2 + 3 fit a row
+    # of 6, 2 + 3 + 4 do not: 2), so per-segment outputs are not per-token.
     batch = jb.collate(ds, jb.plan(ds, jb.Pack(row_length=6, rows_per_batch=2))[0])
+    assert batch.shape.segments == 2
+    per_segment = batch["tokens_lengths"] * 10  # [rows, 2]
+    out = jb.unbatch({"score": per_segment}, batch)
+    for (r, s), e in np.ndenumerate(batch["example_index"]):
+        if e >= 0:
+            assert out[e]["score"] == per_segment[r, s] == 10 * ds.lengths()[e]
+    # Set to the row length, the segment axis is ambiguous: unbatch asks.
+    pack = jb.Pack(row_length=6, rows_per_batch=2, max_segments_per_row=6)
+    batch = jb.collate(ds, jb.plan(ds, pack)[0])
     per_segment = batch["tokens_lengths"] * 10  # [rows, 6]: S == L == 6
+    with pytest.raises(ValueError, match="'score'.*could be per token or per segment"):
+        jb.unbatch({"score": per_segment}, batch)
     out = jb.unbatch({"score": per_segment}, batch, per_token=False)
     for (r, s), e in np.ndenumerate(batch["example_index"]):
         if e >= 0:
             assert out[e]["score"] == per_segment[r, s] == 10 * ds.lengths()[e]
-    guessed = jb.unbatch({"score": per_segment}, batch)  # taken as per-token
-    assert all(np.ndim(v["score"]) == 1 for v in guessed.values())
+    tokens = jb.unbatch({"t": batch["tokens"]}, batch, per_token=True)
+    for e, x in tokens.items():
+        np.testing.assert_array_equal(x["t"], np.arange(ds.lengths()[e]))
     padded = jb.collate(ds, jb.plan(ds, jb.PadToMax(batch_size=3))[0])
     logits = np.arange(12).reshape(3, 4)  # per-row, with 4 == L by chance
     rows = jb.unbatch({"logits": logits}, padded, per_token={"logits": False})

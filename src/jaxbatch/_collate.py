@@ -158,6 +158,8 @@ def unbatch(
                 if forced is None
                 else bool(forced)
             )
+            if forced is None and token_level and batch.packed:
+                _refuse_ambiguous(key, array.shape, batch.shape)
         own_length = key in batch.ragged_columns  # a non-aligned column has its own width
         if (
             token_level
@@ -175,6 +177,18 @@ def unbatch(
             else:
                 result.setdefault(example, {})[key] = piece
     return result
+
+
+def _refuse_ambiguous(key, shape, batch_shape) -> None:
+    """A packed batch whose segment axis is as long as its rows: an output
+    [rows, L, ...] may be per token or per segment; unbatch does not guess."""
+    if batch_shape.segments == batch_shape.length:
+        raise ValueError(
+            f"unbatch: output {key!r} of shape {shape} could be per token or per segment: this "
+            f"packed batch's rows and segment axis are both {batch_shape.length} long; pass "
+            f"per_token=True or False (or {{name: bool}}), or plan with "
+            f"Pack(max_segments_per_row=...) below row_length"
+        )
 
 
 def _unpad(array, index, lengths, per_token):

@@ -107,8 +107,12 @@ class Pack:
     segment ids and positions. ``algorithm="best_fit"`` is best-fit decreasing
     (longest first, into the fullest row that fits), ``"first_fit"`` keeps
     input order. Rows stay open for ``lookahead`` examples (None: all).
-    ``max_segments_per_row`` (None: ``row_length``) sizes the per-segment
-    outputs. An example longer than ``row_length`` follows ``too_long``."""
+    ``max_segments_per_row`` sizes the per-segment outputs
+    (``example_index``, ``<column>_lengths``: ``[rows, S]``); by default S
+    is the most examples a row can hold (the smallest lengths that fit one
+    row), rounded up to a power of two: it depends on the lengths only, so
+    every epoch and host gets the same shape. An example longer than
+    ``row_length`` follows ``too_long``."""
 
     row_length: int
     rows_per_batch: int

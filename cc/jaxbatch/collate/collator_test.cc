@@ -376,11 +376,10 @@ TEST(CollateTest, SmallPaddedAndPackedBatchesByHand) {
             (std::vector<int32_t>{1, 1, 1, 2, 1, 1, 0, 0}));
   EXPECT_EQ(Values<int32_t>(Find(out, "tokens_positions")),
             (std::vector<int32_t>{0, 1, 2, 0, 0, 1, 0, 0}));
-  EXPECT_EQ(Find(out, "tokens_lengths").shape, (std::vector<int64_t>{2, 4}));
-  EXPECT_EQ(Values<int32_t>(Find(out, "tokens_lengths")),
-            (std::vector<int32_t>{3, 1, 0, 0, 2, 0, 0, 0}));
-  EXPECT_EQ(Values<int64_t>(Find(out, "example_index")),
-            (std::vector<int64_t>{0, 1, -1, -1, 2, -1, -1, -1}));
+  // Lengths 1 + 2 fit a row of 4, 1 + 2 + 3 do not: 2 segments per row.
+  EXPECT_EQ(Find(out, "tokens_lengths").shape, (std::vector<int64_t>{2, 2}));
+  EXPECT_EQ(Values<int32_t>(Find(out, "tokens_lengths")), (std::vector<int32_t>{3, 1, 2, 0}));
+  EXPECT_EQ(Values<int64_t>(Find(out, "example_index")), (std::vector<int64_t>{0, 1, 2, -1}));
 }
 
 TEST(CollateTest, PaddedPlansMatchReference) {

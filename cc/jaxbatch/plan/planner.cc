@@ -215,6 +215,31 @@ BatchPlan PlanAutoBuckets(std::span<const int64_t> lengths, const std::vector<in
                      o.remainder, TooLong::kError, "AutoBuckets");
 }
 
+// The per-segment axis when the user sets none: the most examples any row
+// can hold (the k smallest lengths summing to at most row_length), rounded
+// up to a power of two and capped at row_length. It depends on the lengths
+// alone, not their order, so every epoch and shard gets the same shape; and
+// it is below row_length unless over half a row's worth of examples have
+// length <= 2, so per-segment outputs rarely look per-token (jb.unbatch
+// refuses to guess when they do).
+int64_t DefaultSegments(std::span<const int64_t> lengths, std::span<const int64_t> ids,
+                        int64_t row_length) {
+  std::vector<int64_t> sorted;
+  sorted.reserve(ids.size());
+  for (int64_t id : ids) sorted.push_back(lengths[static_cast<size_t>(id)]);
+  std::sort(sorted.begin(), sorted.end());
+  int64_t count = 0;
+  int64_t used = 0;
+  for (int64_t length : sorted) {
+    if (count == row_length || length > row_length - used) break;
+    used += length;
+    ++count;
+  }
+  int64_t segments = 1;
+  while (segments < count) segments *= 2;
+  return std::min(segments, row_length);
+}
+
 BatchPlan PlanPack(std::span<const int64_t> lengths, const std::vector<int64_t>& ids,
                    const PackOptions& o) {
   RequirePositive(o.row_length, "Pack", "row_length");
@@ -229,7 +254,6 @@ BatchPlan PlanPack(std::span<const int64_t> lengths, const std::vector<int64_t>&
     throw InvalidArgumentError(
         StrCat("Pack: lookahead must be >= 1 (or 0 for all), found ", o.lookahead));
   }
-  const int64_t segments = o.max_segments_per_row > 0 ? o.max_segments_per_row : o.row_length;
   PlanBuilder builder(/*packed=*/true);
   std::vector<int64_t> kept;
   kept.reserve(ids.size());
@@ -241,6 +265,9 @@ BatchPlan PlanPack(std::span<const int64_t> lengths, const std::vector<int64_t>&
     }
     kept.push_back(id);
   }
+  const int64_t segments = o.max_segments_per_row > 0
+                               ? o.max_segments_per_row
+                               : DefaultSegments(lengths, kept, o.row_length);
   const PackedRows rows = PackRows(lengths, kept, o.row_length, segments, o.algorithm, o.lookahead);
   const int64_t num_rows = rows.num_rows();
   for (int64_t first = 0; first < num_rows; first += o.rows_per_batch) {

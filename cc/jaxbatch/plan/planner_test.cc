@@ -162,10 +162,26 @@ RefPlan NaiveBuckets(const std::vector<int64_t>& lengths, const std::vector<int6
   return plan;
 }
 
+// The default per-segment axis, by its definition: the largest k whose k
+// smallest lengths fit one row, rounded up to a power of two, at most
+// row_length.
+int64_t NaiveSegments(const std::vector<int64_t>& lengths, const std::vector<int64_t>& kept,
+                      int64_t row_length) {
+  std::vector<int64_t> sorted;
+  for (int64_t id : kept) sorted.push_back(lengths[static_cast<size_t>(id)]);
+  std::sort(sorted.begin(), sorted.end());
+  int64_t k = std::min<int64_t>(row_length, static_cast<int64_t>(sorted.size()));
+  while (k > 0 && std::accumulate(sorted.begin(), sorted.begin() + k, int64_t{0}) > row_length) {
+    --k;
+  }
+  for (int64_t p = 1;; p *= 2) {
+    if (p >= k || p >= row_length) return std::min(p, row_length);
+  }
+}
+
 RefPlan NaivePack(const std::vector<int64_t>& lengths, const std::vector<int64_t>& ids,
                   const PackOptions& o) {
   RefPlan plan;
-  const int64_t segments = o.max_segments_per_row > 0 ? o.max_segments_per_row : o.row_length;
   std::vector<int64_t> kept;
   for (int64_t id : ids) {
     if (lengths[static_cast<size_t>(id)] > o.row_length) {
@@ -177,6 +193,8 @@ RefPlan NaivePack(const std::vector<int64_t>& lengths, const std::vector<int64_t
     }
     kept.push_back(id);
   }
+  const int64_t segments = o.max_segments_per_row > 0 ? o.max_segments_per_row
+                                                      : NaiveSegments(lengths, kept, o.row_length);
   // The packer itself is checked against naive first and best fit in
   // packer_test.cc.
   const PackedRows packed =
@@ -491,7 +509,11 @@ TEST(PackTest, MatchesNaiveReference) {
       CheckPlan(plan, in.lengths, in.ids, /*packed=*/true, 0);
       for (const BatchShape& s : plan.shapes) {
         EXPECT_EQ(s.length, o.row_length);
-        EXPECT_EQ(s.segments, o.max_segments_per_row > 0 ? o.max_segments_per_row : o.row_length);
+        if (o.max_segments_per_row > 0) {
+          EXPECT_EQ(s.segments, o.max_segments_per_row);
+        } else {
+          EXPECT_LE(s.segments, o.row_length);
+        }
       }
       ASSERT_EQ(ToString(FromPlan(plan)), ToString(NaivePack(in.lengths, in.ids, o)));
     }
@@ -499,6 +521,28 @@ TEST(PackTest, MatchesNaiveReference) {
 }
 
 // ---- Hand-made cases -------------------------------------------------------
+
+TEST(PackTest, DefaultSegmentAxisIsTheMostExamplesARowCanHold) {
+  // 1 + 2 + 3 fit a row of 9, 1 + 2 + 3 + 5 do not: 3 segments, rounded to 4.
+  const std::vector<int64_t> lengths = {3, 1, 2, 5, 9};
+  const BatchPlan plan = Plan(lengths, PackOptions{.row_length = 9, .rows_per_batch = 2});
+  ASSERT_EQ(plan.shapes.size(), 1u);
+  EXPECT_EQ(plan.shapes[0].segments, 4);
+  // The same lengths in another order: the same shape.
+  const std::vector<int64_t> order = {4, 3, 2, 1, 0};
+  EXPECT_EQ(
+      Plan(lengths, PackOptions{.row_length = 9, .rows_per_batch = 2}, order).shapes[0].segments,
+      4);
+  // Many length-1 examples: capped at the row length.
+  const std::vector<int64_t> ones(20, 1);
+  EXPECT_EQ(Plan(ones, PackOptions{.row_length = 6, .rows_per_batch = 1}).shapes[0].segments, 6);
+  // Set by the user: kept.
+  EXPECT_EQ(
+      Plan(lengths, PackOptions{.row_length = 9, .rows_per_batch = 2, .max_segments_per_row = 7})
+          .shapes[0]
+          .segments,
+      7);
+}
 
 TEST(PadToMaxTest, RoundsToMultipleAndHandlesRemainders) {
   const std::vector<int64_t> lengths = {3, 7, 0, 5, 2};
@@ -657,7 +701,7 @@ TEST(PlanTest, OrderIsRespected) {
            PackOptions{.row_length = 6, .rows_per_batch = 1, .algorithm = PackAlgorithm::kFirstFit},
            order);
   EXPECT_EQ(ToString(FromPlan(packed)),
-            "1x6/6:[5]\n1x6/6:[0,3]\ndropped [] skipped [] truncate 0\n");
+            "1x6/2:[5]\n1x6/2:[0,3]\ndropped [] skipped [] truncate 0\n");
 }
 
 TEST(PlanTest, SameInputGivesIdenticalPlan) {
