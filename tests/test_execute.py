@@ -425,3 +425,25 @@ def test_hoisted_passes_closed_over_arrays_as_arguments():
     want = jax.vmap(f)(x)
     for k in want:
         np.testing.assert_allclose(got[k], want[k], rtol=1e-6)
+
+
+def test_map_with_pack_takes_per_segment_outputs_and_refuses_per_row_ones():
+    rng = np.random.default_rng(5)
+    tokens = [rng.normal(size=n).astype(np.float32) for n in rng.integers(1, 7, 30)]
+    ds = jb.Dataset.from_arrays({"t": tokens})
+    pack = jb.Pack(row_length=8, rows_per_batch=3)
+    segments = jb.plan(ds, pack).shapes[0].segments
+    result = jb.map(
+        lambda row: {
+            "sum": jb.masked.segment_sum(row["t"], row["t_segment_ids"], segments),
+            "double": 2 * row["t"],
+        },
+        ds,
+        planner=pack,
+    )
+    assert sorted(result.outputs) == list(range(30))
+    for e, x in enumerate(tokens):
+        np.testing.assert_allclose(result.outputs[e]["sum"], x.sum(), rtol=1e-5)
+        np.testing.assert_allclose(result.outputs[e]["double"], 2 * x)
+    with pytest.raises(ValueError, match=r"output 'output' has shape \(\) per packed row"):
+        jb.map(lambda row: row["t"].sum(), ds, planner=pack)

@@ -62,8 +62,17 @@ def per_token_leaves(fun, batch) -> list[bool]:
     longer = leaf_names(jax.eval_shape(fun, row(1)))
     length = batch.shape.length
     out = []
-    for (_, a), (_, b) in zip(base, longer, strict=True):
-        out.append(len(a.shape) >= 1 and a.shape[0] == length and b.shape[0] == length + 1)
+    for (name, a), (_, b) in zip(base, longer, strict=True):
+        token = len(a.shape) >= 1 and a.shape[0] == length and b.shape[0] == length + 1
+        if batch.packed and not token and (len(a.shape) < 1 or a.shape[0] != batch.shape.segments):
+            raise ValueError(
+                f"output {name!r} has shape {tuple(a.shape)} per packed row: "
+                f"with Pack each row holds up to {batch.shape.segments} examples, so an output "
+                f"must be per token ([{length}, ...]) or per segment ([{batch.shape.segments}, "
+                f"...], e.g. jb.masked.segment_sum(x, row['<column>_segment_ids'], "
+                f"{batch.shape.segments})); use AutoBuckets or PadToMax for one example per row"
+            )
+        out.append(token)
     return out
 
 
