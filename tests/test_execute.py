@@ -358,7 +358,7 @@ def test_map_over_a_loader_warns_when_compilations_exceed_the_plan():
 
     with pytest.warns(UserWarning, match="compilations for a plan of 1 shapes"):
         original = _map._plan_shapes
-        _map._plan_shapes = lambda dataset, planner: 1
+        _map._plan_shapes = lambda dataset, planner: original(dataset, planner)[:1]
         try:
             jb.map(masked_sum, jb.Loader(ds, jb.PadToMax(4), shuffle=False))
         finally:
@@ -447,3 +447,39 @@ def test_map_with_pack_takes_per_segment_outputs_and_refuses_per_row_ones():
         np.testing.assert_allclose(result.outputs[e]["double"], 2 * x)
     with pytest.raises(ValueError, match=r"output 'output' has shape \(\) per packed row"):
         jb.map(lambda row: row["t"].sum(), ds, planner=pack)
+
+
+@pytest.mark.parametrize(
+    "planner",
+    [jb.AutoBuckets(4, batch_size=8), jb.Pack(row_length=32, rows_per_batch=3)],
+    ids=["buckets", "pack"],
+)
+def test_compile_ahead_predicts_every_shape_the_batches_have(planner):
+    """The shapes compiled in the background are exactly those the batches
+    bring (none wasted, none compiled twice), and the outputs are unchanged."""
+    from jaxbatch._map import _Executor
+
+    tokens, ds = ragged_dataset(n=80, seed=2)
+    ds = jb.Dataset.from_arrays({"tokens": tokens, "label": np.arange(80, dtype=np.int32)})
+
+    plan = jb.plan(ds, planner)
+    segments = plan.shapes[0].segments
+
+    def fun(row):
+        if "tokens_segment_ids" in row:
+            return {
+                "sum": jb.masked.segment_sum(row["tokens"], row["tokens_segment_ids"], segments)
+            }
+        return {"sum": jb.masked.sum(row["tokens"], row["tokens_mask"])}
+
+    executor = _Executor(fun, False, None, "tokens")
+    executor.compile_ahead(plan.shapes, isinstance(planner, jb.Pack))
+    seen = set()
+    for spec in plan:
+        batch = jb.collate(ds, spec)
+        seen.add(tuple((k, v.shape) for k, v in sorted(batch.items())))
+        out, _ = executor(dict(batch))
+        for e, value in jb.unbatch(out, batch, per_token=False).items():
+            np.testing.assert_allclose(value["sum"], tokens[e].sum(), rtol=1e-5, atol=1e-6)
+    assert executor.pending == {}  # Every shape compiled ahead was used.
+    assert executor.stats.compilations == len(executor.compiled) == len(seen) == len(plan.shapes)

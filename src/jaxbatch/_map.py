@@ -17,7 +17,7 @@ from jaxbatch._dataset import Dataset
 from jaxbatch._hoist import hoisted
 from jaxbatch._loader import Loader
 from jaxbatch._output_layout import unbatch_layout
-from jaxbatch._planners import AutoBuckets, Planner
+from jaxbatch._planners import AutoBuckets, Pack, Planner
 
 log = logging.getLogger("jaxbatch")
 
@@ -103,27 +103,99 @@ class _Executor:
             return out, flags
 
         self.batched = jax.vmap(per_example)
+        self.length_column = length_column
+        self.pending: dict[Any, Any] = {}  # key -> Future of a compile_ahead compilation
+        self._ahead: tuple[list, bool] | None = None
+
+    def _compile(self, arrays) -> tuple[Any, list]:
+        import jax
+
+        # The arrays fun closes over (a model's weights) become arguments:
+        # each new shape then compiles ~3x faster (see _hoist).
+        run, consts = hoisted(self.batched, arrays)
+        return jax.jit(run).lower(consts, arrays).compile(), consts
+
+    def compile_ahead(self, shapes: list, packed: bool) -> None:
+        """Compiles the plan's other batch shapes (``BatchShape``s, in the
+        order the batches come) in a background thread, starting after the
+        first batch shows the arrays' layout: XLA compiles the next shape
+        while this one runs. A shape still compiling when its first batch
+        comes is waited for; ``stats.compile_seconds`` is the time waited."""
+        self._ahead = (list(shapes), packed)
+
+    def _start_ahead(self, template: dict[str, np.ndarray]) -> None:
+        import concurrent.futures
+
+        import jax
+
+        shapes, packed = self._ahead
+        self._ahead = None
+        specs = []
+        for shape in shapes:
+            spec = _spec_for(template, shape, packed, self.length_column)
+            if spec is None:
+                return  # A layout it cannot predict: compile each shape when it comes.
+            key = _key(spec)
+            if key not in self.compiled and key not in self.pending:
+                specs.append((key, spec))
+        if not specs:
+            return
+        pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="jaxbatch-compile")
+        for key, spec in specs:
+            spec = {k: jax.ShapeDtypeStruct(*v) for k, v in spec.items()}
+            self.pending[key] = pool.submit(self._compile, spec)
+        pool.shutdown(wait=False)
 
     def __call__(self, arrays: dict[str, np.ndarray]):
         import jax
 
-        key = tuple((k, v.shape, v.dtype.str) for k, v in sorted(arrays.items()))
+        key = _key({k: (v.shape, v.dtype) for k, v in arrays.items()})
         entry = self.compiled.get(key)
         if entry is None:
             start = time.perf_counter()
-            # The arrays fun closes over (a model's weights) become arguments:
-            # each new shape then compiles ~3x faster (see _hoist).
-            run, consts = hoisted(self.batched, arrays)
-            entry = jax.jit(run).lower(consts, arrays).compile(), consts
+            future = self.pending.pop(key, None)
+            if future is not None and not future.cancel():  # Compiling or done: wait.
+                entry = future.result()
+            else:  # Not started (or not planned): compile it now, here.
+                entry = self._compile(arrays)
             self.stats.compile_seconds += time.perf_counter() - start
             self.stats.compilations += 1
             self.compiled[key] = entry
+            if self._ahead is not None:
+                self._start_ahead(arrays)
         compiled, consts = entry
         start = time.perf_counter()
         out, flags = compiled(consts, arrays)
         out = jax.block_until_ready(out)
         self.stats.run_seconds += time.perf_counter() - start
         return jax.tree_util.tree_map(np.asarray, out), np.asarray(flags)
+
+
+def _key(layout: dict[str, tuple]) -> tuple:
+    """A compiled program's key: every array's name, shape and dtype."""
+    return tuple(
+        (k, tuple(shape), np.dtype(dtype).str) for k, (shape, dtype) in sorted(layout.items())
+    )
+
+
+def _spec_for(template: dict[str, np.ndarray], shape, packed: bool, length_column: str):
+    """{name: (shape, dtype)} of a batch of ``shape`` laid out as ``template``
+    (a collated batch of another shape); None when the layout does not follow
+    from the shape alone (other ragged columns have widths of their own)."""
+    token_keys = {f"{length_column}{s}" for s in ("", "_mask", "_segment_ids", "_positions")}
+    ragged = {k for k in template if k.endswith("_mask") and k != f"{length_column}_mask"}
+    if ragged:
+        return None
+    spec = {}
+    for k, v in template.items():
+        dims = list(v.shape)
+        dims[0] = shape.rows
+        if k in token_keys:
+            dims[1] = shape.length
+        elif packed and len(dims) >= 2:
+            dims[1] = shape.segments
+        spec[k] = (tuple(dims), v.dtype)
+    return spec
 
 
 def _rows(arrays: dict[str, np.ndarray], start: int, stop: int, size: int) -> dict[str, np.ndarray]:
@@ -196,10 +268,12 @@ def map(  # noqa: A001 - the name users expect, as jax.lax.map
     ):
         raise ValueError(f"jb.map: min_batch_size must be an int >= 1, found {min_batch_size!r}")
 
-    batches, expected_shapes, length_column = _batches(
-        fun, data, planner, batch_size, memory_budget
-    )
+    batches, shapes, length_column = _batches(fun, data, planner, batch_size, memory_budget)
     executor = _Executor(fun, check_finite, check, length_column)
+    expected_shapes = None
+    if shapes is not None:
+        expected_shapes = len(shapes)
+        executor.compile_ahead(shapes, isinstance(batches.planner, Pack))
     stats = executor.stats
     stats.expected_shapes = expected_shapes
     outputs: dict[int, Any] = {}
@@ -376,7 +450,7 @@ def _collect(out, flags, batch, stats, outputs, quarantine, on_error, per_token=
 
 
 def _batches(fun, data, planner, batch_size, memory_budget):
-    """The batches to run, the plan's shape count, and the length column."""
+    """The batches to run, the plan's shapes (None: unknown), and the length column."""
     if isinstance(data, Loader):
         if planner is not None:
             raise ValueError("jb.map: planner= is for a Dataset; the Loader has its own")
@@ -390,10 +464,11 @@ def _batches(fun, data, planner, batch_size, memory_budget):
     return data, None, getattr(data, "length_column", "")
 
 
-def _plan_shapes(dataset, planner):
+def _plan_shapes(dataset, planner) -> list:
+    """The plan's batch shapes, in the order its batches first use them."""
     from jaxbatch._plan import plan
 
-    return plan(dataset, planner).stats.shapes
+    return list(plan(dataset, planner).shapes)
 
 
 def _rows_for(fun, dataset, batch_size, memory_budget) -> int:
