@@ -63,8 +63,54 @@ def test_padded_bucketed_job_gives_the_unpadded_embeddings(model, reference, tmp
     assert cosines(out["output"], expected).min() >= 0.999
 
 
+def test_packed_job_gives_the_unpacked_embeddings(model, reference, tmp_path):
+    """Through jb.run with Pack: several sentences per row, block-diagonal
+    attention, positions restarting per segment, per-segment mean pooling;
+    the same embeddings as one sentence at a time, and as PyTorch's."""
+    import jax
+
+    sentences, expected = reference
+    ids = model.tokenize(sentences)
+    ds = jb.Dataset.from_arrays({"input_ids": ids})
+    pack = jb.Pack(row_length=256, rows_per_batch=4)
+    segments = jb.plan(ds, pack).shapes[0].segments
+    assert segments < 256
+    jb.run(model.embed_packed_fn(segments), ds, tmp_path, planner=pack, progress=False)
+    out = jb.read_output(tmp_path)
+    np.testing.assert_array_equal(out["example_index"], np.arange(20))
+    embed = jax.jit(model.embed_fn())
+    one_by_one = np.stack(
+        [np.asarray(embed({"input_ids": i, "input_ids_mask": np.ones(len(i), bool)})) for i in ids]
+    )
+    np.testing.assert_allclose(out["output"], one_by_one, atol=2e-5)
+    assert cosines(out["output"], expected).min() >= 0.999
+
+
 def test_tokenizer_matches_the_reference_ids(model):
     # [CLS] hello world [SEP], from the model's own vocab.txt.
     vocab = (model.folder / "vocab.txt").read_text(encoding="utf-8").split("\n")
     ids = model.tokenize(["Hello world"])[0]
     assert [vocab[i] for i in ids] == ["[CLS]", "hello", "world", "[SEP]"]
+
+
+@pytest.mark.parametrize("planner", ["auto", "pack"])
+def test_demo_command_embeds_compares_and_searches(planner, tmp_path, capsys):
+    """`jaxbatch demo` end to end on a small text file: the job, the naive
+    loop (checked equal inside the command), the planner table and a query
+    whose nearest line is the obvious one."""
+    from jaxbatch._cli import main
+
+    lines = [f"Paragraph {i} is about topic number {i} in the manual." for i in range(30)]
+    lines[17] = "The cat sat on the mat and purred."
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(lines) + "\n\n")
+    out = tmp_path / "out"
+    args = ["demo", "--corpus", str(corpus), "--output", str(out), "--max-shapes", "2"]
+    args += ["--planner", planner, "--query", "a cat sitting on a mat", "--no-progress"]
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    assert "30 texts" in text and "same embeddings" in text and "AutoBuckets(max_shapes=2)" in text
+    assert "1. [" in text and "#17: The cat sat on the mat" in text
+    vectors = jb.read_output(out)["output"]
+    assert vectors.shape == (30, 384)
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, rtol=1e-5)

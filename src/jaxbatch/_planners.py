@@ -23,9 +23,21 @@ def _count(planner: str, option: str, value: int | None) -> int:
     """An optional count as the core takes it (0 = not set)."""
     if value is None:
         return 0
-    if isinstance(value, bool) or int(value) != value or value <= 0:
+    try:
+        ok = not isinstance(value, bool) and int(value) == value and value > 0
+    except (TypeError, ValueError, OverflowError):
+        ok = False
+    if not ok:
         raise ValueError(f"{planner}: {option} must be a positive integer, found {value!r}")
+    if value > _INT64_MAX:
+        raise OverflowError(
+            f"{planner}: {option}={value} is more than the largest size the planner takes "
+            f"(2**63 - 1)"
+        )
     return int(value)
+
+
+_INT64_MAX = 2**63 - 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,7 +75,7 @@ class FixedBuckets:
 
     def _options(self) -> _core.FixedBucketsOptions:
         o = _core.FixedBucketsOptions()
-        o.boundaries = [int(b) for b in self.boundaries]
+        o.boundaries = [_count("FixedBuckets", "boundaries", b) for b in self.boundaries]
         o.batch_size = _count("FixedBuckets", "batch_size", self.batch_size)
         o.token_budget = _count("FixedBuckets", "token_budget", self.token_budget)
         o.remainder = getattr(

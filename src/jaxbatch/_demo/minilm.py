@@ -120,19 +120,17 @@ def _layer_norm(x, g, b, eps):
     return (x - mean) * (1.0 / jnp.sqrt(var + eps)) * g + b
 
 
-def encode(params: dict[str, Any], config: Config, ids, mask):
-    """One example: token ids [L] and mask [L] (False for padding) to the
-    normalised, mean-pooled embedding [hidden]. Padding tokens never reach a
-    real token: they are masked out of attention (as keys) and of pooling."""
+def _encoder(params: dict[str, Any], config: Config, ids, positions, bias):
+    """The BERT encoder: token ids [L] at ``positions`` [L], with the additive
+    attention ``bias`` (broadcast to [heads, L, L]: 0 where a query may
+    attend to a key, the dtype's minimum where not), to hidden states [L, hidden]."""
     import jax
     import jax.numpy as jnp
 
     length = ids.shape[0]
     heads, size = config.heads, config.hidden // config.heads
-    x = params["word"][ids] + params["position"][:length] + params["token_type"]
+    x = params["word"][ids] + params["position"][positions] + params["token_type"]
     x = _layer_norm(x, params["ln_g"], params["ln_b"], config.eps)
-    # BERT's additive mask: the dtype's minimum on padded keys.
-    bias = jnp.where(mask, 0.0, jnp.finfo(x.dtype).min)[None, None, :]
     scale = 1.0 / np.sqrt(size)
     for layer in params["layers"]:
         qkv = x @ layer["qkv_w"] + layer["qkv_b"]  # [L, 3 * hidden]
@@ -156,9 +154,43 @@ def encode(params: dict[str, Any], config: Config, ids, mask):
             layer["ln2_b"],
             config.eps,
         )
+    return x
+
+
+def _normalise(x):
+    import jax.numpy as jnp
+
+    return x / jnp.maximum(jnp.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
+
+
+def encode(params: dict[str, Any], config: Config, ids, mask):
+    """One example: token ids [L] and mask [L] (False for padding) to the
+    normalised, mean-pooled embedding [hidden]. Padding tokens never reach a
+    real token: they are masked out of attention (as keys) and of pooling."""
+    import jax.numpy as jnp
+
+    # BERT's additive mask: the dtype's minimum on padded keys.
+    bias = jnp.where(mask, 0.0, jnp.finfo(jnp.float32).min)[None, None, :]
+    x = _encoder(params, config, ids, jnp.arange(ids.shape[0]), bias)
     weights = mask.astype(x.dtype)[:, None]
     pooled = (x * weights).sum(0) / jnp.maximum(weights.sum(), 1e-9)
-    return pooled / jnp.maximum(jnp.linalg.norm(pooled), 1e-12)
+    return _normalise(pooled)
+
+
+def encode_packed(params: dict[str, Any], config: Config, ids, segment_ids, positions, segments):
+    """One packed row: several examples' token ids [L] with their segment ids
+    (1..n, 0 for padding) and positions (restarting at 0 in each segment) to
+    one embedding per segment [segments, hidden] (zeros for empty slots).
+    Attention is block-diagonal, so each example sees only its own tokens,
+    as in :func:`encode`: the same embeddings, without the padding."""
+    import jax.numpy as jnp
+
+    from jaxbatch import masked
+
+    allowed = masked.attention_mask(segment_ids)
+    bias = jnp.where(allowed, 0.0, jnp.finfo(jnp.float32).min)[None]
+    x = _encoder(params, config, ids, positions, bias)
+    return _normalise(masked.segment_mean(x, segment_ids, segments))
 
 
 class MiniLM:
@@ -193,13 +225,34 @@ class MiniLM:
         """Token ids per text (int32), [CLS] and [SEP] included."""
         return [np.asarray(e.ids, dtype=np.int32) for e in self.tokenizer.encode_batch(texts)]
 
-    def embed_fn(self, column: str = "input_ids"):
+    def embed_fn(self, column: str = "input_ids", params: dict[str, Any] | None = None):
         """The per-example function: a collated row dict (``column`` [L] and
-        ``column_mask`` [L]) to its embedding [384]."""
-        params, config = self.params, self.config
+        ``column_mask`` [L]) to its embedding [384]. It closes over the
+        model's weights, or ``params`` (e.g. a tracer, to pass them as an
+        argument of a jitted function)."""
+        params = self.params if params is None else params
+        config = self.config
 
         def embed(example):
             return encode(params, config, example[column], example[f"{column}_mask"])
+
+        return embed
+
+    def embed_packed_fn(self, segments: int, column: str = "input_ids"):
+        """The per-row function for a Pack plan: a packed row (``column``,
+        ``column_segment_ids``, ``column_positions``, each [L]) to one
+        embedding per segment [segments, 384]."""
+        params, config = self.params, self.config
+
+        def embed(row):
+            return encode_packed(
+                params,
+                config,
+                row[column],
+                row[f"{column}_segment_ids"],
+                row[f"{column}_positions"],
+                segments,
+            )
 
         return embed
 
