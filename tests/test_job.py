@@ -359,3 +359,58 @@ def test_kill_9_at_random_moments_then_resume_gives_the_uninterrupted_output(tmp
     report = json.loads((job / "report.json").read_text())
     assert report["runs"] == kills + 1 and report["examples"] == 3000
     assert not [p for p in os.listdir(job) if ".tmp-" in p]
+
+
+def test_a_job_on_several_processes_writes_each_example_once(tmp_path):
+    tokens = token_lists(90, seed=4)
+    ds = jb.Dataset.from_arrays({"tokens": tokens})
+    planner = jb.AutoBuckets(3, batch_size=4)
+    with pytest.raises(ValueError, match="shard"):
+        jb.run(summarise, ds, tmp_path / "bad", planner=planner, shard=(2, 2), progress=False)
+    reports = [
+        jb.run(summarise, ds, tmp_path, planner=planner, shard=(i, 3), progress=False)
+        for i in (0, 2)
+    ]
+    with pytest.raises(ValueError, match=r"processes \[1\] are missing"):
+        jb.read_output(tmp_path)
+    partial = jb.read_output(tmp_path, partial=True)
+    reports.append(jb.run(summarise, ds, tmp_path, planner=planner, shard=(1, 3), progress=False))
+    assert sum(r.examples for r in reports) == sum(r.total for r in reports) == 90
+    assert all(r.examples > 0 for r in reports)
+    out = jb.read_output(tmp_path)
+    assert_matches_reference(out, tokens)
+    assert set(partial["example_index"]) < set(out["example_index"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        f"process-0000{i}-of-00003" for i in range(3)
+    ]
+    # Another count in the same folder is another job's part: refused on read.
+    jb.run(summarise, ds, tmp_path, planner=planner, shard=(0, 2), progress=False)
+    with pytest.raises(ValueError, match="one count"):
+        jb.read_output(tmp_path)
+
+
+def test_kill_9_of_one_process_then_rerunning_all_resumes(tmp_path):
+    tokens = token_lists(1500, seed=12, max_length=24)
+    source = write_parquet(tmp_path / "in.parquet", tokens)
+    out = tmp_path / "out"
+
+    def args(i):
+        return _run_args(source, out, "--planner", "pad", "--batch-size", "8", "--shard", f"{i}/2")
+
+    first = _cli(*args(0)[:-1], "--checkpoint-every", "40", "--no-progress")
+    journal = out / "process-00000-of-00002" / "journal.jbj"
+    deadline = time.monotonic() + 120
+    while first.poll() is None and time.monotonic() < deadline:
+        if journal.exists() and journal.stat().st_size > 3000:
+            break
+        time.sleep(0.01)
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    assert cli_main(["run", *args(1)[:-1], "--checkpoint-every", "40", "--no-progress"]) == 0
+    with pytest.raises(ValueError, match="has not finished"):
+        jb.read_output(out)
+    for i in (0, 1):  # Re-run all: the finished one is complete, the killed one resumes.
+        assert cli_main(["run", *args(i)[:-1], "--checkpoint-every", "40", "--no-progress"]) == 0
+    assert_matches_reference(jb.read_output(out), tokens)
+    report = json.loads((out / "process-00000-of-00002" / "report.json").read_text())
+    assert report["runs"] >= 2 or first.returncode == 0

@@ -67,6 +67,16 @@ def _planner(args):
     return AutoBuckets(args.max_shapes, token_budget=args.token_budget, batch_size=args.batch_size)
 
 
+def _shard(value: str | None):
+    """--shard I/N (this process's index and the count), or "jax"."""
+    if value is None or value == "jax":
+        return value
+    index, sep, count = value.partition("/")
+    if not sep or not index.isdigit() or not count.isdigit():
+        raise ValueError(f"--shard must be I/N (e.g. 0/4) or 'jax', found {value!r}")
+    return int(index), int(count)
+
+
 def run_command(args) -> int:
     import jaxbatch as jb
 
@@ -86,6 +96,7 @@ def run_command(args) -> int:
             tag=args.tag,
             progress=not args.no_progress,
             name=args.function,
+            shard=_shard(args.shard),
         )
     except KeyboardInterrupt:
         print(
@@ -137,5 +148,11 @@ def _add_run_parser(sub) -> None:
     p.add_argument("--check-finite", action="store_true", help="set aside NaN/Inf outputs")
     p.add_argument("--overwrite", action="store_true", help="start over in a used folder")
     p.add_argument("--tag", help="a version the job is keyed on (e.g. the model's)")
+    p.add_argument(
+        "--shard",
+        metavar="I/N",
+        help="this process's part of a job run on N processes (or 'jax': from "
+        "jax.distributed); each writes its own folder in --output",
+    )
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(handler=run_command)

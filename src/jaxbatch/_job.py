@@ -48,7 +48,7 @@ from jaxbatch._job_output import (
     encode_parquet,
     to_table,
 )
-from jaxbatch._loader import ColumnSchema, Loader
+from jaxbatch._loader import ColumnSchema, Loader, _resolve_shard
 from jaxbatch._map import (
     DEFAULT_MAX_SHAPES,
     _Executor,
@@ -140,6 +140,12 @@ class JobReport:
 class JobError(ValueError):
     """A job that cannot start or resume as asked (another job's folder,
     changed function, input or options)."""
+
+
+def shard_folder(output: Path, index: int, count: int) -> Path:
+    """Where process ``index`` of ``count`` keeps its part of a job: the
+    output folder itself for a job on one process."""
+    return output if count == 1 else output / f"process-{index:05d}-of-{count:05d}"
 
 
 class _JournalHandle:
@@ -240,6 +246,7 @@ def run(
     overwrite: bool = False,
     tag: str | None = None,
     name: str | None = None,
+    shard: tuple[int, int] | str | None = None,
 ) -> JobReport:
     """Runs ``fun`` over every example of ``source`` and writes the outputs to
     ``output``, resumably and exactly once.
@@ -268,6 +275,12 @@ def run(
       otherwise a different function, input or options is refused.
       ``tag`` is keyed on too: name the model version there (the function's
       source is hashed, the values it closes over are not).
+    * ``shard``: ``(index, count)`` or ``"jax"`` (``jax.process_index()``,
+      ``jax.process_count()``) to run the job on several processes or hosts:
+      each runs every ``count``-th batch of the same plan and writes its own
+      shards and journal in ``output/process-IIIII-of-NNNNN/``; run them all
+      (again, after a crash of any); :func:`jaxbatch.read_output` on
+      ``output`` reads every process's part, each example exactly once.
 
     Returns the :class:`JobReport`, also written to ``output/report.json``.
 
@@ -292,6 +305,7 @@ def run(
 
         dataset, source_name = open_source(source, columns, column, None), str(source)
     length_column = column or dataset.default_length_column
+    shard_index, shard_count = _resolve_shard(shard)
     fingerprint = {
         "format": _FORMAT_VERSION,
         "function": name or _function_key(fun),
@@ -308,9 +322,10 @@ def run(
             "check": None if check is None else [_function_key(check), _source_hash(check)],
             "pad_value": repr(pad_value),
             "tag": tag,
+            "shard": [shard_index, shard_count],
         },
     }
-    folder = JobFolder(Path(output))
+    folder = JobFolder(shard_folder(Path(output), shard_index, shard_count))
     journal = _open(folder, fingerprint, overwrite)
     with journal:
         if journal.records:
@@ -354,6 +369,7 @@ def run(
                 folder,
                 shards,
                 loader_options={
+                    "shard": (shard_index, shard_count),
                     "on_error": on_error,
                     "max_errors": max_errors,
                     "schema": schema,
@@ -382,7 +398,7 @@ def run(
         done_record = next(r for r in journal.records if r.get("kind") == "done")
     report = _report(
         folder,
-        dataset.num_examples,
+        dataset.num_examples if shard_count == 1 else None,  # A shard's: what it handled.
         shards,
         done_record,
         runs,
@@ -531,7 +547,8 @@ class _Job:
         self.journal, self.folder, self.shards = journal, folder, list(shards)
         on_error = loader_options["on_error"]
         self.on_error, self.checkpoint_every = on_error, checkpoint_every
-        self.total = dataset.num_examples
+        count = loader_options["shard"][1]
+        self.total = -(-dataset.num_examples // count)  # A shard's, about.
         state = shards[-1]["state"] if shards else None
         self.loader = Loader(
             dataset,
@@ -577,6 +594,8 @@ class _Job:
             counts.loading += time.perf_counter() - t0
             if batch is None:
                 break
+            if not (np.asarray(batch["example_index"]) >= 0).any():
+                continue  # A shard's padding batch (equal step counts): nothing to run.
             compile_before = self.executor.stats.compile_seconds
             run_before = self.executor.stats.run_seconds
             compiles_before = self.executor.stats.compilations
@@ -739,11 +758,12 @@ def _report(folder, total, shards, done, runs, redone, wall) -> JobReport:
         device_peak = stats.get("peak_bytes_in_use")
     except Exception:  # noqa: BLE001 - a report never fails on a missing statistic
         device_peak = None
+    examples = sum(r["examples"] for r in records)
     return JobReport(
         output=str(folder.path),
         complete=True,
-        total=total,
-        examples=sum(r["examples"] for r in records),
+        total=examples + skipped + len(quarantine) if total is None else total,
+        examples=examples,
         skipped=skipped,
         quarantined=len(quarantine),
         quarantine=sorted(quarantine, key=lambda q: q["example"]),

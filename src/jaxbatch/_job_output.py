@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -201,22 +202,67 @@ def read_output(output: str | os.PathLike, *, partial: bool = False) -> dict[str
         vectors = out["output"]            # [examples, 384]
     """
     import pyarrow as pa
-
-    from jaxbatch._job import JobFolder
-
-    folder = JobFolder(Path(output))
-    with folder.open_journal() as journal:
-        shards, done = folder.verified_shards(journal)
-    if not done and not partial:
-        raise ValueError(
-            f"jb.read_output: the job in {output} has not finished ({len(shards)} shards "
-            f"written); re-run it to finish, or pass partial=True"
-        )
     import pyarrow.parquet as pq
 
-    tables = [pq.read_table(Path(output) / s["file"]) for s in shards]
+    tables = [
+        pq.read_table(folder / s["file"])
+        for folder in _process_folders(Path(output), partial)
+        for s in _finished_shards(folder, partial)
+    ]
     if not tables:
         return {"example_index": np.zeros(0, dtype=np.int64)}
     table = pa.concat_tables(tables)
-    order = np.argsort(table.column("example_index").to_numpy(), kind="stable")
+    index = table.column("example_index").to_numpy()
+    order = np.argsort(index, kind="stable")
+    repeated = index[order][1:][np.diff(index[order]) == 0]
+    if len(repeated):
+        raise ValueError(
+            f"jb.read_output: {output} holds example {int(repeated[0])} more than once "
+            f"({len(repeated)} repeats): parts of different jobs are mixed in it"
+        )
     return from_table(table.take(pa.array(order)))
+
+
+def _finished_shards(folder: Path, partial: bool) -> list[dict]:
+    from jaxbatch._job import JobFolder
+
+    job = JobFolder(folder)
+    with job.open_journal() as journal:
+        shards, done = job.verified_shards(journal)
+    if not done and not partial:
+        raise ValueError(
+            f"jb.read_output: the job in {folder} has not finished ({len(shards)} shards "
+            f"written); re-run it to finish, or pass partial=True"
+        )
+    return shards
+
+
+def _process_folders(output: Path, partial: bool) -> list[Path]:
+    """The folders holding a job's parts: ``output`` itself, or, for a job
+    run on several processes, its ``process-IIIII-of-NNNNN`` folders (all of
+    them, with one count, unless ``partial``)."""
+    from jaxbatch._job import JOURNAL_NAME
+
+    if (output / JOURNAL_NAME).is_file() or not output.is_dir():
+        return [output]
+    parts = {}
+    for p in output.iterdir():
+        m = re.fullmatch(r"process-(\d{5})-of-(\d{5})", p.name)
+        if m and p.is_dir():
+            parts[int(m[1]), int(m[2])] = p
+    if not parts:
+        return [output]  # Reports there is no job here.
+    counts = {count for _, count in parts}
+    if len(counts) > 1:
+        raise ValueError(
+            f"jb.read_output: {output} holds parts of jobs run on {sorted(counts)} processes; "
+            f"expected one count"
+        )
+    count = counts.pop()
+    missing = [i for i in range(count) if (i, count) not in parts]
+    if missing and not partial:
+        raise ValueError(
+            f"jb.read_output: {output} is a job on {count} processes, but the parts of "
+            f"processes {missing} are missing; run them, or pass partial=True"
+        )
+    return [parts[key] for key in sorted(parts)]
