@@ -579,6 +579,7 @@ class _Job:
             self.loader_quarantine = [dict(q, stage="loader") for q in self.loader.quarantine]
             self.loader_skipped = self.loader.stats.skipped
         finally:
+            self.executor.close()
             self.loader.close()
             self.bar.close()
         return self.shards

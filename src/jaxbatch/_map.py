@@ -146,6 +146,14 @@ class _Executor:
             self.pending[key] = pool.submit(self._compile, spec)
         pool.shutdown(wait=False)
 
+    def close(self) -> None:
+        """Cancels the compilations ahead that have not started (the run is
+        over, or failed): the process does not wait for them at exit."""
+        for future in self.pending.values():
+            future.cancel()
+        self.pending.clear()
+        self._ahead = None
+
     def __call__(self, arrays: dict[str, np.ndarray]):
         import jax
 
@@ -295,6 +303,7 @@ def map(  # noqa: A001 - the name users expect, as jax.lax.map
         if isinstance(batches, Loader):  # Bad records the loader set aside, too.
             quarantine.extend(dict(q, batch=None, stage="loader") for q in batches.quarantine)
     finally:
+        executor.close()
         if isinstance(batches, Loader) and batches is not data:
             batches.close()  # The loader jb.map made for a Dataset.
     return _finish(stats, expected_shapes, outputs, quarantine, bar)
