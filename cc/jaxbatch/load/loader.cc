@@ -4,6 +4,7 @@
 #include <fstream>
 #include <utility>
 
+#include "jaxbatch/base/checked.h"
 #include "jaxbatch/base/error.h"
 
 namespace jaxbatch {
@@ -34,10 +35,6 @@ std::string JsonEscape(const std::string& text) {
     }
   }
   return out;
-}
-
-int64_t ExamplesInView(const BatchView& view) {
-  return view.row_begin.back() - view.row_begin.front();
 }
 
 }  // namespace
@@ -122,7 +119,7 @@ void Loader::CheckMemoryLimit() {
   for (const BatchShape& shape : schedule->plan.shapes) {
     largest = std::max(largest, CollatedBytes(*dataset_, shape, layout_));
   }
-  const int64_t needed = (options_.prefetch + 2) * largest;
+  const int64_t needed = SaturatingMul(SaturatingAdd(options_.prefetch, 2), largest);
   if (options_.host_memory_limit < needed) {
     throw InvalidArgumentError(StrCat(
         "Loader: host_memory_limit ", options_.host_memory_limit,
@@ -235,10 +232,10 @@ void Loader::WorkerLoop() {
     result.epoch = epoch;
     result.step = step;
     try {
-      const BatchView view = schedule->plan.batch(schedule->steps[static_cast<size_t>(step)]);
+      const BatchView view = schedule->StepBatch(step);
       BatchLayout layout = layout_;
       layout.allow_truncate = schedule->plan.allow_truncate;
-      result.examples = ExamplesInView(view);
+      result.examples = static_cast<int64_t>(view.all_examples().size());
       result.arrays = CollateView(*dataset_, view, layout, options_.collate);
     } catch (...) {
       result.error = std::current_exception();
