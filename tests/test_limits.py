@@ -135,3 +135,50 @@ def test_huge_batch_sizes_and_shard_counts_plan_in_memory_of_the_data(tmp_path):
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip().endswith("ok")
+
+
+@pytest.mark.parametrize("threads", [1025, 10**6])
+def test_absurd_thread_counts_are_refused_naming_num_threads(threads):
+    ds = small_dataset()
+    with pytest.raises(
+        ValueError, match=f"num_threads must be between 1 and 1024, found {threads}"
+    ):
+        jb.Loader(ds, jb.PadToMax(2), num_threads=threads)
+    plan = jb.plan(ds, jb.PadToMax(2))
+    with pytest.raises(
+        ValueError, match=f"num_threads must be between 1 and 1024, found {threads}"
+    ):
+        jb.collate(ds, plan[0], num_threads=threads)
+
+
+# 1000 workers of 8 MiB stacks under a 3 GiB address space: std::thread
+# fails part way. Before, that was std::terminate ("terminate called
+# without an active exception"); now a RuntimeError naming num_threads, the
+# started workers joined, and the process carries on.
+THREADS_SCRIPT = textwrap.dedent(
+    """
+    import resource
+    import numpy as np
+    import jaxbatch as jb
+
+    ds = jb.Dataset.from_arrays({"tokens": [np.arange(k) for k in [5, 3, 9, 2]]})
+    resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+    try:
+        jb.Loader(ds, jb.PadToMax(2), num_threads=1000)
+        print("started")
+    except RuntimeError as e:
+        assert "Loader: num_threads=1000" in str(e), e
+        print("refused")
+    got = [b["example_index"].tolist() for b in jb.Loader(ds, jb.PadToMax(2), shuffle=False)]
+    assert got == [[0, 1], [2, 3]], got
+    print("ok")
+    """
+)
+
+
+def test_thread_that_cannot_start_raises_instead_of_aborting():
+    result = subprocess.run(
+        [sys.executable, "-c", THREADS_SCRIPT], capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.split() == ["refused", "ok"]

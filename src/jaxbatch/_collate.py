@@ -55,7 +55,7 @@ def collate(
     (one number, or a dict per column), masks, lengths, segment ids and
     positions for packed rows, fixed columns stacked, and ``example_index``.
     A large batch (over 4 MiB of output per thread) is filled by up to
-    ``num_threads`` threads (default: the CPU count); buffers are reused
+    ``num_threads`` threads (default: the CPU count; at most 1024); buffers are reused
     across calls once numpy frees them.
 
     Example::
@@ -79,9 +79,14 @@ def collate(
         pads, default = [(k, float(v)) for k, v in pad_value.items()], 0.0
     else:
         pads, default = [], float(pad_value)
-    threads = (os.cpu_count() or 1) if num_threads is None else int(num_threads)
-    if threads < 1:
-        raise ValueError(f"collate: num_threads must be >= 1, found {num_threads!r}")
+    if num_threads is None:
+        threads = min(os.cpu_count() or 1, _core.MAX_THREADS)
+    else:
+        threads = int(num_threads)
+    if not 1 <= threads <= _core.MAX_THREADS:
+        raise ValueError(
+            f"collate: num_threads must be between 1 and {_core.MAX_THREADS}, found {num_threads!r}"
+        )
     arrays = _core.collate(dataset._core, batch.plan._core, batch.index, pads, default, threads)
     fixed = {n: dataset._core.column(n).is_fixed for n in dataset.column_names}
     return _batch_from_core(

@@ -84,7 +84,8 @@ class Loader:
       shard: ``(index, count)`` or ``"jax"`` (``jax.process_index()``,
         ``jax.process_count()``): processes get disjoint batches, the same
         number of steps and the same batch shape at every step.
-      num_threads: worker threads (default: the CPU count, at most 8).
+      num_threads: worker threads (default: the CPU count, at most 8; at most
+        1024). A thread the system cannot start raises RuntimeError.
       prefetch: ready batches kept ahead of the consumer.
       epochs: passes over the data; None repeats forever.
       on_error: ``"raise"``, ``"skip"`` or ``"quarantine"`` for records that
@@ -171,8 +172,11 @@ class Loader:
         )
         if epochs is not None and epochs < 1:
             raise ValueError(f"Loader: epochs must be >= 1 or None (forever), found {epochs}")
-        if num_threads is not None and num_threads < 1:
-            raise ValueError(f"Loader: num_threads must be >= 1, found {num_threads}")
+        most = _core.MAX_THREADS
+        if num_threads is not None and not 1 <= num_threads <= most:
+            raise ValueError(
+                f"Loader: num_threads must be between 1 and {most}, found {num_threads}"
+            )
         fixed = {n: self.dataset._core.column(n).is_fixed for n in self.dataset.column_names}
         self._ragged = tuple(n for n, f in fixed.items() if not f)
         self._fixed = tuple(n for n, f in fixed.items() if f)

@@ -9,6 +9,7 @@
 #include "jaxbatch/base/arena.h"
 #include "jaxbatch/base/checked.h"
 #include "jaxbatch/base/error.h"
+#include "jaxbatch/base/threads.h"
 
 namespace jaxbatch {
 namespace {
@@ -100,6 +101,7 @@ class BatchCollator {
         length_column_(layout.length_column.empty() ? dataset.default_length_column()
                                                     : layout.length_column) {
     (void)dataset_.column(length_column_);  // Throws for an unknown column.
+    CheckThreadCount(options_.max_threads, "collate: max_threads");
     CheckRows();
     for (int64_t e : view_.all_examples()) CheckExample(dataset_, e, view_.index);
   }
@@ -154,18 +156,18 @@ class BatchCollator {
     };
     if (threads <= 1) return fill(0, rows());
     std::vector<std::exception_ptr> errors(static_cast<size_t>(threads));
-    std::vector<std::thread> pool;
-    for (int64_t t = 0; t < threads; ++t) {
-      const int64_t r0 = rows() * t / threads;
-      const int64_t r1 = rows() * (t + 1) / threads;
-      pool.emplace_back([&, t, r0, r1] {
-        try {
-          fill(r0, r1);
-        } catch (...) {
-          errors[static_cast<size_t>(t)] = std::current_exception();
-        }
-      });
-    }
+    // The fillers only write their own rows, so a failed start leaves the
+    // started threads to finish; StartThreads joins them and throws.
+    std::vector<std::thread> pool = StartThreads(
+        threads,
+        [&](int64_t t) {
+          try {
+            fill(SplitRow(t, threads), SplitRow(t + 1, threads));
+          } catch (...) {
+            errors[static_cast<size_t>(t)] = std::current_exception();
+          }
+        },
+        [] {}, "collate: max_threads");
     for (std::thread& thread : pool) thread.join();
     for (const std::exception_ptr& e : errors) {
       if (e) std::rethrow_exception(e);
@@ -173,6 +175,11 @@ class BatchCollator {
   }
 
   int64_t rows() const { return view_.shape.rows; }
+  // floor(rows() * t / threads) without forming rows() * t, which may pass
+  // int64 for a batch of 2^62 rows.
+  int64_t SplitRow(int64_t t, int64_t threads) const {
+    return rows() / threads * t + rows() % threads * t / threads;
+  }
   int64_t slots() const { return layout_.packed ? view_.shape.segments : 1; }
 
   void Padded(const RaggedColumn& column, std::vector<Array>& out) {

@@ -66,7 +66,7 @@ struct CollateOptions {
   Allocator allocator;  // empty: SharedArena(), reused across calls
   // Threads one large batch may be filled with (split by rows, at least
   // min_bytes_per_thread of output each). A loader, whose workers already run batches in
-  // parallel, keeps 1.
+  // parallel, keeps 1. At most kMaxThreads (base/threads.h).
   int64_t max_threads = 1;
   int64_t min_bytes_per_thread = kDefaultMinBytesPerThread;
 };

@@ -6,6 +6,7 @@
 
 #include "jaxbatch/base/checked.h"
 #include "jaxbatch/base/error.h"
+#include "jaxbatch/base/threads.h"
 
 namespace jaxbatch {
 namespace {
@@ -56,6 +57,7 @@ Loader::Loader(std::shared_ptr<const Dataset> dataset, LoaderOptions options,
     throw InvalidArgumentError(StrCat(
         "Loader: num_threads must be >= 1 (or 0 for automatic), found ", options_.num_threads));
   }
+  CheckThreadCount(options_.num_threads, "Loader: num_threads");
   if (options_.host_memory_limit < 0) {
     throw InvalidArgumentError(
         StrCat("Loader: host_memory_limit must be >= 0, found ", options_.host_memory_limit));
@@ -104,8 +106,18 @@ Loader::Loader(std::shared_ptr<const Dataset> dataset, LoaderOptions options,
   if (threads == 0) {
     threads = std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, kMaxDefaultThreads);
   }
-  workers_.reserve(static_cast<size_t>(threads));
-  for (int64_t t = 0; t < threads; ++t) workers_.emplace_back([this] { WorkerLoop(); });
+  // A thread that cannot start throws here, the others stopped and joined:
+  // the destructor does not run for a constructor that throws.
+  workers_ = StartThreads(
+      threads, [this](int64_t) { WorkerLoop(); },
+      [this] {
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          stop_ = true;
+        }
+        work_cv_.notify_all();
+      },
+      "Loader: num_threads");
 }
 
 Loader::~Loader() { Close(); }
