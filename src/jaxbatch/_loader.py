@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from jaxbatch import _core
-from jaxbatch._collate import Batch, _batch_from_core
+from jaxbatch._collate import Batch, _batch_from_core, _pad_values
 from jaxbatch._dataset import Dataset
 from jaxbatch._dtypes import dtype_name
 from jaxbatch._plan import BatchShape
@@ -117,7 +117,7 @@ class Loader:
         max_errors: int | float | None = None,
         schema: Mapping[str, ColumnSchema] | None = None,
         quarantine_file: str | os.PathLike | None = None,
-        pad_value: float | Mapping[str, float] = 0,
+        pad_value: int | float | Mapping[str, int | float] = 0,
         host_memory_limit: int | None = None,
         state: Mapping[str, Any] | None = None,
     ):
@@ -148,7 +148,7 @@ class Loader:
             raise ValueError(f"Loader: seed must be an int in [0, 2**64), found {seed!r}")
         shard_index, shard_count = _resolve_shard(shard)
         errors, fraction = _resolve_max_errors(max_errors)
-        pads = pad_value if isinstance(pad_value, Mapping) else {}
+        pads, default_pad = _pad_values(pad_value, "Loader")
         self._args = dict(
             planner=planner._options(),
             length_column=column or "",
@@ -164,8 +164,8 @@ class Loader:
             max_errors=errors,
             max_error_fraction=fraction,
             schema=self._schema(schema or {}),
-            pad_values=[(k, float(v)) for k, v in pads.items()],
-            default_pad_value=0.0 if isinstance(pad_value, Mapping) else float(pad_value),
+            pad_values=pads,
+            default_pad_value=default_pad,
             host_memory_limit=int(host_memory_limit or 0),
             quarantine_path=os.fspath(quarantine_file) if quarantine_file else "",
             source=self.source,

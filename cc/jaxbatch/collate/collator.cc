@@ -41,7 +41,7 @@ struct PadValue {
 };
 
 PadValue EncodePad(const RaggedColumn& column, const CollateOptions& options) {
-  double value = options.default_pad_value;
+  Scalar value = options.default_pad_value;
   for (const auto& [name, v] : options.pad_values) {
     if (name == column.name()) value = v;
   }

@@ -686,5 +686,32 @@ TEST(CollateTest, ShapesWhoseBytesOverflowThrowInsteadOfWriting) {
             std::numeric_limits<int64_t>::max());
 }
 
+TEST(CollateTest, IntegerPadValuesAreExactForEveryWidth) {
+  // int64 and uint64 columns padded with values a double cannot hold.
+  const std::vector<int64_t> signed_values = {1, 2, 3};
+  const std::vector<uint64_t> unsigned_values = {4, 5, 6};
+  const std::vector<int64_t> offsets = {0, 2, 3};
+  const Dataset ds({RaggedColumn::Ragged("a", DType::kInt64, {}, signed_values.data(), 3,
+                                         offsets.data(), 2, nullptr),
+                    RaggedColumn::Ragged("b", DType::kUInt64, {}, unsigned_values.data(), 3,
+                                         offsets.data(), 2, nullptr)});
+  const BatchPlan plan = Plan(ds.column("a").Lengths(), PadToMaxOptions{.batch_size = 3});
+  const int64_t above_double = (int64_t{1} << 53) + 1;
+  const uint64_t kUInt64Max = std::numeric_limits<uint64_t>::max();
+  CollateOptions options;
+  options.pad_values = {{"a", above_double}, {"b", kUInt64Max}};
+  std::vector<Array> out = Collate(ds, plan, 0, options);
+  EXPECT_EQ(Values<int64_t>(Find(out, "a")),
+            (std::vector<int64_t>{1, 2, 3, above_double, above_double, above_double}));
+  EXPECT_EQ(Values<uint64_t>(Find(out, "b")),
+            (std::vector<uint64_t>{4, 5, 6, kUInt64Max, kUInt64Max, kUInt64Max}));
+  options.pad_values = {{"a", std::numeric_limits<int64_t>::max()}};
+  options.default_pad_value = -1;  // fits a, not b
+  const std::string msg =
+      ThrownMessage<InvalidArgumentError>([&] { Collate(ds, plan, 0, options); });
+  EXPECT_TRUE(Contains(msg, "column 'b'")) << msg;
+  EXPECT_TRUE(Contains(msg, "uint64, found -1")) << msg;
+}
+
 }  // namespace
 }  // namespace jaxbatch
