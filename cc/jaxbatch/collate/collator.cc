@@ -34,6 +34,14 @@ void FillPattern(uint8_t* out, int64_t count, const uint8_t* pattern, size_t ite
   }
 }
 
+// Copies `rows` rows of example `e`. A column of zero-sized rows (an inner
+// dimension of 0) may have no values buffer at all: memcpy from null, even
+// of 0 bytes, is undefined, so nothing is copied then.
+void CopyRows(uint8_t* out, const RaggedColumn& column, int64_t e, int64_t rows) {
+  const int64_t bytes = rows * column.row_bytes();
+  if (bytes > 0) std::memcpy(out, column.example_data(e), static_cast<size_t>(bytes));
+}
+
 // One column's pad value encoded in its dtype.
 struct PadValue {
   uint8_t bytes[8] = {};
@@ -210,8 +218,7 @@ class BatchCollator {
             examples.empty() ? 0 : Take(column, examples[0], length, truncate, view_.index);
         uint8_t* row = values_out + r * row_bytes;
         if (n > 0) {
-          std::memcpy(row, column.example_data(examples[0]),
-                      static_cast<size_t>(n * column.row_bytes()));
+          CopyRows(row, column, examples[0], n);
         }
         std::memset(mask_out + r * length, 1, static_cast<size_t>(n));
         if (!bulk) {
@@ -260,8 +267,7 @@ class BatchCollator {
         for (int64_t e : view_.row_examples(r)) {
           const int64_t n = Take(column, e, length - used, layout_.allow_truncate, view_.index);
           if (n > 0) {
-            std::memcpy(row + used * column.row_bytes(), column.example_data(e),
-                        static_cast<size_t>(n * column.row_bytes()));
+            CopyRows(row + used * column.row_bytes(), column, e, n);
           }
           ++segment;
           std::fill(ids + used, ids + used + n, segment);
@@ -295,8 +301,7 @@ class BatchCollator {
         uint8_t* row = values_out + r * slots() * bytes;
         const auto n = static_cast<int64_t>(examples.size());
         for (int64_t s = 0; s < n; ++s) {
-          std::memcpy(row + s * bytes, column.example_data(examples[static_cast<size_t>(s)]),
-                      static_cast<size_t>(bytes));
+          CopyRows(row + s * bytes, column, examples[static_cast<size_t>(s)], 1);
         }
         FillPattern(row + n * bytes, (slots() - n) * column.inner_size(), pad.bytes,
                     ItemSize(column.dtype()), pad.zero);

@@ -713,5 +713,36 @@ TEST(CollateTest, IntegerPadValuesAreExactForEveryWidth) {
   EXPECT_TRUE(Contains(msg, "uint64, found -1")) << msg;
 }
 
+TEST(CollateTest, ZeroSizedRowsWithNoValuesBuffer) {
+  // Found by collate_fuzzer: a column whose rows have an inner dimension of
+  // 0 may have no values buffer (null); copying its examples was a memcpy
+  // from null (undefined, flagged by UBSan) even though it copies 0 bytes.
+  const std::vector<int64_t> offsets = {0, 2, 3};
+  const std::vector<int32_t> tokens = {7, 8, 9};
+  const Dataset ds(
+      {RaggedColumn::Ragged("tokens", DType::kInt32, {}, tokens.data(), 3, offsets.data(), 2,
+                            nullptr),
+       RaggedColumn::Ragged("empty", DType::kFloat32, {0}, nullptr, 3, offsets.data(), 2, nullptr),
+       RaggedColumn::Fixed("none", DType::kInt64, {2, 0}, nullptr, 2, nullptr)},
+      {{"tokens", "empty"}});
+  for (const PlannerOptions& options : std::vector<PlannerOptions>{
+           PadToMaxOptions{.batch_size = 3}, PackOptions{.row_length = 4, .rows_per_batch = 1}}) {
+    BatchPlan plan = Plan(ds.column("tokens").Lengths(), options);
+    plan.length_column = "tokens";
+    const std::vector<Array> out = Collate(ds, plan, 0, {});
+    const Array& empty = Find(out, "empty");
+    EXPECT_EQ(empty.num_bytes(), 0);
+    EXPECT_EQ(empty.shape.back(), 0);
+    EXPECT_EQ(Find(out, "none").num_bytes(), 0);
+    if (plan.packed) {
+      EXPECT_EQ(Values<int32_t>(Find(out, "empty_segment_ids")),
+                (std::vector<int32_t>{1, 1, 2, 0}));
+    } else {
+      EXPECT_EQ(Values<uint8_t>(Find(out, "empty_mask")), (std::vector<uint8_t>{1, 1, 1, 0, 0, 0}));
+      EXPECT_EQ(Values<int32_t>(Find(out, "empty_lengths")), (std::vector<int32_t>{2, 1, 0}));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace jaxbatch

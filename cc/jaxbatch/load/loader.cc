@@ -274,7 +274,7 @@ void Loader::EnterEpoch(int64_t epoch, const EpochSchedule& schedule) {
   entered_epoch_ = epoch;
   state_.dropped +=
       schedule.plan.stats.dropped + schedule.plan.stats.skipped + schedule.shard_dropped;
-  state_.padding_batches += schedule.padding_batches;
+  state_.padding_batches = SaturatingAdd(state_.padding_batches, schedule.padding_batches);
   if (bad_records_.empty()) return;
   const BadRecord& first = bad_records_.front();
   switch (options_.on_error) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <variant>
 
+#include "jaxbatch/base/checked.h"
 #include "jaxbatch/base/error.h"
 #include "jaxbatch/load/index_shuffle.h"
 
@@ -124,7 +125,8 @@ EpochSchedule MakeEpochSchedule(std::span<const int64_t> lengths, std::span<cons
       }
       list.resize(list.size() - tail);
     } else if (tail != 0) {
-      schedule.padding_batches += static_cast<int64_t>(count - tail);
+      schedule.padding_batches =
+          SaturatingAdd(schedule.padding_batches, static_cast<int64_t>(count - tail));
     }
     for (uint64_t k = 0; k < list.size(); k += count) groups.push_back({list[k], s, k});
   }

@@ -46,8 +46,10 @@ struct EpochSchedule {
   // This shard's batches in order: a batch index into `plan`, or for an empty
   // batch that evens out shards, EmptyStep(shape id).
   std::vector<int64_t> steps;
-  int64_t shard_dropped = 0;    // examples in batches no shard gets (remainder drop)
-  int64_t padding_batches = 0;  // empty batches (all shards) so every shard has as many steps
+  int64_t shard_dropped = 0;  // examples in batches no shard gets (remainder drop)
+  // Empty batches (all shards) so every shard has as many steps; saturates
+  // at 2^63 - 1 for a shard count near it.
+  int64_t padding_batches = 0;
 
   static constexpr int64_t EmptyStep(int64_t shape_id) { return -1 - shape_id; }
   // The batch of step `t`: a view into `plan`, with no rows stored for an
