@@ -182,3 +182,21 @@ def test_thread_that_cannot_start_raises_instead_of_aborting():
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.split() == ["refused", "ok"]
+
+
+@pytest.mark.parametrize(
+    ("make", "name"),
+    [
+        (lambda: jb.PadToMax(8, pad_to_multiple=2**64), "pad_to_multiple"),
+        (lambda: jb.PadToMax(2**63), "batch_size"),
+        (lambda: jb.FixedBuckets([2**64], batch_size=2), r"boundaries\[0\]"),
+        (lambda: jb.FixedBuckets([4], token_budget=2**63), "token_budget"),
+        (lambda: jb.Pack(row_length=2**70, rows_per_batch=1), "row_length"),
+        (lambda: jb.AutoBuckets(2**63, batch_size=1), "max_shapes"),
+    ],
+)
+def test_options_past_int64_are_refused_naming_the_option(make, name):
+    with pytest.raises(ValueError, match=f"{name} must be .*at most 2\\*\\*63 - 1"):
+        jb.plan(LENGTHS, make())
+    with pytest.raises(ValueError, match=r"shard must be \(index, count\)"):
+        jb.Loader(small_dataset(), jb.PadToMax(2), shard=(0, 2**64))

@@ -341,7 +341,7 @@ def _resolve_shard(shard) -> tuple[int, int]:
         and all(isinstance(v, int | np.integer) for v in shard)
     ):
         index, count = int(shard[0]), int(shard[1])
-        if count >= 1 and 0 <= index < count:
+        if 1 <= count < 2**63 and 0 <= index < count:
             return index, count
     raise ValueError(
         f"Loader: shard must be (index, count) with 0 <= index < count or 'jax', found {shard!r}"
