@@ -3,8 +3,10 @@
 #               all-MiniLM-L6-v2 (in JAX) embeds the pydoc corpus through jb.run,
 #               beside the naive jit(vmap) loop, then a semantic search
 #   make test   C++ tests (plain, under AddressSanitizer + UndefinedBehaviorSanitizer,
-#               the loader's under ThreadSanitizer), the C++ example, pytest,
+#               the loader's under ThreadSanitizer), the C++ example, the
+#               libFuzzer targets (committed crashes, then 20 s each), pytest,
 #               clang-format and ruff
+#   make fuzz   each libFuzzer target (cc/fuzz/) for FUZZ_SECONDS (300)
 # Both create or refresh .venv and install what is missing: system packages
 # with apt-get when run as root (else a message naming them), Python
 # packages with pip.
@@ -18,17 +20,22 @@ JOBS ?= $(shell nproc)
 CORE_SOURCES := $(shell find cc examples/cpp -name '*.cc' -o -name '*.h') CMakeLists.txt pyproject.toml
 CMAKE_FLAGS := -G Ninja -DCMAKE_MAKE_PROGRAM=$(abspath $(VENV))/bin/ninja -DJAXBATCH_BUILD_TESTS=ON
 
-.PHONY: demo test system-deps build test-cpp test-asan test-tsan test-py lint format bench clean
+.PHONY: demo test system-deps build test-cpp test-asan test-tsan test-py lint format bench clean \
+	build-fuzz fuzz test-fuzz
 
 demo: build
 	$(VENV)/bin/jaxbatch demo
 
-test: lint test-cpp test-asan test-tsan test-py
+test: lint test-cpp test-asan test-tsan test-fuzz test-py
 
-# g++, Python's venv module and GoogleTest; installed with apt-get as root.
+# g++, clang with libFuzzer's runtime, Python's venv module and GoogleTest;
+# installed with apt-get as root.
 system-deps:
 	@missing=""; \
 	command -v g++ >/dev/null || missing="$$missing g++"; \
+	command -v clang++ >/dev/null || missing="$$missing clang"; \
+	[ -n "$$(find /usr/lib/llvm-*/lib/clang -name 'libclang_rt.fuzzer-*.a' 2>/dev/null | head -1)" ] \
+	  || missing="$$missing libclang-rt-dev"; \
 	$(PYTHON) -c 'import venv, ensurepip' 2>/dev/null || missing="$$missing python3-venv"; \
 	$(PYTHON) -c 'import sysconfig, os, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
 	  || missing="$$missing python3-dev"; \
@@ -78,6 +85,36 @@ test-tsan: $(VENV)/.deps
 	$(CMAKE) --build build/tsan -j $(JOBS) --target jaxbatch_load_test jaxbatch_core_test
 	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 build/tsan/jaxbatch_load_test
 	TSAN_OPTIONS=halt_on_error=1 build/tsan/jaxbatch_core_test --gtest_filter='Collat*'
+
+# libFuzzer targets (cc/fuzz/), built with clang, ASan and UBSan in their own
+# folder. `make fuzz` grows build/fuzz/corpus/<name> from the committed seeds;
+# a crash input lands in build/fuzz/: once fixed, commit it to
+# cc/fuzz/regressions/<name>/, where test-fuzz replays every one.
+FUZZERS := plan_fuzzer collate_fuzzer
+FUZZ_SECONDS ?= 300
+FUZZ_FLAGS := -G Ninja -DCMAKE_MAKE_PROGRAM=$(abspath $(VENV))/bin/ninja -DCMAKE_CXX_COMPILER=clang++ \
+  -DJAXBATCH_BUILD_FUZZERS=ON -DCMAKE_BUILD_TYPE=Release
+LIBFUZZER_OPTS := -timeout=10 -rss_limit_mb=2048 -artifact_prefix=build/fuzz/
+
+build-fuzz: $(VENV)/.deps
+	$(CMAKE) -S . -B build/fuzz $(FUZZ_FLAGS)
+	$(CMAKE) --build build/fuzz -j $(JOBS) --target $(FUZZERS)
+
+fuzz: build-fuzz
+	for f in $(FUZZERS); do \
+	  mkdir -p build/fuzz/corpus/$$f && \
+	  build/fuzz/$$f build/fuzz/corpus/$$f cc/fuzz/corpus/$$f $(LIBFUZZER_OPTS) \
+	    -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 || exit 1; \
+	done
+
+test-fuzz: build-fuzz
+	for f in $(FUZZERS); do \
+	  crashes=$$(find cc/fuzz/regressions/$$f -type f 2>/dev/null); \
+	  if [ -n "$$crashes" ]; then build/fuzz/$$f $(LIBFUZZER_OPTS) $$crashes || exit 1; fi; \
+	  rm -rf build/fuzz/test-corpus/$$f && mkdir -p build/fuzz/test-corpus/$$f && \
+	  build/fuzz/$$f build/fuzz/test-corpus/$$f cc/fuzz/corpus/$$f $(LIBFUZZER_OPTS) \
+	    -max_total_time=20 || exit 1; \
+	done
 
 test-py: build
 	$(PY) -m pytest

@@ -218,3 +218,75 @@ def test_plan_from_other_lengths_is_refused():
     small = jb.Dataset.from_arrays({"t": [np.arange(2)]})
     with pytest.raises(IndexError, match="refers to example 1 but the dataset has 1 examples"):
         jb.collate(small, spec)
+
+
+# (dtype, pad value): integers a float64 cannot hold, each end of each range,
+# and floats; numpy scalars of the column's type as well as Python numbers.
+EXACT_PADS = [
+    (np.int64, 2**53 + 1),
+    (np.int64, 2**63 - 1),
+    (np.int64, -(2**63)),
+    (np.uint64, 2**64 - 1),
+    (np.uint64, np.uint64(2**64 - 1)),
+    (np.int64, np.int64(-(2**53) - 1)),
+    (np.uint32, 2**32 - 1),
+    (np.int8, -128),
+    (np.bool_, True),
+    (np.float64, 0.1),
+    (np.float32, np.float32(1.5)),
+    (ml_dtypes.bfloat16, -2.0),
+    (np.float64, 2**53 + 1),  # rounds to the nearest float64, as numpy does
+]
+
+
+@pytest.mark.parametrize(("dtype", "pad"), EXACT_PADS, ids=lambda x: repr(x))
+def test_pad_values_are_exact_for_every_dtype(dtype, pad):
+    examples = [np.array([1, 0, 1], dtype=dtype), np.array([0], dtype=dtype)]
+    ds = jb.Dataset.from_arrays({"x": examples})
+    spec = jb.plan(ds, jb.PadToMax(batch_size=3))[0]
+    want, _, _ = collate_padded(examples, 3, 3, pad, dtype, ())
+    for pad_value in (pad, {"x": pad}):
+        batch = jb.collate(ds, spec, pad_value=pad_value)
+        np.testing.assert_array_equal(batch["x"], want, strict=True)
+        [loaded] = jb.Loader(ds, jb.PadToMax(batch_size=3), shuffle=False, pad_value=pad_value)
+        np.testing.assert_array_equal(loaded["x"], want, strict=True)
+    assert want[2, 0] == np.array(pad, dtype=dtype)  # the reference kept it exactly
+    if np.issubdtype(dtype, np.integer):
+        assert int(want[2, 0]) == int(pad)
+
+
+@pytest.mark.parametrize(
+    ("dtype", "pad", "found"),
+    [
+        (np.int64, 2**63, "found 9223372036854775808"),
+        (np.uint64, -1, "found -1"),
+        (np.int32, 2**31, "found 2147483648"),
+        (np.uint8, 1.5, "found 1.5"),
+        (np.bool_, 2, "found 2"),
+    ],
+)
+def test_pad_value_out_of_range_names_the_column(dtype, pad, found):
+    ds = jb.Dataset.from_arrays({"x": [np.zeros(2, dtype=dtype), np.zeros(1, dtype=dtype)]})
+    spec = jb.plan(ds, jb.PadToMax(batch_size=2))[0]
+    for run in (
+        lambda: jb.collate(ds, spec, pad_value={"x": pad}),
+        lambda: jb.collate(ds, spec, pad_value=pad),
+        lambda: list(jb.Loader(ds, jb.PadToMax(2), pad_value={"x": pad})),
+    ):
+        with pytest.raises(ValueError, match=f"pad value for column 'x'.*{found}"):
+            run()
+
+
+def test_pad_value_outside_every_64_bit_integer_or_not_a_number():
+    ds = jb.Dataset.from_arrays({"x": [np.zeros(2, np.uint64)]})
+    spec = jb.plan(ds, jb.PadToMax(batch_size=2))[0]
+    with pytest.raises(
+        ValueError, match="collate: pad_value for column 'x'.*found 18446744073709551616"
+    ):
+        jb.collate(ds, spec, pad_value={"x": 2**64})
+    with pytest.raises(ValueError, match="Loader: pad_value: .*found -9223372036854775809"):
+        jb.Loader(ds, jb.PadToMax(2), pad_value=-(2**63) - 1)
+    with pytest.raises(
+        TypeError, match="collate: pad_value: expected an int or a float, found str"
+    ):
+        jb.collate(ds, spec, pad_value="0")

@@ -39,4 +39,53 @@ Int64Array ToNumpy(std::vector<int64_t> values);
 
 }  // namespace jaxbatch::bindings
 
+namespace nanobind::detail {
+
+// A Python int (or bool) becomes an exact int64, or uint64 above int64's
+// range; a Python float a double. Anything else, or an int outside both
+// ranges, does not convert (the Python layer checks and names the column
+// first).
+template <>
+struct type_caster<jaxbatch::Scalar> {
+  NB_TYPE_CASTER(jaxbatch::Scalar, const_name("int | float"))
+
+  bool from_python(handle src, uint8_t, cleanup_list*) noexcept {
+    PyObject* o = src.ptr();
+    if (PyFloat_Check(o)) {
+      value = jaxbatch::Scalar(PyFloat_AsDouble(o));
+      return true;
+    }
+    if (!PyLong_Check(o)) return false;
+    int overflow = 0;
+    const long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
+    if (overflow == 0 && !(v == -1 && PyErr_Occurred())) {
+      value = jaxbatch::Scalar(static_cast<int64_t>(v));
+      return true;
+    }
+    if (overflow > 0) {
+      const unsigned long long u = PyLong_AsUnsignedLongLong(o);
+      if (!(u == static_cast<unsigned long long>(-1) && PyErr_Occurred())) {
+        value = jaxbatch::Scalar(static_cast<uint64_t>(u));
+        return true;
+      }
+    }
+    PyErr_Clear();
+    return false;
+  }
+
+  static handle from_cpp(const jaxbatch::Scalar& scalar, rv_policy, cleanup_list*) noexcept {
+    return std::visit(
+        [](auto v) -> handle {
+          if constexpr (std::is_same_v<decltype(v), double>) return PyFloat_FromDouble(v);
+          if constexpr (std::is_same_v<decltype(v), int64_t>) return PyLong_FromLongLong(v);
+          if constexpr (std::is_same_v<decltype(v), uint64_t>) {
+            return PyLong_FromUnsignedLongLong(v);
+          }
+        },
+        scalar.value());
+  }
+};
+
+}  // namespace nanobind::detail
+
 #endif  // JAXBATCH_BINDINGS_BINDINGS_H_

@@ -12,7 +12,7 @@ void BindCollate(nb::module_& m) {
   m.def(
       "collate",
       [](const Dataset& dataset, const BatchPlan& plan, int64_t batch_index,
-         std::vector<std::pair<std::string, double>> pad_values, double default_pad_value,
+         std::vector<std::pair<std::string, Scalar>> pad_values, Scalar default_pad_value,
          int64_t max_threads) {
         CollateOptions options{.pad_values = std::move(pad_values),
                                .default_pad_value = default_pad_value,

@@ -75,7 +75,7 @@ void BindLoad(nb::module_& m) {
              int64_t shard_index, int64_t shard_count, int64_t num_threads, int64_t prefetch,
              int64_t epochs, ErrorPolicy on_error, int64_t max_errors, double max_error_fraction,
              std::vector<ColumnSchema> schema,
-             std::vector<std::pair<std::string, double>> pad_values, double default_pad_value,
+             std::vector<std::pair<std::string, Scalar>> pad_values, Scalar default_pad_value,
              int64_t host_memory_limit, std::string quarantine_path, std::string source,
              std::optional<LoaderState> state) {
             LoaderOptions o;

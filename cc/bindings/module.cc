@@ -4,6 +4,7 @@
 
 #include "bindings.h"
 #include "jaxbatch/base/error.h"
+#include "jaxbatch/base/threads.h"
 
 namespace jaxbatch::bindings {
 
@@ -74,6 +75,7 @@ NB_MODULE(_core, m) {
       PyErr_SetString(PyExc_RuntimeError, e.what());
     }
   });
+  m.attr("MAX_THREADS") = jaxbatch::kMaxThreads;
   jaxbatch::bindings::BindData(m);
   jaxbatch::bindings::BindPlan(m);
   jaxbatch::bindings::BindCollate(m);

@@ -47,15 +47,17 @@ def collate(
     dataset: Dataset,
     batch: BatchSpec,
     *,
-    pad_value: float | Mapping[str, float] = 0,
+    pad_value: int | float | Mapping[str, int | float] = 0,
     num_threads: int | None = None,
 ) -> Batch:
     """Fills one planned batch with the dataset's examples, in C++ (GIL
     released): ragged columns padded to the batch shape with ``pad_value``
-    (one number, or a dict per column), masks, lengths, segment ids and
+    (one number, or a dict per column; integers exact, e.g. ``2**64 - 1`` for
+    a uint64 column, and a value a column's dtype cannot hold is a
+    ValueError naming the column), masks, lengths, segment ids and
     positions for packed rows, fixed columns stacked, and ``example_index``.
     A large batch (over 4 MiB of output per thread) is filled by up to
-    ``num_threads`` threads (default: the CPU count); buffers are reused
+    ``num_threads`` threads (default: the CPU count; at most 1024); buffers are reused
     across calls once numpy frees them.
 
     Example::
@@ -76,12 +78,15 @@ def collate(
                 f"collate: pad_value names column {unknown[0]!r}, which the dataset does not "
                 f"have; columns are {dataset.column_names}"
             )
-        pads, default = [(k, float(v)) for k, v in pad_value.items()], 0.0
+    pads, default = _pad_values(pad_value, "collate")
+    if num_threads is None:
+        threads = min(os.cpu_count() or 1, _core.MAX_THREADS)
     else:
-        pads, default = [], float(pad_value)
-    threads = (os.cpu_count() or 1) if num_threads is None else int(num_threads)
-    if threads < 1:
-        raise ValueError(f"collate: num_threads must be >= 1, found {num_threads!r}")
+        threads = int(num_threads)
+    if not 1 <= threads <= _core.MAX_THREADS:
+        raise ValueError(
+            f"collate: num_threads must be between 1 and {_core.MAX_THREADS}, found {num_threads!r}"
+        )
     arrays = _core.collate(dataset._core, batch.plan._core, batch.index, pads, default, threads)
     fixed = {n: dataset._core.column(n).is_fixed for n in dataset.column_names}
     return _batch_from_core(
@@ -93,6 +98,34 @@ def collate(
         tuple(n for n, f in fixed.items() if not f),
         tuple(n for n, f in fixed.items() if f),
     )
+
+
+def _pad_scalar(value: Any, what: str) -> int | float:
+    """A pad value as the core takes it: an exact int (bools and numpy
+    integers included; int64 or uint64, chosen by the core) or a float. The
+    core checks it against each column's dtype and names the column."""
+    if isinstance(value, np.generic | np.ndarray) and np.ndim(value) == 0:
+        value = value.item()  # numpy scalars: exact Python ints and floats
+    if isinstance(value, bool | int):
+        if not -(2**63) <= value < 2**64:
+            raise ValueError(
+                f"{what}: expected a value representable as a 64-bit integer, found {value}"
+            )
+        return int(value)
+    if isinstance(value, float):
+        return value
+    raise TypeError(f"{what}: expected an int or a float, found {type(value).__name__}")
+
+
+def _pad_values(pad_value: Any, where: str) -> tuple[list[tuple[str, int | float]], int | float]:
+    """(per-column pad values, default) from one number or a dict of them."""
+    if isinstance(pad_value, Mapping):
+        pads = [
+            (k, _pad_scalar(v, f"{where}: pad_value for column {k!r}"))
+            for k, v in pad_value.items()
+        ]
+        return pads, 0
+    return [], _pad_scalar(pad_value, f"{where}: pad_value")
 
 
 def _batch_from_core(arrays, index, shape, packed, length_column, ragged, fixed) -> Batch:

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from jaxbatch import _core
-from jaxbatch._collate import Batch, _batch_from_core
+from jaxbatch._collate import Batch, _batch_from_core, _pad_values
 from jaxbatch._dataset import Dataset
 from jaxbatch._dtypes import dtype_name
 from jaxbatch._plan import BatchShape
@@ -84,7 +84,8 @@ class Loader:
       shard: ``(index, count)`` or ``"jax"`` (``jax.process_index()``,
         ``jax.process_count()``): processes get disjoint batches, the same
         number of steps and the same batch shape at every step.
-      num_threads: worker threads (default: the CPU count, at most 8).
+      num_threads: worker threads (default: the CPU count, at most 8; at most
+        1024). A thread the system cannot start raises RuntimeError.
       prefetch: ready batches kept ahead of the consumer.
       epochs: passes over the data; None repeats forever.
       on_error: ``"raise"``, ``"skip"`` or ``"quarantine"`` for records that
@@ -116,7 +117,7 @@ class Loader:
         max_errors: int | float | None = None,
         schema: Mapping[str, ColumnSchema] | None = None,
         quarantine_file: str | os.PathLike | None = None,
-        pad_value: float | Mapping[str, float] = 0,
+        pad_value: int | float | Mapping[str, int | float] = 0,
         host_memory_limit: int | None = None,
         state: Mapping[str, Any] | None = None,
     ):
@@ -147,7 +148,7 @@ class Loader:
             raise ValueError(f"Loader: seed must be an int in [0, 2**64), found {seed!r}")
         shard_index, shard_count = _resolve_shard(shard)
         errors, fraction = _resolve_max_errors(max_errors)
-        pads = pad_value if isinstance(pad_value, Mapping) else {}
+        pads, default_pad = _pad_values(pad_value, "Loader")
         self._args = dict(
             planner=planner._options(),
             length_column=column or "",
@@ -163,16 +164,19 @@ class Loader:
             max_errors=errors,
             max_error_fraction=fraction,
             schema=self._schema(schema or {}),
-            pad_values=[(k, float(v)) for k, v in pads.items()],
-            default_pad_value=0.0 if isinstance(pad_value, Mapping) else float(pad_value),
+            pad_values=pads,
+            default_pad_value=default_pad,
             host_memory_limit=int(host_memory_limit or 0),
             quarantine_path=os.fspath(quarantine_file) if quarantine_file else "",
             source=self.source,
         )
         if epochs is not None and epochs < 1:
             raise ValueError(f"Loader: epochs must be >= 1 or None (forever), found {epochs}")
-        if num_threads is not None and num_threads < 1:
-            raise ValueError(f"Loader: num_threads must be >= 1, found {num_threads}")
+        most = _core.MAX_THREADS
+        if num_threads is not None and not 1 <= num_threads <= most:
+            raise ValueError(
+                f"Loader: num_threads must be between 1 and {most}, found {num_threads}"
+            )
         fixed = {n: self.dataset._core.column(n).is_fixed for n in self.dataset.column_names}
         self._ragged = tuple(n for n, f in fixed.items() if not f)
         self._fixed = tuple(n for n, f in fixed.items() if f)
@@ -337,7 +341,7 @@ def _resolve_shard(shard) -> tuple[int, int]:
         and all(isinstance(v, int | np.integer) for v in shard)
     ):
         index, count = int(shard[0]), int(shard[1])
-        if count >= 1 and 0 <= index < count:
+        if 1 <= count < 2**63 and 0 <= index < count:
             return index, count
     raise ValueError(
         f"Loader: shard must be (index, count) with 0 <= index < count or 'jax', found {shard!r}"

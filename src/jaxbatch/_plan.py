@@ -71,7 +71,9 @@ class BatchSpec:
         first, last = core.batch_row_begin[self.index], core.batch_row_begin[self.index + 1]
         starts = core.row_example_begin[first : last + 1]
         ids = core.example_ids
-        return [ids[starts[r] : starts[r + 1]] for r in range(len(starts) - 1)]
+        stored = [ids[starts[r] : starts[r + 1]] for r in range(len(starts) - 1)]
+        # Only rows that hold examples are stored; the padding rows after them are empty.
+        return stored + [ids[:0]] * (self.shape.rows - len(stored))
 
     @property
     def example_ids(self) -> np.ndarray:

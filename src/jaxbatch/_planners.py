@@ -19,25 +19,34 @@ def _choice(planner: str, option: str, value: str, choices: tuple[str, ...]) -> 
     return value
 
 
+_INT64_MAX = 2**63 - 1
+
+
 def _count(planner: str, option: str, value: int | None) -> int:
-    """An optional count as the core takes it (0 = not set)."""
+    """An optional count as the core takes it (0 = not set): a positive
+    integer that fits the core's int64."""
     if value is None:
         return 0
     try:
-        ok = not isinstance(value, bool) and int(value) == value and value > 0
+        ok = not isinstance(value, bool) and int(value) == value and 0 < value <= _INT64_MAX
     except (TypeError, ValueError, OverflowError):
         ok = False
     if not ok:
-        raise ValueError(f"{planner}: {option} must be a positive integer, found {value!r}")
-    if value > _INT64_MAX:
-        raise OverflowError(
-            f"{planner}: {option}={value} is more than the largest size the planner takes "
-            f"(2**63 - 1)"
+        raise ValueError(
+            f"{planner}: {option} must be a positive integer, found {value!r} (at most 2**63 - 1)"
         )
     return int(value)
 
 
-_INT64_MAX = 2**63 - 1
+def _boundaries(values: Sequence[int]) -> list[int]:
+    out = []
+    for k, b in enumerate(values):
+        if isinstance(b, bool) or int(b) != b or not -_INT64_MAX <= b <= _INT64_MAX:
+            raise ValueError(
+                f"FixedBuckets: boundaries[{k}] must be an integer, found {b!r} (at most 2**63 - 1)"
+            )
+        out.append(int(b))
+    return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,7 +84,7 @@ class FixedBuckets:
 
     def _options(self) -> _core.FixedBucketsOptions:
         o = _core.FixedBucketsOptions()
-        o.boundaries = [_count("FixedBuckets", "boundaries", b) for b in self.boundaries]
+        o.boundaries = _boundaries(self.boundaries)
         o.batch_size = _count("FixedBuckets", "batch_size", self.batch_size)
         o.token_budget = _count("FixedBuckets", "token_budget", self.token_budget)
         o.remainder = getattr(

@@ -7,7 +7,9 @@
 #include <thread>
 
 #include "jaxbatch/base/arena.h"
+#include "jaxbatch/base/checked.h"
 #include "jaxbatch/base/error.h"
+#include "jaxbatch/base/threads.h"
 
 namespace jaxbatch {
 namespace {
@@ -32,6 +34,14 @@ void FillPattern(uint8_t* out, int64_t count, const uint8_t* pattern, size_t ite
   }
 }
 
+// Copies `rows` rows of example `e`. A column of zero-sized rows (an inner
+// dimension of 0) may have no values buffer at all: memcpy from null, even
+// of 0 bytes, is undefined, so nothing is copied then.
+void CopyRows(uint8_t* out, const RaggedColumn& column, int64_t e, int64_t rows) {
+  const int64_t bytes = rows * column.row_bytes();
+  if (bytes > 0) std::memcpy(out, column.example_data(e), static_cast<size_t>(bytes));
+}
+
 // One column's pad value encoded in its dtype.
 struct PadValue {
   uint8_t bytes[8] = {};
@@ -39,7 +49,7 @@ struct PadValue {
 };
 
 PadValue EncodePad(const RaggedColumn& column, const CollateOptions& options) {
-  double value = options.default_pad_value;
+  Scalar value = options.default_pad_value;
   for (const auto& [name, v] : options.pad_values) {
     if (name == column.name()) value = v;
   }
@@ -70,6 +80,19 @@ int64_t Take(const RaggedColumn& column, int64_t example, int64_t room, bool all
   return std::min(length, room);
 }
 
+// The int32 outputs (lengths, segment ids, positions) hold lengths and
+// segment counts up to this.
+constexpr int64_t kMaxInt32 = std::numeric_limits<int32_t>::max();
+
+void CheckInt32(int64_t value, const char* what, const RaggedColumn& column, int64_t batch) {
+  if (value > kMaxInt32) {
+    throw InvalidArgumentError(StrCat("collate: batch ", batch, ", column '", column.name(),
+                                      "': ", what, " ", value, " does not fit the int32 ",
+                                      "lengths, segment ids and positions (at most ", kMaxInt32,
+                                      ")"));
+  }
+}
+
 std::vector<int64_t> WithInner(std::vector<int64_t> lead, const RaggedColumn& column) {
   lead.insert(lead.end(), column.inner_shape().begin(), column.inner_shape().end());
   return lead;
@@ -86,8 +109,9 @@ class BatchCollator {
         length_column_(layout.length_column.empty() ? dataset.default_length_column()
                                                     : layout.length_column) {
     (void)dataset_.column(length_column_);  // Throws for an unknown column.
+    CheckThreadCount(options_.max_threads, "collate: max_threads");
     CheckRows();
-    for (int64_t e : AllExamples()) CheckExample(dataset_, e, view_.index);
+    for (int64_t e : view_.all_examples()) CheckExample(dataset_, e, view_.index);
   }
 
   std::vector<Array> Run() {
@@ -109,21 +133,14 @@ class BatchCollator {
   }
 
  private:
-  std::span<const int64_t> AllExamples() const {
-    const int64_t first = view_.row_begin.front();
-    const int64_t last = view_.row_begin.back();
-    return view_.examples.subspan(static_cast<size_t>(first), static_cast<size_t>(last - first));
-  }
-
-  // The arrays are sized by the shape: a hand-built plan or view with other
+  // The arrays are sized by the shape: a hand-built plan or view with more
   // rows or more examples per row than slots would write past them.
   void CheckRows() const {
-    const auto rows_found = static_cast<int64_t>(view_.row_begin.size()) - 1;
-    if (rows_found != rows()) {
-      throw InvalidArgumentError(StrCat("collate: batch ", view_.index, " has ", rows_found,
-                                        " rows but its shape has ", rows()));
+    if (view_.stored_rows() > rows()) {
+      throw InvalidArgumentError(StrCat("collate: batch ", view_.index, " has ",
+                                        view_.stored_rows(), " rows but its shape has ", rows()));
     }
-    for (int64_t r = 0; r < rows(); ++r) {
+    for (int64_t r = 0; r < view_.stored_rows(); ++r) {
       const auto n = static_cast<int64_t>(view_.row_examples(r).size());
       if (n > slots()) {
         throw InvalidArgumentError(StrCat("collate: batch ", view_.index, ", row ", r, " holds ", n,
@@ -147,18 +164,18 @@ class BatchCollator {
     };
     if (threads <= 1) return fill(0, rows());
     std::vector<std::exception_ptr> errors(static_cast<size_t>(threads));
-    std::vector<std::thread> pool;
-    for (int64_t t = 0; t < threads; ++t) {
-      const int64_t r0 = rows() * t / threads;
-      const int64_t r1 = rows() * (t + 1) / threads;
-      pool.emplace_back([&, t, r0, r1] {
-        try {
-          fill(r0, r1);
-        } catch (...) {
-          errors[static_cast<size_t>(t)] = std::current_exception();
-        }
-      });
-    }
+    // The fillers only write their own rows, so a failed start leaves the
+    // started threads to finish; StartThreads joins them and throws.
+    std::vector<std::thread> pool = StartThreads(
+        threads,
+        [&](int64_t t) {
+          try {
+            fill(SplitRow(t, threads), SplitRow(t + 1, threads));
+          } catch (...) {
+            errors[static_cast<size_t>(t)] = std::current_exception();
+          }
+        },
+        [] {}, "collate: max_threads");
     for (std::thread& thread : pool) thread.join();
     for (const std::exception_ptr& e : errors) {
       if (e) std::rethrow_exception(e);
@@ -166,11 +183,17 @@ class BatchCollator {
   }
 
   int64_t rows() const { return view_.shape.rows; }
+  // floor(rows() * t / threads) without forming rows() * t, which may pass
+  // int64 for a batch of 2^62 rows.
+  int64_t SplitRow(int64_t t, int64_t threads) const {
+    return rows() / threads * t + rows() % threads * t / threads;
+  }
   int64_t slots() const { return layout_.packed ? view_.shape.segments : 1; }
 
   void Padded(const RaggedColumn& column, std::vector<Array>& out) {
     const bool planned = dataset_.AreAligned(column.name(), length_column_);
     const int64_t length = planned ? view_.shape.length : column.max_length();
+    CheckInt32(length, "padded length", column, view_.index);
     const PadValue pad = EncodePad(column, options_);
     const size_t item = ItemSize(column.dtype());
     Array values = Alloc(column.name(), column.dtype(), WithInner({rows(), length}, column));
@@ -195,8 +218,7 @@ class BatchCollator {
             examples.empty() ? 0 : Take(column, examples[0], length, truncate, view_.index);
         uint8_t* row = values_out + r * row_bytes;
         if (n > 0) {
-          std::memcpy(row, column.example_data(examples[0]),
-                      static_cast<size_t>(n * column.row_bytes()));
+          CopyRows(row, column, examples[0], n);
         }
         std::memset(mask_out + r * length, 1, static_cast<size_t>(n));
         if (!bulk) {
@@ -221,6 +243,8 @@ class BatchCollator {
     }
     const int64_t length = view_.shape.length;
     const int64_t segments = view_.shape.segments;
+    CheckInt32(length, "row length", column, view_.index);
+    CheckInt32(segments, "segments per row", column, view_.index);
     const PadValue pad = EncodePad(column, options_);
     const size_t item = ItemSize(column.dtype());
     Array values = Alloc(column.name(), column.dtype(), WithInner({rows(), length}, column));
@@ -243,8 +267,7 @@ class BatchCollator {
         for (int64_t e : view_.row_examples(r)) {
           const int64_t n = Take(column, e, length - used, layout_.allow_truncate, view_.index);
           if (n > 0) {
-            std::memcpy(row + used * column.row_bytes(), column.example_data(e),
-                        static_cast<size_t>(n * column.row_bytes()));
+            CopyRows(row + used * column.row_bytes(), column, e, n);
           }
           ++segment;
           std::fill(ids + used, ids + used + n, segment);
@@ -278,8 +301,7 @@ class BatchCollator {
         uint8_t* row = values_out + r * slots() * bytes;
         const auto n = static_cast<int64_t>(examples.size());
         for (int64_t s = 0; s < n; ++s) {
-          std::memcpy(row + s * bytes, column.example_data(examples[static_cast<size_t>(s)]),
-                      static_cast<size_t>(bytes));
+          CopyRows(row + s * bytes, column, examples[static_cast<size_t>(s)], 1);
         }
         FillPattern(row + n * bytes, (slots() - n) * column.inner_size(), pad.bytes,
                     ItemSize(column.dtype()), pad.zero);
@@ -317,12 +339,27 @@ class BatchCollator {
 
 int64_t Array::num_bytes() const {
   int64_t n = static_cast<int64_t>(ItemSize(dtype));
-  for (int64_t d : shape) n *= d;
+  for (int64_t d : shape) n = SaturatingMul(n, d);
   return n;
 }
 
 Array AllocateArray(std::string name, DType dtype, std::vector<int64_t> shape,
                     const Allocator& allocator) {
+  // Every dimension counts (a zero one included), so that a product that
+  // wraps cannot hide behind an empty axis: the fillers index with them.
+  int64_t bound = static_cast<int64_t>(ItemSize(dtype));
+  for (int64_t d : shape) {
+    const std::optional<int64_t> next =
+        d < 0 ? std::nullopt : CheckedMul(bound, std::max<int64_t>(d, 1));
+    if (!next) {
+      std::string dims;
+      for (int64_t e : shape) dims += StrCat(dims.empty() ? "" : ", ", e);
+      throw InvalidArgumentError(StrCat("collate: array '", name, "' of shape [", dims,
+                                        "] and dtype ", DTypeName(dtype), " needs more than ",
+                                        kMaxSize, " bytes"));
+    }
+    bound = *next;
+  }
   Array array;
   array.name = std::move(name);
   array.dtype = dtype;
@@ -338,18 +375,28 @@ int64_t CollatedBytes(const Dataset& dataset, const BatchShape& shape, const Bat
       layout.length_column.empty() ? dataset.default_length_column() : layout.length_column;
   const int64_t rows = shape.rows;
   const int64_t slots = layout.packed ? shape.segments : 1;
-  auto array = [](int64_t bytes) { return std::max<int64_t>(bytes, 1); };
-  int64_t total = array(rows * slots * 8);  // example_index
+  // Saturating: a batch past int64 bytes is simply more than any limit.
+  auto array = [](std::initializer_list<int64_t> factors) {
+    int64_t bytes = 1;
+    for (int64_t f : factors) bytes = SaturatingMul(bytes, f);
+    return std::max<int64_t>(bytes, 1);
+  };
+  auto add = [](int64_t& total, int64_t bytes) { total = SaturatingAdd(total, bytes); };
+  int64_t total = array({rows, slots, 8});  // example_index
   for (const RaggedColumn& column : dataset.columns()) {
     if (column.is_fixed()) {
-      total += array(rows * slots * column.row_bytes());
+      add(total, array({rows, slots, column.row_bytes()}));
     } else if (layout.packed) {
-      total += array(rows * shape.length * column.row_bytes()) +
-               2 * array(rows * shape.length * 4) + array(rows * slots * 4);
+      add(total, array({rows, shape.length, column.row_bytes()}));
+      add(total, array({rows, shape.length, 4}));
+      add(total, array({rows, shape.length, 4}));
+      add(total, array({rows, slots, 4}));
     } else {
       const int64_t length =
           dataset.AreAligned(column.name(), length_column) ? shape.length : column.max_length();
-      total += array(rows * length * column.row_bytes()) + array(rows * length) + array(rows * 4);
+      add(total, array({rows, length, column.row_bytes()}));
+      add(total, array({rows, length}));
+      add(total, array({rows, 4}));
     }
   }
   return total;

@@ -61,12 +61,13 @@ Array AllocateArray(std::string name, DType dtype, std::vector<int64_t> shape,
 
 struct CollateOptions {
   // Value written into padding, per column; others get default_pad_value.
-  std::vector<std::pair<std::string, double>> pad_values;
-  double default_pad_value = kDefaultPadValue;
+  // Integers are carried exactly (int64's and uint64's extremes included).
+  std::vector<std::pair<std::string, Scalar>> pad_values;
+  Scalar default_pad_value = kDefaultPadValue;
   Allocator allocator;  // empty: SharedArena(), reused across calls
   // Threads one large batch may be filled with (split by rows, at least
   // min_bytes_per_thread of output each). A loader, whose workers already run batches in
-  // parallel, keeps 1.
+  // parallel, keeps 1. At most kMaxThreads (base/threads.h).
   int64_t max_threads = 1;
   int64_t min_bytes_per_thread = kDefaultMinBytesPerThread;
 };

@@ -161,6 +161,47 @@ TEST(DTypeTest, FloatAndIntegerEncodings) {
   EXPECT_EQ(Encode<uint8_t>(0.0, DType::kBool), 0);
 }
 
+TEST(DTypeTest, IntegerScalarsAreCarriedExactly) {
+  // Through a double, 2^53 + 1 became 2^53, and int64's and uint64's largest
+  // values (which round up to 2^63 and 2^64) were refused.
+  auto encode = [](const Scalar& value, DType dtype) {
+    uint64_t out = 0;
+    EncodeScalar(value, dtype, &out, "value");
+    return out;
+  };
+  constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
+  constexpr int64_t kInt64Min = std::numeric_limits<int64_t>::min();
+  constexpr uint64_t kUInt64Max = std::numeric_limits<uint64_t>::max();
+  const int64_t above_double = (int64_t{1} << 53) + 1;
+  EXPECT_EQ(static_cast<int64_t>(encode(above_double, DType::kInt64)), above_double);
+  EXPECT_EQ(static_cast<int64_t>(encode(kInt64Max, DType::kInt64)), kInt64Max);
+  EXPECT_EQ(static_cast<int64_t>(encode(kInt64Min, DType::kInt64)), kInt64Min);
+  EXPECT_EQ(encode(kUInt64Max, DType::kUInt64), kUInt64Max);
+  EXPECT_EQ(encode(uint64_t{kInt64Max} + 1, DType::kUInt64), uint64_t{1} << 63);
+  EXPECT_EQ(static_cast<uint32_t>(encode(uint64_t{4294967295u}, DType::kUInt32)), 4294967295u);
+  EXPECT_EQ(static_cast<uint8_t>(encode(int64_t{1}, DType::kBool)), 1);
+  EXPECT_EQ(static_cast<uint8_t>(encode(true, DType::kBool)), 1);
+  // An integer into a float type rounds to the nearest, as numpy does.
+  EXPECT_EQ(std::bit_cast<double>(encode(kUInt64Max, DType::kFloat64)), 18446744073709551616.0);
+  EXPECT_EQ(std::bit_cast<double>(encode(int64_t{-3}, DType::kFloat64)), -3.0);
+  // Out of range, exactly: one past each end.
+  const std::vector<std::pair<Scalar, DType>> bad = {{uint64_t{kInt64Max} + 1, DType::kInt64},
+                                                     {int64_t{-1}, DType::kUInt64},
+                                                     {int64_t{128}, DType::kInt8},
+                                                     {uint64_t{256}, DType::kUInt8},
+                                                     {int64_t{2}, DType::kBool},
+                                                     {int64_t{-2147483649}, DType::kInt32}};
+  for (const auto& [value, dtype] : bad) {
+    uint64_t out = 0;
+    const std::string msg = ThrownMessage<InvalidArgumentError>(
+        [&] { EncodeScalar(value, dtype, &out, "pad value for column 'c'"); });
+    EXPECT_TRUE(Contains(msg, "pad value for column 'c'")) << msg;
+  }
+  const std::string msg =
+      ThrownMessage<InvalidArgumentError>([&] { encode(uint64_t{kInt64Max} + 1, DType::kInt64); });
+  EXPECT_TRUE(Contains(msg, "int64, found 9223372036854775808")) << msg;
+}
+
 TEST(DTypeTest, IntegerOutOfRangeThrowsNamingTheValue) {
   const std::vector<std::pair<double, DType>> bad = {
       {128, DType::kInt8},

@@ -4,7 +4,10 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <iomanip>
 #include <limits>
+#include <sstream>
+#include <utility>
 
 #include "jaxbatch/base/error.h"
 
@@ -52,6 +55,18 @@ uint16_t FloatToHalf(float f) {
   return static_cast<uint16_t>(sign | half);
 }
 
+// The value as text, integers exactly, floats with enough digits to tell
+// 2^63 from 2^63 - 1.
+std::string ScalarText(const Scalar& scalar) {
+  return std::visit(
+      [](auto value) {
+        std::ostringstream out;
+        out << std::setprecision(17) << value;
+        return out.str();
+      },
+      scalar.value());
+}
+
 uint16_t FloatToBFloat16(float f) {
   const uint32_t x = std::bit_cast<uint32_t>(f);
   if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);
@@ -60,18 +75,31 @@ uint16_t FloatToBFloat16(float f) {
 }
 
 template <typename T>
-void EncodeInteger(double value, void* out, std::string_view what, DType dtype) {
-  // T's max (2^digits - 1) rounds up to 2^digits as a double for 64-bit
-  // types, so compare against 2^digits exclusively: casting 2^63 to int64
-  // is undefined behaviour.
-  const double limit = std::ldexp(1.0, std::numeric_limits<T>::digits);
-  const bool fits = std::isfinite(value) && value == std::floor(value) &&
-                    value >= static_cast<double>(std::numeric_limits<T>::lowest()) && value < limit;
+void EncodeInteger(const Scalar& scalar, void* out, std::string_view what, DType dtype) {
+  T v{};
+  const bool fits = std::visit(
+      [&](auto value) {
+        if constexpr (std::is_same_v<decltype(value), double>) {
+          // T's max (2^digits - 1) rounds up to 2^digits as a double for
+          // 64-bit types, so compare against 2^digits exclusively: casting
+          // 2^63 to int64 is undefined behaviour.
+          const double limit = std::ldexp(1.0, std::numeric_limits<T>::digits);
+          const bool ok = std::isfinite(value) && value == std::floor(value) &&
+                          value >= static_cast<double>(std::numeric_limits<T>::lowest()) &&
+                          value < limit;
+          if (ok) v = static_cast<T>(value);
+          return ok;
+        } else {
+          const bool ok = std::in_range<T>(value);
+          if (ok) v = static_cast<T>(value);
+          return ok;
+        }
+      },
+      scalar.value());
   if (!fits) {
-    throw InvalidArgumentError(
-        StrCat(what, ": expected a value representable as ", DTypeName(dtype), ", found ", value));
+    throw InvalidArgumentError(StrCat(what, ": expected a value representable as ",
+                                      DTypeName(dtype), ", found ", ScalarText(scalar)));
   }
-  const T v = static_cast<T>(value);
   std::memcpy(out, &v, sizeof(T));
 }
 
@@ -99,33 +127,38 @@ bool IsFloating(DType dtype) {
          dtype == DType::kFloat64;
 }
 
-void EncodeScalar(double value, DType dtype, void* out, std::string_view what) {
+void EncodeScalar(const Scalar& scalar, DType dtype, void* out, std::string_view what) {
+  // Every float type takes the value as a double (an integer rounds to the
+  // nearest, as numpy does).
+  const double value = std::visit([](auto v) { return static_cast<double>(v); }, scalar.value());
   switch (dtype) {
     case DType::kBool: {
-      if (value != 0.0 && value != 1.0) {
+      const bool zero = std::visit([](auto v) { return v == 0; }, scalar.value());
+      const bool one = std::visit([](auto v) { return v == 1; }, scalar.value());
+      if (!zero && !one) {
         throw InvalidArgumentError(
-            StrCat(what, ": expected 0 or 1 for a bool column, found ", value));
+            StrCat(what, ": expected 0 or 1 for a bool column, found ", ScalarText(scalar)));
       }
-      const uint8_t v = value != 0.0;
+      const uint8_t v = one;
       std::memcpy(out, &v, 1);
       return;
     }
     case DType::kInt8:
-      return EncodeInteger<int8_t>(value, out, what, dtype);
+      return EncodeInteger<int8_t>(scalar, out, what, dtype);
     case DType::kInt16:
-      return EncodeInteger<int16_t>(value, out, what, dtype);
+      return EncodeInteger<int16_t>(scalar, out, what, dtype);
     case DType::kInt32:
-      return EncodeInteger<int32_t>(value, out, what, dtype);
+      return EncodeInteger<int32_t>(scalar, out, what, dtype);
     case DType::kInt64:
-      return EncodeInteger<int64_t>(value, out, what, dtype);
+      return EncodeInteger<int64_t>(scalar, out, what, dtype);
     case DType::kUInt8:
-      return EncodeInteger<uint8_t>(value, out, what, dtype);
+      return EncodeInteger<uint8_t>(scalar, out, what, dtype);
     case DType::kUInt16:
-      return EncodeInteger<uint16_t>(value, out, what, dtype);
+      return EncodeInteger<uint16_t>(scalar, out, what, dtype);
     case DType::kUInt32:
-      return EncodeInteger<uint32_t>(value, out, what, dtype);
+      return EncodeInteger<uint32_t>(scalar, out, what, dtype);
     case DType::kUInt64:
-      return EncodeInteger<uint64_t>(value, out, what, dtype);
+      return EncodeInteger<uint64_t>(scalar, out, what, dtype);
     case DType::kFloat16: {
       const uint16_t v = FloatToHalf(static_cast<float>(value));
       std::memcpy(out, &v, 2);

@@ -4,7 +4,9 @@
 #include <fstream>
 #include <utility>
 
+#include "jaxbatch/base/checked.h"
 #include "jaxbatch/base/error.h"
+#include "jaxbatch/base/threads.h"
 
 namespace jaxbatch {
 namespace {
@@ -36,10 +38,6 @@ std::string JsonEscape(const std::string& text) {
   return out;
 }
 
-int64_t ExamplesInView(const BatchView& view) {
-  return view.row_begin.back() - view.row_begin.front();
-}
-
 }  // namespace
 
 Loader::Loader(std::shared_ptr<const Dataset> dataset, LoaderOptions options,
@@ -59,6 +57,7 @@ Loader::Loader(std::shared_ptr<const Dataset> dataset, LoaderOptions options,
     throw InvalidArgumentError(StrCat(
         "Loader: num_threads must be >= 1 (or 0 for automatic), found ", options_.num_threads));
   }
+  CheckThreadCount(options_.num_threads, "Loader: num_threads");
   if (options_.host_memory_limit < 0) {
     throw InvalidArgumentError(
         StrCat("Loader: host_memory_limit must be >= 0, found ", options_.host_memory_limit));
@@ -107,8 +106,18 @@ Loader::Loader(std::shared_ptr<const Dataset> dataset, LoaderOptions options,
   if (threads == 0) {
     threads = std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, kMaxDefaultThreads);
   }
-  workers_.reserve(static_cast<size_t>(threads));
-  for (int64_t t = 0; t < threads; ++t) workers_.emplace_back([this] { WorkerLoop(); });
+  // A thread that cannot start throws here, the others stopped and joined:
+  // the destructor does not run for a constructor that throws.
+  workers_ = StartThreads(
+      threads, [this](int64_t) { WorkerLoop(); },
+      [this] {
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          stop_ = true;
+        }
+        work_cv_.notify_all();
+      },
+      "Loader: num_threads");
 }
 
 Loader::~Loader() { Close(); }
@@ -122,7 +131,7 @@ void Loader::CheckMemoryLimit() {
   for (const BatchShape& shape : schedule->plan.shapes) {
     largest = std::max(largest, CollatedBytes(*dataset_, shape, layout_));
   }
-  const int64_t needed = (options_.prefetch + 2) * largest;
+  const int64_t needed = SaturatingMul(SaturatingAdd(options_.prefetch, 2), largest);
   if (options_.host_memory_limit < needed) {
     throw InvalidArgumentError(StrCat(
         "Loader: host_memory_limit ", options_.host_memory_limit,
@@ -235,10 +244,10 @@ void Loader::WorkerLoop() {
     result.epoch = epoch;
     result.step = step;
     try {
-      const BatchView view = schedule->plan.batch(schedule->steps[static_cast<size_t>(step)]);
+      const BatchView view = schedule->StepBatch(step);
       BatchLayout layout = layout_;
       layout.allow_truncate = schedule->plan.allow_truncate;
-      result.examples = ExamplesInView(view);
+      result.examples = static_cast<int64_t>(view.all_examples().size());
       result.arrays = CollateView(*dataset_, view, layout, options_.collate);
     } catch (...) {
       result.error = std::current_exception();
@@ -265,7 +274,7 @@ void Loader::EnterEpoch(int64_t epoch, const EpochSchedule& schedule) {
   entered_epoch_ = epoch;
   state_.dropped +=
       schedule.plan.stats.dropped + schedule.plan.stats.skipped + schedule.shard_dropped;
-  state_.padding_batches += schedule.padding_batches;
+  state_.padding_batches = SaturatingAdd(state_.padding_batches, schedule.padding_batches);
   if (bad_records_.empty()) return;
   const BadRecord& first = bad_records_.front();
   switch (options_.on_error) {

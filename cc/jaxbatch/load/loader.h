@@ -48,8 +48,8 @@ inline constexpr int64_t kMaxDefaultThreads = 8;
 
 struct LoaderOptions {
   ScheduleOptions schedule;
-  std::string length_column;            // "" = the dataset's first ragged column
-  int64_t num_threads = 0;              // 0 = hardware threads, at most kMaxDefaultThreads
+  std::string length_column;  // "" = the dataset's first ragged column
+  int64_t num_threads = 0;    // 0 = hardware threads, at most kMaxDefaultThreads; <= kMaxThreads
   int64_t prefetch = kDefaultPrefetch;  // ready batches kept ahead of the consumer
   int64_t epochs = 1;                   // 0 = forever
   ErrorPolicy on_error = ErrorPolicy::kRaise;
@@ -86,7 +86,8 @@ struct LoadedBatch {
 class Loader {
  public:
   // Validates options and the dataset against the schema (before any thread
-  // starts) and starts the workers at `start` (or the beginning).
+  // starts) and starts the workers at `start` (or the beginning). Throws
+  // Error, with no thread left running, when the system cannot start one.
   Loader(std::shared_ptr<const Dataset> dataset, LoaderOptions options,
          std::optional<LoaderState> start = std::nullopt);
   ~Loader();

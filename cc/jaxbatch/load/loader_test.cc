@@ -1,6 +1,7 @@
 #include "jaxbatch/load/loader.h"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
 #include <cstdio>
 #include <cstring>
@@ -11,6 +12,7 @@
 #include <thread>
 
 #include "jaxbatch/base/error.h"
+#include "jaxbatch/base/testing.h"
 #include "jaxbatch/load/test_util.h"
 
 namespace jaxbatch {
@@ -245,7 +247,33 @@ TEST(LoaderTest, BadOptionsThrowBeforeAnyThreadStarts) {
   LoaderState wrong_seed;
   wrong_seed.seed = 99;
   EXPECT_THROW(Loader(ds, o, wrong_seed), InvalidArgumentError);
+  o = Options(PadToMaxOptions{.batch_size = 4}, 1000000);
+  const std::string msg = testing::ThrownMessage<InvalidArgumentError>([&] { Loader(ds, o); });
+  EXPECT_NE(msg.find("num_threads must be at most 1024"), std::string::npos) << msg;
 }
+
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+// In a child process under a 1 GiB address space, 1000 workers cannot all
+// start: the loader throws Error (not std::terminate) naming num_threads,
+// with the started workers joined; exit code 0 means all of that held.
+void LoaderWithTooManyThreadsUnderALimit() {
+  auto ds = testing::TokensDataset({1, 2, 3});
+  const rlimit limit{1u << 30, 1u << 30};
+  if (setrlimit(RLIMIT_AS, &limit) != 0) std::exit(2);
+  try {
+    Loader loader(ds, Options(PadToMaxOptions{.batch_size = 4}, 1000));
+    std::exit(3);
+  } catch (const InvalidArgumentError&) {
+    std::exit(5);
+  } catch (const Error& e) {
+    std::exit(std::string(e.what()).find("Loader: num_threads=1000") != std::string::npos ? 0 : 4);
+  }
+}
+
+TEST(LoaderDeathTest, WorkerThatCannotStartThrowsInsteadOfAborting) {
+  EXPECT_EXIT(LoaderWithTooManyThreadsUnderALimit(), ::testing::ExitedWithCode(0), "");
+}
+#endif
 
 }  // namespace
 }  // namespace jaxbatch

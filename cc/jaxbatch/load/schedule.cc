@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <variant>
 
+#include "jaxbatch/base/checked.h"
 #include "jaxbatch/base/error.h"
 #include "jaxbatch/load/index_shuffle.h"
 
@@ -45,20 +46,6 @@ Remainder PlannerRemainder(const PlannerOptions& planner) {
   return std::visit([](const auto& o) { return o.remainder; }, planner);
 }
 
-// Appends a batch of shape `shape_id` with only padding rows.
-int64_t AppendEmptyBatch(BatchPlan& plan, int32_t shape_id) {
-  const BatchShape& shape = plan.shapes[static_cast<size_t>(shape_id)];
-  plan.batch_shape_ids.push_back(shape_id);
-  for (int64_t r = 0; r < shape.rows; ++r) {
-    plan.row_example_begin.push_back(static_cast<int64_t>(plan.example_ids.size()));
-  }
-  plan.batch_row_begin.push_back(static_cast<int64_t>(plan.row_example_begin.size()) - 1);
-  ++plan.stats.batches;
-  ++plan.stats.batches_per_shape[static_cast<size_t>(shape_id)];
-  plan.stats.padded_elements += shape.rows * shape.length;
-  return plan.num_batches() - 1;
-}
-
 int64_t ExamplesIn(const BatchPlan& plan, int64_t b) {
   const auto first = static_cast<size_t>(plan.batch_row_begin[static_cast<size_t>(b)]);
   const auto last = static_cast<size_t>(plan.batch_row_begin[static_cast<size_t>(b) + 1]);
@@ -66,6 +53,21 @@ int64_t ExamplesIn(const BatchPlan& plan, int64_t b) {
 }
 
 }  // namespace
+
+BatchView EpochSchedule::StepBatch(int64_t t) const {
+  if (t < 0 || t >= static_cast<int64_t>(steps.size())) {
+    throw OutOfRangeError(
+        StrCat("EpochSchedule: step ", t, " out of range; the shard has ", steps.size(), " steps"));
+  }
+  const int64_t step = steps[static_cast<size_t>(t)];
+  if (step >= 0) return plan.batch(step);
+  BatchView view;
+  view.index = step;
+  view.shape = plan.shapes[static_cast<size_t>(-1 - step)];
+  view.row_begin = std::span<const int64_t>(plan.row_example_begin).first(1);  // no rows
+  view.examples = plan.example_ids;
+  return view;
+}
 
 EpochSchedule MakeEpochSchedule(std::span<const int64_t> lengths, std::span<const uint8_t> excluded,
                                 const ScheduleOptions& o, int64_t epoch) {
@@ -103,36 +105,43 @@ EpochSchedule MakeEpochSchedule(std::span<const int64_t> lengths, std::span<cons
     list = std::move(shuffled);
   }
   // Groups of shard_count same-shape batches: one step for every shard.
-  const auto count = static_cast<size_t>(o.shard_count);
+  // Group k of shape s is positions [k * count, (k + 1) * count) of its list,
+  // the positions past the list's end being empty batches: only the groups
+  // are stored, so this is O(batches) whatever the shard count.
+  const auto count = static_cast<uint64_t>(o.shard_count);
   const bool drop = PlannerRemainder(o.planner) == Remainder::kDrop;
-  std::vector<std::vector<int64_t>> groups;
+  struct Group {
+    int64_t first;  // its first batch: groups are stepped through in plan order
+    size_t shape;
+    uint64_t begin;  // position of its first batch in by_shape[shape]
+  };
+  std::vector<Group> groups;
   for (size_t s = 0; s < by_shape.size(); ++s) {
     std::vector<int64_t>& list = by_shape[s];
-    const size_t tail = list.size() % count;
+    const uint64_t tail = list.size() % count;
     if (tail != 0 && drop) {
       for (size_t k = list.size() - tail; k < list.size(); ++k) {
         schedule.shard_dropped += ExamplesIn(plan, list[k]);
       }
       list.resize(list.size() - tail);
     } else if (tail != 0) {
-      for (size_t k = tail; k < count; ++k) {
-        list.push_back(AppendEmptyBatch(plan, static_cast<int32_t>(s)));
-        ++schedule.padding_batches;
-      }
+      schedule.padding_batches =
+          SaturatingAdd(schedule.padding_batches, static_cast<int64_t>(count - tail));
     }
-    for (size_t k = 0; k < list.size(); k += count) {
-      groups.emplace_back(list.begin() + static_cast<std::ptrdiff_t>(k),
-                          list.begin() + static_cast<std::ptrdiff_t>(k + count));
-    }
+    for (uint64_t k = 0; k < list.size(); k += count) groups.push_back({list[k], s, k});
   }
   // Steps in plan order (first batch of each group) or shuffled.
   std::sort(groups.begin(), groups.end(),
-            [](const auto& a, const auto& b) { return a.front() < b.front(); });
+            [](const Group& a, const Group& b) { return a.first < b.first; });
   const IndexShuffle step_perm(groups.size(), EpochSeed(o.seed, epoch, kStepSalt));
   schedule.steps.reserve(groups.size());
   for (size_t t = 0; t < groups.size(); ++t) {
-    const size_t g = shuffle ? step_perm(t) : t;
-    schedule.steps.push_back(groups[g][static_cast<size_t>(o.shard_index)]);
+    const Group& group = groups[shuffle ? step_perm(t) : t];
+    const std::vector<int64_t>& list = by_shape[group.shape];
+    const uint64_t position = group.begin + static_cast<uint64_t>(o.shard_index);
+    schedule.steps.push_back(position < list.size()
+                                 ? list[position]
+                                 : EpochSchedule::EmptyStep(static_cast<int64_t>(group.shape)));
   }
   return schedule;
 }

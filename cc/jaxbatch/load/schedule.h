@@ -8,7 +8,9 @@
 //   3. deal the batches to shards so that at every step all shards get a
 //      batch of the same shape (one SPMD program across hosts): batches are
 //      grouped by shape, `count` at a time; a shape's uneven tail is padded
-//      with empty batches (remainder pad/keep) or dropped (remainder drop),
+//      with empty batches (remainder pad/keep) or dropped (remainder drop);
+//      an empty batch is a step that names only its shape, so a shard count
+//      far above the number of batches costs no memory,
 //   4. shuffle the order of the steps.
 #ifndef JAXBATCH_LOAD_SCHEDULE_H_
 #define JAXBATCH_LOAD_SCHEDULE_H_
@@ -40,10 +42,19 @@ struct ScheduleOptions {
 };
 
 struct EpochSchedule {
-  BatchPlan plan;               // the global plan, plus empty batches that even out shards
-  std::vector<int64_t> steps;   // this shard's batch indices into `plan`, in order
-  int64_t shard_dropped = 0;    // examples in batches no shard gets (remainder drop)
-  int64_t padding_batches = 0;  // empty batches added so every shard has as many steps
+  BatchPlan plan;  // the global plan
+  // This shard's batches in order: a batch index into `plan`, or for an empty
+  // batch that evens out shards, EmptyStep(shape id).
+  std::vector<int64_t> steps;
+  int64_t shard_dropped = 0;  // examples in batches no shard gets (remainder drop)
+  // Empty batches (all shards) so every shard has as many steps; saturates
+  // at 2^63 - 1 for a shard count near it.
+  int64_t padding_batches = 0;
+
+  static constexpr int64_t EmptyStep(int64_t shape_id) { return -1 - shape_id; }
+  // The batch of step `t`: a view into `plan`, with no rows stored for an
+  // empty batch. Throws OutOfRangeError for a step past the end.
+  BatchView StepBatch(int64_t t) const;
 };
 
 // Throws InvalidArgumentError for a bad shard or block size, and whatever

@@ -11,8 +11,8 @@
 namespace jaxbatch {
 namespace {
 
-std::vector<int64_t> ExamplesOf(const BatchPlan& plan, int64_t b) {
-  const BatchView view = plan.batch(b);
+std::vector<int64_t> ExamplesOf(const EpochSchedule& schedule, int64_t t) {
+  const BatchView view = schedule.StepBatch(t);
   std::vector<int64_t> out;
   for (int64_t r = 0; r < view.shape.rows; ++r) {
     for (int64_t e : view.row_examples(r)) out.push_back(e);
@@ -37,15 +37,16 @@ TEST(ScheduleTest, ShardsAreDisjointCoverTheDataAndShareShapesPerStep) {
           ScheduleOptions o{
               .planner = planner, .seed = 9, .shard_index = index, .shard_count = count};
           shards.push_back(MakeEpochSchedule(lengths, {}, o, /*epoch=*/2));
-          for (int64_t b : shards.back().steps) {
-            for (int64_t e : ExamplesOf(shards.back().plan, b)) seen.insert(e);
+          for (size_t t = 0; t < shards.back().steps.size(); ++t) {
+            for (int64_t e : ExamplesOf(shards.back(), static_cast<int64_t>(t))) seen.insert(e);
           }
         }
         const EpochSchedule& first = shards[0];
         for (const EpochSchedule& s : shards) {
           ASSERT_EQ(s.steps.size(), first.steps.size());
           for (size_t t = 0; t < s.steps.size(); ++t) {
-            EXPECT_EQ(s.plan.batch(s.steps[t]).shape, first.plan.batch(first.steps[t]).shape);
+            EXPECT_EQ(s.StepBatch(static_cast<int64_t>(t)).shape,
+                      first.StepBatch(static_cast<int64_t>(t)).shape);
           }
         }
         // Disjoint (no example twice) and covering up to the counted drops.
@@ -106,6 +107,32 @@ TEST(ScheduleTest, BadShardThrows) {
   ScheduleOptions o{
       .planner = PadToMaxOptions{.batch_size = 4}, .shard_index = 2, .shard_count = 2};
   EXPECT_THROW(MakeEpochSchedule(std::vector<int64_t>{1, 2}, {}, o, 0), InvalidArgumentError);
+}
+
+TEST(ScheduleTest, ShardCountFarAboveTheBatchesCostsNoMemory) {
+  // 2^31 shards of a 2-batch plan: every shard gets one step per shape,
+  // most of them empty; the empty batches are not materialised (this used
+  // to append 2^31 batches to the plan).
+  const std::vector<int64_t> lengths = {5, 3, 9, 2};
+  const int64_t count = int64_t{1} << 31;
+  for (int64_t index : {int64_t{0}, int64_t{1}, count - 1}) {
+    ScheduleOptions o{.planner = PadToMaxOptions{.batch_size = 2},
+                      .shuffle = ShuffleMode::kNone,
+                      .shard_index = index,
+                      .shard_count = count};
+    const EpochSchedule s = MakeEpochSchedule(lengths, {}, o, 0);
+    EXPECT_EQ(s.plan.num_batches(), 2);
+    ASSERT_EQ(s.steps.size(), s.plan.shapes.size());
+    EXPECT_EQ(s.padding_batches, static_cast<int64_t>(s.plan.shapes.size()) * count - 2);
+    std::vector<int64_t> examples;
+    for (size_t t = 0; t < s.steps.size(); ++t) {
+      const BatchView view = s.StepBatch(static_cast<int64_t>(t));
+      EXPECT_EQ(view.shape, s.plan.shapes[t]);
+      for (int64_t e : view.all_examples()) examples.push_back(e);
+    }
+    // Shard 0 gets the first batch of each shape; every other shard only padding.
+    EXPECT_EQ(examples, index == 0 ? (std::vector<int64_t>{0, 1, 2, 3}) : std::vector<int64_t>{});
+  }
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "jaxbatch/base/checked.h"
 #include "jaxbatch/base/error.h"
 
 namespace jaxbatch {
@@ -22,6 +23,14 @@ BatchView BatchPlan::batch(int64_t b) const {
 }
 
 void PlanBuilder::BeginBatch(const BatchShape& shape) {
+  // Planners check their options first and name them; this is the backstop
+  // for a hand-built plan.
+  if (shape.rows < 0 || shape.length < 0 || shape.segments < 0 ||
+      !CheckedMul(shape.rows, shape.length) || !CheckedMul(shape.rows, shape.segments)) {
+    throw InvalidArgumentError(StrCat("BatchPlan: batch ", plan_.num_batches(), " of ", shape.rows,
+                                      " rows x ", shape.length, " elements x ", shape.segments,
+                                      " segments: expected sizes >= 0 whose products fit int64"));
+  }
   auto it = std::find(plan_.shapes.begin(), plan_.shapes.end(), shape);
   if (it == plan_.shapes.end()) {
     plan_.shapes.push_back(shape);
@@ -39,7 +48,11 @@ void PlanBuilder::AddRow(std::span<const int64_t> examples) {
 
 void PlanBuilder::EndBatch() {
   const BatchShape& shape = plan_.shapes[static_cast<size_t>(plan_.batch_shape_ids.back())];
-  while (rows_in_batch_ < shape.rows) AddRow({});
+  if (rows_in_batch_ > shape.rows) {
+    throw InvalidArgumentError(StrCat("BatchPlan: batch ", plan_.num_batches() - 1, " got ",
+                                      rows_in_batch_, " rows but its shape has ", shape.rows));
+  }
+  // The rows after the last one added are padding and are not stored.
   plan_.batch_row_begin.push_back(static_cast<int64_t>(plan_.row_example_begin.size()) - 1);
 }
 
@@ -54,8 +67,9 @@ BatchPlan PlanBuilder::Finish(std::span<const int64_t> lengths, int64_t num_exam
   for (int64_t b = 0; b < stats.batches; ++b) {
     const BatchView view = plan_.batch(b);
     ++stats.batches_per_shape[static_cast<size_t>(plan_.batch_shape_ids[static_cast<size_t>(b)])];
-    stats.padded_elements += view.shape.rows * view.shape.length;
-    for (int64_t r = 0; r < view.shape.rows; ++r) {
+    stats.padded_elements =
+        SaturatingAdd(stats.padded_elements, SaturatingMul(view.shape.rows, view.shape.length));
+    for (int64_t r = 0; r < view.stored_rows(); ++r) {
       int64_t used = 0;
       for (int64_t e : view.row_examples(r)) {
         const int64_t length = lengths[static_cast<size_t>(e)];
@@ -63,8 +77,10 @@ BatchPlan PlanBuilder::Finish(std::span<const int64_t> lengths, int64_t num_exam
         if (take < length) ++stats.truncated;
         used += take;
       }
-      stats.real_elements += used;
-      if (!view.row_examples(r).empty()) stats.occupied_elements += view.shape.length;
+      stats.real_elements = SaturatingAdd(stats.real_elements, used);
+      if (!view.row_examples(r).empty()) {
+        stats.occupied_elements = SaturatingAdd(stats.occupied_elements, view.shape.length);
+      }
     }
   }
   stats.efficiency = stats.padded_elements == 0 ? 1.0

@@ -2,11 +2,14 @@
 //
 // A plan is made by a planner (planner.h) from example lengths alone. It is
 // stored flat, so a plan over millions of examples is a few vectors:
-//   batch b owns rows [batch_row_begin[b], batch_row_begin[b+1]);
-//   row r holds examples example_ids[row_example_begin[r] .. row_example_begin[r+1]).
-// A padded plan has at most one example per row (none in a padding row); a
-// packed plan (Pack) has several examples, its segments, per row.
-// Every batch has exactly shapes[batch_shape_ids[b]].rows rows.
+//   batch b stores rows [batch_row_begin[b], batch_row_begin[b+1]);
+//   stored row r holds examples example_ids[row_example_begin[r] .. row_example_begin[r+1]).
+// A padded plan has at most one example per row; a packed plan (Pack) has
+// several examples, its segments, per row. Every batch has exactly
+// shapes[batch_shape_ids[b]].rows rows, but only its leading rows that hold
+// examples are stored: the padding rows after them are implicit, so a plan's
+// size is O(examples + batches) whatever the batch size (a batch of 2^31 rows
+// over 4 examples stores 4 rows).
 #ifndef JAXBATCH_PLAN_BATCH_PLAN_H_
 #define JAXBATCH_PLAN_BATCH_PLAN_H_
 
@@ -31,7 +34,9 @@ struct BatchShape {
 struct PlanStats {
   int64_t examples = 0;  // examples the planner was given
   int64_t batches = 0;
-  int64_t shapes = 0;           // distinct batch shapes = compilations
+  int64_t shapes = 0;  // distinct batch shapes = compilations
+  // Element counts saturate at 2^63 - 1 rather than wrap (a plan of huge
+  // batches): they are never negative.
   int64_t real_elements = 0;    // sum of (possibly truncated) lengths placed
   int64_t padded_elements = 0;  // sum over batches of rows * length
   double efficiency = 0.0;      // real / padded (1.0 for an empty plan)
@@ -50,11 +55,20 @@ struct BatchView {
   int64_t index = 0;
   BatchShape shape;
   // Row r of this batch holds examples row_examples(r); empty for padding.
-  std::span<const int64_t> row_begin;  // rows + 1 entries into `examples`
+  // Only the leading stored_rows() rows are stored; the rest, up to
+  // shape.rows, are padding.
+  std::span<const int64_t> row_begin;  // stored_rows() + 1 entries into `examples`
   std::span<const int64_t> examples;   // the plan's flat example ids
+  int64_t stored_rows() const { return static_cast<int64_t>(row_begin.size()) - 1; }
   std::span<const int64_t> row_examples(int64_t r) const {
+    if (r >= stored_rows()) return {};
     return examples.subspan(static_cast<size_t>(row_begin[r]),
                             static_cast<size_t>(row_begin[r + 1] - row_begin[r]));
+  }
+  // Every example of the batch, row by row.
+  std::span<const int64_t> all_examples() const {
+    return examples.subspan(static_cast<size_t>(row_begin.front()),
+                            static_cast<size_t>(row_begin.back() - row_begin.front()));
   }
 };
 
@@ -84,14 +98,15 @@ class BatchPlan {
 //   PlanBuilder builder(/*packed=*/false);
 //   builder.BeginBatch({.rows = 2, .length = 8});
 //   builder.AddRow(std::vector<int64_t>{4});
-//   builder.EndBatch();  // adds one empty padding row
+//   builder.EndBatch();  // the second row is padding
 //   BatchPlan plan = std::move(builder).Finish(lengths);
 class PlanBuilder {
  public:
   explicit PlanBuilder(bool packed) { plan_.packed = packed; }
   void BeginBatch(const BatchShape& shape);
   void AddRow(std::span<const int64_t> examples);
-  // Fills the batch up to shape.rows with empty rows.
+  // Ends the batch; the rows not added up to shape.rows are padding (not
+  // stored). Throws InvalidArgumentError when more rows were added.
   void EndBatch();
   void Drop(int64_t example) { plan_.dropped_examples.push_back(example); }
   void Skip(int64_t example) { plan_.skipped_examples.push_back(example); }

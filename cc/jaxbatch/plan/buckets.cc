@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <limits>
 
+#include "jaxbatch/base/checked.h"
+#include "jaxbatch/base/error.h"
+
 namespace jaxbatch {
 
 LengthHistogram RoundedHistogram(std::span<const int64_t> lengths, std::span<const int64_t> order,
@@ -12,7 +15,12 @@ LengthHistogram RoundedHistogram(std::span<const int64_t> lengths, std::span<con
   rounded.reserve(n);
   for (size_t k = 0; k < n; ++k) {
     const int64_t l = lengths[order.empty() ? k : static_cast<size_t>(order[k])];
-    rounded.push_back(std::max(multiple, (l + multiple - 1) / multiple * multiple));
+    const std::optional<int64_t> r = CheckedRoundUp(l, multiple);
+    if (!r) {
+      throw InvalidArgumentError(StrCat("AutoBuckets: pad_to_multiple=", multiple,
+                                        " rounds length ", l, " up past ", kMaxSize));
+    }
+    rounded.push_back(*r);
   }
   std::sort(rounded.begin(), rounded.end());
   LengthHistogram histogram;
@@ -27,8 +35,9 @@ LengthHistogram RoundedHistogram(std::span<const int64_t> lengths, std::span<con
 }
 
 int64_t BucketCost(int64_t length, int64_t count, int64_t rows, bool pad_remainder) {
-  if (!pad_remainder) return length * count;
-  return length * rows * ((count + rows - 1) / rows);
+  // Saturates: a cost past int64 is simply worse than any that fits.
+  if (!pad_remainder) return SaturatingMul(length, count);
+  return SaturatingMul(SaturatingMul(length, rows), count / rows + (count % rows != 0 ? 1 : 0));
 }
 
 std::vector<int64_t> OptimalBoundaries(const LengthHistogram& histogram, int64_t max_shapes,
@@ -57,7 +66,8 @@ std::vector<int64_t> OptimalBoundaries(const LengthHistogram& histogram, int64_t
       uint32_t best_i = 0;
       for (size_t i = k - 1; i < j; ++i) {
         if (prev[i] == kInf) continue;
-        const int64_t cost = prev[i] + BucketCost(length, prefix[j] - prefix[i], r, pad_remainder);
+        const int64_t cost =
+            SaturatingAdd(prev[i], BucketCost(length, prefix[j] - prefix[i], r, pad_remainder));
         if (cost < best) {
           best = cost;
           best_i = static_cast<uint32_t>(i);

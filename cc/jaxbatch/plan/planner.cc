@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "jaxbatch/base/checked.h"
 #include "jaxbatch/base/error.h"
 #include "jaxbatch/plan/buckets.h"
 #include "jaxbatch/plan/packer.h"
@@ -10,8 +11,26 @@
 namespace jaxbatch {
 namespace {
 
-int64_t RoundUp(int64_t value, int64_t multiple) {
-  return std::max(multiple, (value + multiple - 1) / multiple * multiple);
+// `length` rounded up to `multiple`; throws naming the option when the
+// rounded length does not fit an int64.
+int64_t RoundUp(int64_t length, int64_t multiple, const char* planner) {
+  const std::optional<int64_t> rounded = CheckedRoundUp(length, multiple);
+  if (!rounded) {
+    throw InvalidArgumentError(StrCat(planner, ": pad_to_multiple=", multiple, " rounds length ",
+                                      length, " up past ", kMaxSize));
+  }
+  return *rounded;
+}
+
+// Throws, naming the options in `why`, when a batch of `rows` x `length`
+// (and `rows` x `segments` per-segment outputs) does not fit an int64: its
+// element and byte counts would wrap.
+void CheckBatchSize(int64_t rows, int64_t length, int64_t segments, const std::string& why) {
+  if (!CheckedMul(rows, length) || !CheckedMul(rows, segments)) {
+    throw InvalidArgumentError(StrCat(why, " makes a batch of ", rows, " x ",
+                                      std::max(length, segments), " elements, more than ",
+                                      kMaxSize));
+  }
 }
 
 void RequirePositive(int64_t value, const char* planner, const char* option) {
@@ -134,12 +153,17 @@ BatchPlan PlanBuckets(std::span<const int64_t> lengths, const std::vector<int64_
                       const char* planner) {
   PlanBuilder builder(/*packed=*/false);
   std::vector<BucketBatcher> buckets;
-  for (int64_t boundary : boundaries) {
-    buckets.emplace_back(boundary, RowsForLength(boundary, batch_size, token_budget, planner));
+  for (size_t k = 0; k < boundaries.size(); ++k) {
+    const int64_t rows = RowsForLength(boundaries[k], batch_size, token_budget, planner);
+    CheckBatchSize(
+        rows, boundaries[k], 0,
+        StrCat(planner, ": batch_size=", batch_size, " with boundaries[", k, "]=", boundaries[k],
+               multiple > 1 ? StrCat(" (from pad_to_multiple=", multiple, ")") : ""));
+    buckets.emplace_back(boundaries[k], rows);
   }
   for (int64_t id : ids) {
     const int64_t length = lengths[static_cast<size_t>(id)];
-    const int64_t key = RoundUp(length, multiple);
+    const int64_t key = RoundUp(length, multiple, planner);
     auto it = std::lower_bound(boundaries.begin(), boundaries.end(), key);
     if (it == boundaries.end()) {
       if (boundaries.empty() || !HandleTooLong(too_long, id, length, boundaries.back(), planner,
@@ -171,7 +195,11 @@ BatchPlan PlanPadToMax(std::span<const int64_t> lengths, const std::vector<int64
       longest = std::max(longest, lengths[static_cast<size_t>(ids[k])]);
     }
     const int64_t rows = o.remainder == Remainder::kKeep ? count : o.batch_size;
-    builder.BeginBatch({.rows = rows, .length = RoundUp(longest, o.pad_to_multiple)});
+    const int64_t length = RoundUp(longest, o.pad_to_multiple, "PadToMax");
+    CheckBatchSize(rows, length, 0,
+                   StrCat("PadToMax: batch_size=", o.batch_size, " with pad_to_multiple=",
+                          o.pad_to_multiple, " (length ", longest, " padded to ", length, ")"));
+    builder.BeginBatch({.rows = rows, .length = length});
     for (size_t k = start; k < end; ++k) builder.AddRow(std::span<const int64_t>(&ids[k], 1));
     builder.EndBatch();
   }
@@ -254,6 +282,12 @@ BatchPlan PlanPack(std::span<const int64_t> lengths, const std::vector<int64_t>&
     throw InvalidArgumentError(
         StrCat("Pack: lookahead must be >= 1 (or 0 for all), found ", o.lookahead));
   }
+  // The largest segment axis this plan could have (the default is at most
+  // row_length): every size product below fits in int64.
+  const int64_t max_segments = o.max_segments_per_row > 0 ? o.max_segments_per_row : o.row_length;
+  CheckBatchSize(o.rows_per_batch, o.row_length, max_segments,
+                 StrCat("Pack: rows_per_batch=", o.rows_per_batch, " with row_length=",
+                        o.row_length, " and max_segments_per_row=", max_segments));
   PlanBuilder builder(/*packed=*/true);
   std::vector<int64_t> kept;
   kept.reserve(ids.size());

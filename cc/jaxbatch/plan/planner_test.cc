@@ -54,7 +54,7 @@ RefPlan FromPlan(const BatchPlan& plan) {
   for (int64_t b = 0; b < plan.num_batches(); ++b) {
     const BatchView view = plan.batch(b);
     RefBatch batch{view.shape, {}};
-    for (int64_t r = 0; r + 1 < static_cast<int64_t>(view.row_begin.size()); ++r) {
+    for (int64_t r = 0; r < view.shape.rows; ++r) {
       const std::span<const int64_t> row = view.row_examples(r);
       batch.rows.emplace_back(row.begin(), row.end());
     }
@@ -252,7 +252,11 @@ void CheckPlan(const BatchPlan& plan, const std::vector<int64_t>& lengths,
     EXPECT_EQ(view.index, b);
     EXPECT_GT(shape.rows, 0);
     EXPECT_GT(shape.length, 0);
-    EXPECT_EQ(static_cast<int64_t>(view.row_begin.size()) - 1, shape.rows) << "batch " << b;
+    // Only rows that hold examples are stored, and they come first.
+    EXPECT_LE(view.stored_rows(), shape.rows) << "batch " << b;
+    for (int64_t r = 0; r < view.stored_rows(); ++r) {
+      EXPECT_FALSE(view.row_examples(r).empty()) << "batch " << b << " row " << r;
+    }
     if (token_budget > 0) {
       EXPECT_LE(shape.rows * shape.length, token_budget) << "batch " << b;
     }
@@ -745,7 +749,7 @@ TEST(BatchPlanTest, BuilderPadsRowsAndDeduplicatesShapes) {
   PlanBuilder builder(/*packed=*/false);
   builder.BeginBatch({.rows = 2, .length = 8});
   builder.AddRow(std::vector<int64_t>{0});
-  builder.EndBatch();  // Adds one empty padding row.
+  builder.EndBatch();  // The second row is padding, not stored.
   builder.BeginBatch({.rows = 2, .length = 8});
   builder.AddRow(std::vector<int64_t>{1});
   builder.AddRow(std::vector<int64_t>{2});
@@ -753,13 +757,100 @@ TEST(BatchPlanTest, BuilderPadsRowsAndDeduplicatesShapes) {
   builder.Drop(5);
   const BatchPlan plan = std::move(builder).Finish(lengths, 4);
   EXPECT_EQ(plan.shapes.size(), 1u);
-  EXPECT_EQ(plan.batch_row_begin, (std::vector<int64_t>{0, 2, 4}));
-  EXPECT_EQ(plan.row_example_begin, (std::vector<int64_t>{0, 1, 1, 2, 3}));
+  EXPECT_EQ(plan.batch_row_begin, (std::vector<int64_t>{0, 1, 3}));
+  EXPECT_EQ(plan.row_example_begin, (std::vector<int64_t>{0, 1, 2, 3}));
+  EXPECT_EQ(plan.batch(0).stored_rows(), 1);
+  EXPECT_TRUE(plan.batch(0).row_examples(1).empty());
   EXPECT_EQ(plan.stats.examples, 4);
   EXPECT_EQ(plan.stats.real_elements, 11);
   EXPECT_EQ(plan.stats.padded_elements, 32);
   EXPECT_EQ(plan.stats.batches_per_shape, (std::vector<int64_t>{2}));
   EXPECT_EQ(plan.stats.dropped, 1);
+}
+
+// ---- Huge sizes: overflow and memory ---------------------------------------
+
+constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
+
+TEST(PlannerHugeTest, BatchSizeFarAboveTheDataPlansInMemoryOfTheData) {
+  // Padding rows are not stored: a batch of 2^31 rows over 4 examples
+  // stores 4 rows (this used to allocate 2^31 row entries, 16 GiB).
+  const std::vector<int64_t> lengths = {5, 3, 9, 2};
+  const int64_t big = int64_t{1} << 31;
+  const std::vector<PlannerOptions> planners = {
+      PadToMaxOptions{.batch_size = big},
+      FixedBucketsOptions{.boundaries = {9}, .token_budget = 9 * big},
+      FixedBucketsOptions{.boundaries = {9}, .batch_size = big},
+      AutoBucketsOptions{.max_shapes = 2, .batch_size = big},
+      PackOptions{.row_length = 16, .rows_per_batch = big}};
+  for (const PlannerOptions& options : planners) {
+    const BatchPlan plan = Plan(lengths, options);
+    ASSERT_EQ(plan.num_batches(), static_cast<int64_t>(plan.batch_row_begin.size()) - 1);
+    EXPECT_LE(plan.row_example_begin.size(), lengths.size() + 1);
+    EXPECT_EQ(plan.example_ids.size(), lengths.size());
+    int64_t padded = 0;
+    for (int64_t b = 0; b < plan.num_batches(); ++b) {
+      const BatchView view = plan.batch(b);
+      EXPECT_EQ(view.shape.rows, big);
+      EXPECT_TRUE(view.row_examples(big - 1).empty());
+      padded += view.shape.rows * view.shape.length;
+    }
+    EXPECT_EQ(plan.stats.padded_elements, padded);
+    EXPECT_EQ(plan.stats.real_elements, 19);
+  }
+}
+
+TEST(PlannerHugeTest, ShapeOverflowThrowsNamingTheOption) {
+  const std::vector<int64_t> lengths = {5, 3, 9, 2};
+  std::string msg = ThrownMessage<InvalidArgumentError>([&] {
+    Plan(lengths, PadToMaxOptions{.batch_size = 8, .pad_to_multiple = int64_t{1} << 60});
+  });
+  EXPECT_TRUE(Contains(msg, "pad_to_multiple=1152921504606846976")) << msg;
+  EXPECT_TRUE(Contains(msg, "8 x 1152921504606846976 elements, more than 9223372036854775807"))
+      << msg;
+  msg = ThrownMessage<InvalidArgumentError>([&] {
+    Plan(lengths, FixedBucketsOptions{.boundaries = {int64_t{1} << 62}, .batch_size = 8});
+  });
+  EXPECT_TRUE(Contains(msg, "boundaries[0]=4611686018427387904")) << msg;
+  msg = ThrownMessage<InvalidArgumentError>(
+      [&] { Plan(lengths, PackOptions{.row_length = int64_t{1} << 62, .rows_per_batch = 8}); });
+  EXPECT_TRUE(Contains(msg, "row_length=4611686018427387904")) << msg;
+  EXPECT_TRUE(Contains(msg, "rows_per_batch=8")) << msg;
+  msg = ThrownMessage<InvalidArgumentError>([&] {
+    Plan(lengths, PackOptions{.row_length = 16,
+                              .rows_per_batch = int64_t{1} << 40,
+                              .max_segments_per_row = int64_t{1} << 40});
+  });
+  EXPECT_TRUE(Contains(msg, "max_segments_per_row=1099511627776")) << msg;
+  // Rounding a length up to the multiple would itself pass 2^63.
+  const std::vector<int64_t> long_one = {kInt64Max - 1};
+  for (const PlannerOptions& options : std::vector<PlannerOptions>{
+           PadToMaxOptions{.batch_size = 1, .pad_to_multiple = 4},
+           AutoBucketsOptions{.max_shapes = 1, .batch_size = 1, .pad_to_multiple = 4}}) {
+    msg = ThrownMessage<InvalidArgumentError>([&] { Plan(long_one, options); });
+    EXPECT_TRUE(Contains(msg, "pad_to_multiple=4")) << msg;
+  }
+  // The largest batch that fits is planned.
+  const BatchPlan fits =
+      Plan(std::vector<int64_t>{1}, PadToMaxOptions{.batch_size = 1, .pad_to_multiple = kInt64Max});
+  EXPECT_EQ(fits.stats.padded_elements, kInt64Max);
+}
+
+TEST(PlannerHugeTest, StatsSaturateInsteadOfGoingNegative) {
+  // Two batches of 2^62 elements each: 2^63 in all, one past int64.
+  const int64_t length = int64_t{1} << 61;
+  const std::vector<int64_t> lengths = {length, length, length, length};
+  const BatchPlan plan =
+      Plan(lengths, FixedBucketsOptions{.boundaries = {length}, .batch_size = 2});
+  ASSERT_EQ(plan.num_batches(), 2);
+  EXPECT_EQ(plan.stats.padded_elements, kInt64Max);
+  EXPECT_EQ(plan.stats.occupied_elements, kInt64Max);
+  EXPECT_EQ(plan.stats.real_elements, kInt64Max);
+  EXPECT_GE(plan.stats.efficiency, 0.0);
+  // AutoBuckets' cost model saturates too and still plans every example.
+  const BatchPlan autob = Plan(lengths, AutoBucketsOptions{.max_shapes = 2, .batch_size = 2});
+  EXPECT_EQ(autob.example_ids.size(), 4u);
+  EXPECT_EQ(autob.stats.padded_elements, kInt64Max);
 }
 
 }  // namespace

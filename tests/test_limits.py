@@ -1,0 +1,202 @@
+"""Huge sizes: products that overflow int64 are refused naming the option,
+stats never go negative, and a plan's memory follows the data, not the
+batch size (padding rows are not stored)."""
+
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import jaxbatch as jb
+
+INT64_MAX = 2**63 - 1
+LENGTHS = [5, 3, 9, 2]
+
+
+def small_dataset():
+    return jb.Dataset.from_arrays({"tokens": [np.arange(k, dtype=np.int32) for k in LENGTHS]})
+
+
+@pytest.mark.parametrize(
+    ("planner", "names"),
+    [
+        (jb.PadToMax(8, pad_to_multiple=2**60), ["pad_to_multiple=1152921504606846976"]),
+        (jb.FixedBuckets([2**62], batch_size=8), ["boundaries[0]=4611686018427387904"]),
+        (jb.Pack(row_length=2**62, rows_per_batch=8), ["row_length=4611686018427387904"]),
+        (jb.AutoBuckets(1, batch_size=8, pad_to_multiple=2**61), ["pad_to_multiple="]),
+    ],
+    ids=["PadToMax", "FixedBuckets", "Pack", "AutoBuckets"],
+)
+def test_shape_overflow_is_refused_naming_the_option(planner, names):
+    ds = small_dataset()
+    for run in (lambda: jb.plan(ds, planner), lambda: list(jb.Loader(ds, planner))):
+        with pytest.raises(ValueError) as error:
+            run()
+        message = str(error.value)
+        for name in names:
+            assert name in message
+        assert f"more than {INT64_MAX}" in message
+
+
+def test_batch_that_plans_but_cannot_be_collated_is_refused_naming_the_column():
+    # 1 x 2**62 elements fit an int64 but not the int32 lengths/positions,
+    # nor 4-byte values in a byte count: an error, not a wrapped buffer.
+    ds = small_dataset()
+    for planner in (jb.FixedBuckets([2**62], token_budget=2**62), jb.Pack(2**62, 1)):
+        plan = jb.plan(ds, planner)
+        assert plan.stats.padded_elements == min(2**62 * len(plan), INT64_MAX)
+        with pytest.raises(ValueError, match="column 'tokens'.*2147483647"):
+            jb.collate(ds, plan[0])
+        with pytest.raises(ValueError, match="column 'tokens'"):
+            list(jb.Loader(ds, planner))
+
+
+def test_stats_saturate_instead_of_going_negative():
+    lengths = [2**61] * 4  # two batches of 2 x 2**61: 2**63 elements in all
+    plan = jb.plan(lengths, jb.FixedBuckets([2**61], batch_size=2))
+    assert len(plan) == 2
+    assert plan.stats.padded_elements == INT64_MAX
+    assert plan.stats.real_elements == INT64_MAX
+    assert plan.stats.occupied_elements == INT64_MAX
+    assert 0 <= plan.stats.efficiency <= 1
+
+
+def naive_pad_to_max(lengths, batch_size):
+    """Reference: consecutive batches, each padded to its longest example."""
+    out = []
+    for start in range(0, len(lengths), batch_size):
+        ids = list(range(start, min(start + batch_size, len(lengths))))
+        rows = [[i] for i in ids] + [[]] * (batch_size - len(ids))
+        out.append(((batch_size, max(lengths[i] for i in ids)), rows))
+    return out
+
+
+@pytest.mark.parametrize("batch_size", [1, 3, 5, 2**27])
+def test_plan_stores_only_rows_that_hold_examples(batch_size):
+    plan = jb.plan(LENGTHS, jb.PadToMax(batch_size))
+    want = naive_pad_to_max(LENGTHS, batch_size)
+    assert len(plan) == len(want)
+    core = plan._core
+    assert len(core.row_example_begin) == len(LENGTHS) + 1  # O(examples), not O(rows)
+    for spec, (shape, rows) in zip(plan, want, strict=True):
+        assert (spec.shape.rows, spec.shape.length) == shape
+        assert [int(e) for e in spec.example_ids] == [e for r in rows for e in r]
+        if batch_size < 100:
+            assert [list(r) for r in spec.rows] == rows
+    assert plan.stats.padded_elements == sum(r * n for (r, n), _ in want)
+
+
+# Run in a child process under a 2 GiB address-space limit: before, each
+# of these stored one entry per padding row and needed 16+ GiB (bad_alloc
+# or the OOM killer).
+HUGE_SCRIPT = textwrap.dedent(
+    """
+    import resource, sys
+    import numpy as np
+    import jaxbatch as jb
+    from jaxbatch._cli import main
+
+    resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+    big = 2**31
+    lengths = [5, 3, 9, 2]
+    for planner, rows in [
+        (jb.PadToMax(batch_size=big), big),
+        (jb.FixedBuckets([16], token_budget=16 * big), big),
+        (jb.AutoBuckets(2, token_budget=big), None),
+        (jb.Pack(16, rows_per_batch=big), big),
+    ]:
+        plan = jb.plan(lengths, planner)
+        assert sorted(int(e) for s in plan for e in s.example_ids) == [0, 1, 2, 3], planner
+        assert rows is None or all(s.shape.rows == rows for s in plan), planner
+        assert plan.stats.padded_elements == sum(s.shape.rows * s.shape.length for s in plan)
+    # 2**31 shards of a two-batch plan: shard 0 gets both batches, another none.
+    ds = jb.Dataset.from_arrays({"tokens": [np.arange(k) for k in lengths]})
+    for index, want in [(0, [0, 1, 2, 3]), (big - 1, [])]:
+        loader = jb.Loader(ds, jb.PadToMax(2), shuffle=False, shard=(index, big))
+        got = [int(e) for b in loader for e in b["example_index"] if e >= 0]
+        assert got == want, (index, got)
+        assert loader.stats.padding_batches == 2 * big - 2
+    with open(sys.argv[1], "w") as f:
+        f.write("a b c d e\\na b c\\na b c d e f g h i\\na b\\n")
+    assert main(["plan", sys.argv[1], "--token-budget", str(big)]) == 0
+    print("ok")
+    """
+)
+
+
+def test_huge_batch_sizes_and_shard_counts_plan_in_memory_of_the_data(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-c", HUGE_SCRIPT, str(tmp_path / "lines.txt")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip().endswith("ok")
+
+
+@pytest.mark.parametrize("threads", [1025, 10**6])
+def test_absurd_thread_counts_are_refused_naming_num_threads(threads):
+    ds = small_dataset()
+    with pytest.raises(
+        ValueError, match=f"num_threads must be between 1 and 1024, found {threads}"
+    ):
+        jb.Loader(ds, jb.PadToMax(2), num_threads=threads)
+    plan = jb.plan(ds, jb.PadToMax(2))
+    with pytest.raises(
+        ValueError, match=f"num_threads must be between 1 and 1024, found {threads}"
+    ):
+        jb.collate(ds, plan[0], num_threads=threads)
+
+
+# 1000 workers of 8 MiB stacks under a 3 GiB address space: std::thread
+# fails part way. Before, that was std::terminate ("terminate called
+# without an active exception"); now a RuntimeError naming num_threads, the
+# started workers joined, and the process carries on.
+THREADS_SCRIPT = textwrap.dedent(
+    """
+    import resource
+    import numpy as np
+    import jaxbatch as jb
+
+    ds = jb.Dataset.from_arrays({"tokens": [np.arange(k) for k in [5, 3, 9, 2]]})
+    resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+    try:
+        jb.Loader(ds, jb.PadToMax(2), num_threads=1000)
+        print("started")
+    except RuntimeError as e:
+        assert "Loader: num_threads=1000" in str(e), e
+        print("refused")
+    got = [b["example_index"].tolist() for b in jb.Loader(ds, jb.PadToMax(2), shuffle=False)]
+    assert got == [[0, 1], [2, 3]], got
+    print("ok")
+    """
+)
+
+
+def test_thread_that_cannot_start_raises_instead_of_aborting():
+    result = subprocess.run(
+        [sys.executable, "-c", THREADS_SCRIPT], capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.split() == ["refused", "ok"]
+
+
+@pytest.mark.parametrize(
+    ("make", "name"),
+    [
+        (lambda: jb.PadToMax(8, pad_to_multiple=2**64), "pad_to_multiple"),
+        (lambda: jb.PadToMax(2**63), "batch_size"),
+        (lambda: jb.FixedBuckets([2**64], batch_size=2), r"boundaries\[0\]"),
+        (lambda: jb.FixedBuckets([4], token_budget=2**63), "token_budget"),
+        (lambda: jb.Pack(row_length=2**70, rows_per_batch=1), "row_length"),
+        (lambda: jb.AutoBuckets(2**63, batch_size=1), "max_shapes"),
+    ],
+)
+def test_options_past_int64_are_refused_naming_the_option(make, name):
+    with pytest.raises(ValueError, match=f"{name} must be .*at most 2\\*\\*63 - 1"):
+        jb.plan(LENGTHS, make())
+    with pytest.raises(ValueError, match=r"shard must be \(index, count\)"):
+        jb.Loader(small_dataset(), jb.PadToMax(2), shard=(0, 2**64))
