@@ -1,7 +1,14 @@
 """Execute benchmark: memory-heavy per-example work through jax.vmap,
-lax.map(batch_size=) and jb.vmap(chunk_size="auto"), autotune's pick against
-the best measured strategy, and the memory estimate against XLA's analysis
-at unseen batch sizes. Prints ratios and writes bench/results/bench_execute.json.
+lax.map(batch_size=), jb.vmap(chunk_size="auto") and a Python loop over a
+jitted per-example function; autotune's pick against the best measured
+strategy, and the memory estimate against XLA's analysis at unseen batch
+sizes. Prints ratios and writes bench/results/bench_execute.json.
+
+Memory is XLA's compiled memory analysis. (Peak resident memory sampled
+during each run in a fresh subprocess was tried and left out: XLA's CPU
+allocator keeps and reuses freed buffers, so the samples read from 0.01x to
+7x the analysis for the same program.) Times are medians of alternating
+repetitions with their spread.
 
     python bench/bench_execute.py [--quick]
 """
@@ -40,19 +47,17 @@ def timed(fn, *args, repeats):
     return statistics.median(times)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
-    args = parser.parse_args()
-    n, k, repeats = (128, 96, 2) if args.quick else (512, 256, 5)
+def sizes(quick: bool) -> tuple[int, int, int, int]:
+    """(examples, points per example, repeats, memory budget in bytes)."""
+    n, k, repeats = (128, 96, 2) if quick else (512, 256, 5)
     budget = (n // 8) * k * k * 4 * 3  # room for about an eighth of the batch's intermediates
-    points = jnp.asarray(np.random.default_rng(0).standard_normal((n, k, 3)), jnp.float32)
-    spec = jax.ShapeDtypeStruct(points.shape, points.dtype)
-    print(f"jaxbatch execute benchmark: {n} examples of [{k}, 3], {jax.devices()[0].platform}")
-    print(f"memory budget for chunking: {budget / 1e6:.1f} MB\n")
+    return n, k, repeats, budget
 
+
+def make_strategies(points, budget) -> tuple[dict, int]:
     chunk = jb.max_batch_size(pairwise_energy, points[0], budget=budget)
-    strategies = {
+    one = jax.jit(pairwise_energy)
+    return {
         "jax.vmap": jax.jit(jax.vmap(pairwise_energy)),
         f"lax.map(batch_size={chunk})": jax.jit(
             lambda x: jax.lax.map(pairwise_energy, x, batch_size=chunk)
@@ -60,21 +65,46 @@ def main() -> None:
         'jb.vmap(chunk_size="auto")': jax.jit(
             jb.vmap(pairwise_energy, chunk_size="auto", memory_budget=budget)
         ),
-    }
+        "Python loop over jit(f)": lambda x: jnp.stack([one(p) for p in x]),
+    }, chunk
+
+
+def inputs(n: int, k: int):
+    return jnp.asarray(np.random.default_rng(0).standard_normal((n, k, 3)), jnp.float32)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
+    args = parser.parse_args()
+    n, k, repeats, budget = sizes(args.quick)
+    points = inputs(n, k)
+    spec = jax.ShapeDtypeStruct(points.shape, points.dtype)
+    print(f"jaxbatch execute benchmark: {n} examples of [{k}, 3], {jax.devices()[0].platform}")
+    print(f"memory budget for chunking: {budget / 1e6:.1f} MB\n")
+
+    strategies, chunk = make_strategies(points, budget)
     rows = []
     reference = np.asarray(strategies["jax.vmap"](points))
     for name, fn in strategies.items():
-        memory = compiled_bytes(fn.lower(spec).compile())
-        seconds = timed(fn, points, repeats=repeats)
+        memory = compiled_bytes(fn.lower(spec).compile()) if hasattr(fn, "lower") else None
         np.testing.assert_allclose(np.asarray(fn(points)), reference, rtol=1e-4)
-        rows.append({"strategy": name, "peak_bytes": memory, "seconds": seconds})
-    base = rows[0]
-    print(f"{'strategy':32} {'peak MB':>9} {'x vmap':>7} {'ms':>9} {'x vmap':>7}")
+        rows.append({"strategy": name, "peak_bytes": memory, "seconds": []})
+    for _ in range(repeats):  # Alternating, so load changes hit every strategy alike.
+        for r, fn in zip(rows, strategies.values(), strict=True):
+            r["seconds"].append(timed(fn, points, repeats=1))
     for r in rows:
+        r["spread"] = [min(r["seconds"]), max(r["seconds"])]
+        r["seconds"] = statistics.median(r["seconds"])
+    base = rows[0]
+    print(f"{'strategy':32} {'XLA MB':>8} {'x vmap':>7} {'ms (min-max)':>22} {'x vmap':>7}")
+    for r in rows:
+        mb = "-" if r["peak_bytes"] is None else f"{r['peak_bytes'] / 1e6:.2f}"
+        ratio = "-" if r["peak_bytes"] is None else f"{r['peak_bytes'] / base['peak_bytes']:.2f}"
+        lo, hi = r["spread"]
         print(
-            f"{r['strategy']:32} {r['peak_bytes'] / 1e6:9.2f} "
-            f"{r['peak_bytes'] / base['peak_bytes']:7.2f} {r['seconds'] * 1e3:9.2f} "
-            f"{r['seconds'] / base['seconds']:7.2f}"
+            f"{r['strategy']:32} {mb:>8} {ratio:>7} {r['seconds'] * 1e3:9.2f} "
+            f"({lo * 1e3:.1f}-{hi * 1e3:.1f}) {r['seconds'] / base['seconds']:7.2f}"
         )
     print(f"   jb.vmap chose chunks of {chunk} examples for the budget\n")
 
