@@ -159,3 +159,26 @@ def test_from_arrow_errors():
         jb.Dataset.from_arrow(pa.table({"x": pa.array([[1]])}), columns=["y"])
     with pytest.raises(ValueError, match="unsupported Arrow value type string"):
         jb.Dataset.from_arrow(pa.table({"x": pa.array([["a"]])}))
+
+
+@pytest.mark.parametrize(
+    "columns, message",
+    [
+        ({"t": [np.arange(3)], "t_lengths": [np.arange(3)]}, "'t_lengths'.*ragged column 't'"),
+        ({"t": [np.arange(3)], "t_mask": np.ones((1, 3), bool)}, "'t_mask'.*ragged column 't'"),
+        ({"t": [np.arange(3)], "t_segment_ids": [np.arange(3)]}, "'t_segment_ids'.*column 't'"),
+        ({"t": [np.arange(3)], "t_positions": np.zeros(1)}, "'t_positions'.*column 't'"),
+        ({"t": [np.arange(3)], "example_index": np.zeros(1)}, "'example_index' collides"),
+    ],
+)
+def test_columns_colliding_with_collate_outputs_are_refused(columns, message):
+    with pytest.raises(ValueError, match=message):
+        jb.Dataset.from_arrays(columns)
+
+
+def test_fixed_column_named_like_another_fixed_columns_output_is_allowed():
+    # Only ragged columns get _lengths/_mask outputs.
+    ds = jb.Dataset.from_arrays({"t": [np.arange(3)], "y": np.zeros(1), "y_mask": np.zeros(1)})
+    assert ds.column_names == ["t", "y", "y_mask"]
+
+
