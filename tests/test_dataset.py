@@ -99,7 +99,7 @@ def test_dataset_keeps_source_alive():
             {},
             "column 'x', example 1: expected dtype float32, found float64",
         ),
-        ({"x": [np.array(["a", "b"])]}, {}, "column 'x': unsupported dtype"),
+        ({"x": [np.array(["a", "b"])]}, {}, "column 'x', example 0: unsupported dtype"),
         ({"x": [np.ones(2, np.complex64)]}, {}, "unsupported dtype 'complex64'"),
         ({"x": []}, {}, "cannot infer a dtype from an empty column"),
         ({"x": [np.float32(1.0)]}, {}, "column 'x', example 0: expected an array of rank >= 1"),
@@ -159,6 +159,36 @@ def test_from_arrow_errors():
         jb.Dataset.from_arrow(pa.table({"x": pa.array([[1]])}), columns=["y"])
     with pytest.raises(ValueError, match="unsupported Arrow value type string"):
         jb.Dataset.from_arrow(pa.table({"x": pa.array([["a"]])}))
+
+
+@pytest.mark.parametrize("order", [">", "<"])
+@pytest.mark.parametrize("dtype", ["i2", "i4", "i8", "u4", "f4", "f8"])
+def test_big_endian_input_is_byteswapped_to_native(order, dtype):
+    # '>i4' data read as little-endian gave 16777216, 33554432, ... instead of 1, 2, 3.
+    rng = np.random.default_rng(1)
+    pieces = [rng.integers(0, 100, size=n).astype(order + dtype) for n in (3, 1, 4)]
+    offsets = np.array([0, 3, 4, 8], dtype=">i8")
+    fixed = np.arange(6).reshape(3, 2).astype(order + dtype)
+    ds = jb.Dataset.from_arrays(
+        {"t": pieces, "pair": (np.concatenate(pieces), offsets), "f": fixed}
+    )
+    batch = jb.collate(ds, jb.plan(ds, jb.PadToMax(batch_size=3))[0])
+    for i, piece in enumerate(pieces):
+        native = piece.astype(np.dtype(dtype))
+        np.testing.assert_array_equal(ds.example(i)["t"], native)
+        np.testing.assert_array_equal(ds.example(i)["pair"], native)
+        np.testing.assert_array_equal(batch["t"][i, : len(piece)], native)
+    np.testing.assert_array_equal(batch["f"], fixed.astype(np.dtype(dtype)))
+
+
+def test_big_endian_npy_folder_is_read_as_native(tmp_path):
+    values = np.array([1, 2, 3, 4, 5], ">i4")
+    np.save(tmp_path / "t.values.npy", values)
+    np.save(tmp_path / "t.offsets.npy", np.array([0, 3, 5], ">i8"))
+    np.save(tmp_path / "y.npy", np.array([7, 8], ">f8"))
+    batches = list(jb.Loader(tmp_path, jb.PadToMax(2), shuffle=False))
+    np.testing.assert_array_equal(batches[0]["t"], [[1, 2, 3], [4, 5, 0]])
+    np.testing.assert_array_equal(batches[0]["y"], [7.0, 8.0])
 
 
 @pytest.mark.parametrize(
