@@ -212,3 +212,39 @@ def test_fixed_column_named_like_another_fixed_columns_output_is_allowed():
     assert ds.column_names == ["t", "y", "y_mask"]
 
 
+@pytest.mark.parametrize(
+    "columns, message",
+    [
+        ({"t": [np.array(["a", "b"])]}, "column 't', example 0: unsupported dtype '<U1'"),
+        ({"t": [np.arange(2), np.array([2**64])]}, "column 't', example 1: unsupported dtype"),
+        ({"t": np.array([{"a": 1}], dtype=object)}, "column 't', example 0"),
+        ({"t": [np.arange(2)], "y": np.array(["x"])}, "column 'y': unsupported dtype"),
+    ],
+)
+def test_non_numeric_input_is_refused_naming_column(columns, message):
+    with pytest.raises(ValueError, match=message):
+        jb.Dataset.from_arrays(columns)
+
+
+def test_arrow_null_inside_list_of_fixed_size_list_is_refused_naming_example():
+    # A null fixed_size_list entry used to be dropped by flatten(), shifting later values.
+    inner = pa.array([[1, 2], [3, 4], None, [7, 8], [9, 10]], type=pa.list_(pa.int32(), 2))
+    column = pa.ListArray.from_arrays(pa.array([0, 2, 3, 5], pa.int32()), inner)
+    with pytest.raises(ValueError, match=r"column 'x', example 1: expected no nulls, found 1"):
+        jb.Dataset.from_arrow(pa.table({"x": column}))
+    values = pa.array([1, 2, 3, None, 5, 6], pa.int64())
+    inner = pa.FixedSizeListArray.from_arrays(values, 2)
+    column = pa.ListArray.from_arrays(pa.array([0, 1, 3], pa.int32()), inner)
+    with pytest.raises(ValueError, match=r"column 'x', example 1: expected no null values"):
+        jb.Dataset.from_arrow(pa.table({"x": column}))
+    fixed = pa.FixedSizeListArray.from_arrays(pa.array([1, None, 3, 4], pa.int64()), 2)
+    with pytest.raises(ValueError, match=r"column 'f', example 0: expected no null values"):
+        jb.Dataset.from_arrow(pa.table({"f": fixed}))
+
+
+def test_arrow_sliced_list_of_fixed_size_list_reads_the_slice():
+    inner = pa.array([[i, i + 1] for i in range(0, 12, 2)], type=pa.list_(pa.int32(), 2))
+    column = pa.ListArray.from_arrays(pa.array([0, 1, 3, 6], pa.int32()), inner)
+    ds = jb.Dataset.from_arrow(pa.table({"x": column.slice(1, 2)}))
+    np.testing.assert_array_equal(ds.example(0)["x"], [[2, 3], [4, 5]])
+    np.testing.assert_array_equal(ds.example(1)["x"], [[6, 7], [8, 9], [10, 11]])
