@@ -356,3 +356,48 @@ def test_device_prefetch_puts_batches_on_device_in_order():
     np.testing.assert_array_equal(np.asarray(sharded["tokens"]), host[0]["tokens"])
     with pytest.raises(ValueError, match="size must be an int >= 1"):
         next(jb.device_prefetch([], size=0))
+
+
+def small_batches_dataset(length=None):
+    # PadToMax(4) batches of at most 128 bytes: host_memory_limit=624 holds 4.
+    return jb.Dataset.from_arrays(
+        {"t": [np.arange(length or k % 4 + 1, dtype=np.int32) for k in range(40)]}
+    )
+
+
+def test_keeping_more_batches_than_host_memory_limit_holds_raises_instead_of_hanging():
+    ds = small_batches_dataset()
+    with pytest.raises(
+        RuntimeError,
+        match=r"host_memory_limit=624 holds 4 batches of up to 128 bytes and all are still "
+        r"referenced by the caller",
+    ):
+        list(jb.Loader(ds, jb.PadToMax(4), prefetch=1, host_memory_limit=624))
+    # A consumer that lets go of its batches gets every example.
+    loader = jb.Loader(ds, jb.PadToMax(4), prefetch=1, host_memory_limit=624, shuffle=False)
+    assert [i for b in loader for i in b["example_index"].tolist()] == list(range(40))
+
+
+def test_next_is_interruptible_while_it_waits():
+    import signal
+    import time
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt("from the test's timer")
+
+    ds = small_batches_dataset(length=4)  # 128 bytes each: 4 fit, never 5
+    loader = jb.Loader(ds, jb.PadToMax(4), prefetch=1, host_memory_limit=624)
+    kept = [next(loader) for _ in range(4)]  # every buffer the limit allows
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, 0.1)
+    start = time.monotonic()
+    try:
+        with pytest.raises(KeyboardInterrupt, match="from the test's timer"):
+            next(loader)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert time.monotonic() - start < 0.45  # before the deadlock check would raise
+    del kept
+    assert next(loader)["example_index"].size == 4  # the loader still works
+    loader.close()

@@ -7,11 +7,16 @@
 #include <nanobind/stl/variant.h>
 #include <nanobind/stl/vector.h>
 
+#include <chrono>
+
 #include "bindings.h"
 #include "jaxbatch/load/loader.h"
 
 namespace jaxbatch::bindings {
 namespace {
+
+// How often a waiting next() lets Python handle signals.
+constexpr std::chrono::milliseconds kSignalCheckInterval{50};
 
 // A batch as collate returns it: (name, dtype name, array) per array.
 nb::list ToPython(std::vector<Array>& arrays) {
@@ -109,10 +114,17 @@ void BindLoad(nb::module_& m) {
           nb::arg("quarantine_path"), nb::arg("source"), nb::arg("state").none())
       .def("next",
            [](Loader& loader) -> nb::object {
+             // Waits in short slices without the GIL, so Ctrl-C (and other
+             // signals' handlers) run while the consumer waits for a batch.
              std::optional<LoadedBatch> batch;
-             {
-               nb::gil_scoped_release release;
-               batch = loader.Next();
+             while (true) {
+               bool ready;
+               {
+                 nb::gil_scoped_release release;
+                 ready = loader.TryNext(kSignalCheckInterval, &batch);
+               }
+               if (ready) break;
+               if (PyErr_CheckSignals() != 0) throw nb::python_error();
              }
              if (!batch) return nb::none();
              return nb::make_tuple(ToPython(batch->arrays), batch->epoch, batch->step,

@@ -93,8 +93,10 @@ class Loader:
         examples reached (float < 1); beyond it the run stops with a summary.
       quarantine_file: JSONL file quarantined records are appended to.
       host_memory_limit: bytes of batch buffers alive at once (they come
-        back when your arrays are freed); must hold ``prefetch + 1`` batches
-        plus any you keep.
+        back when your arrays are freed); must hold ``prefetch + 2`` batches
+        plus any you keep. Keeping every batch it holds makes ``next()``
+        raise RuntimeError (instead of waiting forever for memory only you
+        can give back).
     """
 
     def __init__(

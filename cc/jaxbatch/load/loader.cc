@@ -122,6 +122,7 @@ void Loader::CheckMemoryLimit() {
   for (const BatchShape& shape : schedule->plan.shapes) {
     largest = std::max(largest, CollatedBytes(*dataset_, shape, layout_));
   }
+  largest_batch_bytes_ = largest;
   const int64_t needed = (options_.prefetch + 2) * largest;
   if (options_.host_memory_limit < needed) {
     throw InvalidArgumentError(StrCat(
@@ -230,6 +231,7 @@ void Loader::WorkerLoop() {
       ++claim_epoch_;
       claim_step_ = 0;
     }
+    ++collating_;
     lock.unlock();
     Result result;
     result.epoch = epoch;
@@ -244,6 +246,7 @@ void Loader::WorkerLoop() {
       result.error = std::current_exception();
     }
     lock.lock();
+    --collating_;
     results_[seq] = std::move(result);
     result_cv_.notify_all();
     // Halfway through an epoch, plan the next one ahead, so the consumer does
@@ -311,10 +314,51 @@ void Loader::WriteQuarantine(const std::vector<BadRecord>& records) const {
 }
 
 std::optional<LoadedBatch> Loader::Next() {
+  std::optional<LoadedBatch> batch;
+  while (!TryNext(kMemoryStallGrace / 5, &batch)) {
+  }
+  return batch;
+}
+
+void Loader::CheckMemoryStall() {
+  // Deadlocked when the next batch is claimed but not ready and every worker
+  // collating waits in the arena: only buffers the caller holds can free it.
+  const bool stalled = options_.host_memory_limit > 0 && !stop_ && end_seq_ < 0 &&
+                       claim_seq_ > consume_seq_ && !results_.contains(consume_seq_) &&
+                       collating_ > 0 && arena_.waiting() >= collating_;
+  if (!stalled) {
+    stall_since_.reset();
+    return;
+  }
+  const auto now = std::chrono::steady_clock::now();
+  const int64_t in_use = arena_.bytes_in_use();
+  if (!stall_since_ || in_use != stall_bytes_in_use_) {  // Memory moved: start over.
+    stall_since_ = now;
+    stall_bytes_in_use_ = in_use;
+    return;
+  }
+  if (now - *stall_since_ < kMemoryStallGrace) return;
+  stall_since_.reset();
+  const int64_t holds =
+      largest_batch_bytes_ > 0 ? options_.host_memory_limit / largest_batch_bytes_ : 0;
+  throw Error(StrCat("Loader: host_memory_limit=", options_.host_memory_limit, " holds ", holds,
+                     " batches of up to ", largest_batch_bytes_,
+                     " bytes and all are still referenced by the caller (", in_use,
+                     " bytes in use), so no further batch can be made; release batches "
+                     "(drop references to earlier ones) or raise host_memory_limit"));
+}
+
+bool Loader::TryNext(std::chrono::milliseconds timeout, std::optional<LoadedBatch>* out) {
   std::unique_lock<std::mutex> lock(mu_);
-  result_cv_.wait(lock, [&] {
+  const bool ready = result_cv_.wait_for(lock, timeout, [&] {
     return stop_ || results_.count(consume_seq_) > 0 || (end_seq_ >= 0 && consume_seq_ >= end_seq_);
   });
+  if (!ready) {
+    CheckMemoryStall();
+    return false;
+  }
+  stall_since_.reset();
+  out->reset();
   if (!stop_ && empty_epoch_ >= 0 && consume_seq_ >= end_seq_) {
     // The stream ended at an epoch with nothing to yield: still count what
     // it left out (and raise for its bad records).
@@ -322,7 +366,7 @@ std::optional<LoadedBatch> Loader::Next() {
     EnterEpoch(epoch, *schedules_.at(epoch));
   }
   if (stop_ || (end_seq_ >= 0 && consume_seq_ >= end_seq_) || results_.count(consume_seq_) == 0) {
-    return std::nullopt;
+    return true;
   }
   Result result = std::move(results_[consume_seq_]);
   results_.erase(consume_seq_);
@@ -349,10 +393,10 @@ std::optional<LoadedBatch> Loader::Next() {
     state_.epoch += 1;
     state_.step = 0;
   }
-  LoadedBatch batch{std::move(result.arrays), result.epoch, result.step, result.examples};
+  out->emplace(LoadedBatch{std::move(result.arrays), result.epoch, result.step, result.examples});
   lock.unlock();
   work_cv_.notify_one();  // One slot freed: one worker can claim it.
-  return batch;
+  return true;
 }
 
 LoaderState Loader::state() const {

@@ -21,6 +21,7 @@
 #ifndef JAXBATCH_LOAD_LOADER_H_
 #define JAXBATCH_LOAD_LOADER_H_
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
@@ -45,6 +46,10 @@ enum class ErrorPolicy { kRaise, kSkip, kQuarantine };
 
 inline constexpr int64_t kDefaultPrefetch = 4;
 inline constexpr int64_t kMaxDefaultThreads = 8;
+// How long the workers may all wait for memory that only the consumer can
+// give back, while the consumer waits for a batch, before Next() calls it a
+// deadlock (the caller keeps more batches than host_memory_limit holds).
+inline constexpr std::chrono::milliseconds kMemoryStallGrace{500};
 
 struct LoaderOptions {
   ScheduleOptions schedule;
@@ -96,7 +101,17 @@ class Loader {
   // The next batch, or nullopt at the end. Rethrows a worker's exception;
   // throws InvalidArgumentError for a bad record under ErrorPolicy::kRaise
   // and Error when max_errors is exceeded.
+  // Throws Error when every buffer host_memory_limit allows is held by the
+  // caller, so no batch can ever be made (it would otherwise wait forever).
   std::optional<LoadedBatch> Next();
+
+  // Next() that waits at most `timeout`: returns true with `*batch` set
+  // (nullopt at the end), or false when no batch is ready yet; a caller that
+  // must stay interruptible (Python's Ctrl-C) calls it in short slices.
+  // Example:
+  //   std::optional<LoadedBatch> batch;
+  //   while (!loader.TryNext(std::chrono::milliseconds(50), &batch)) CheckForSignals();
+  bool TryNext(std::chrono::milliseconds timeout, std::optional<LoadedBatch>* batch);
 
   LoaderState state() const;
   // Every quarantined record (each once, in example order).
@@ -127,6 +142,10 @@ class Loader {
   // Counts an epoch's bad and dropped examples once, when the consumer enters it.
   void EnterEpoch(int64_t epoch, const EpochSchedule& schedule);
   void WriteQuarantine(const std::vector<BadRecord>& records) const;
+  // Throws Error when the consumer waits for a batch while every worker that
+  // collates one waits for memory the caller holds, and nothing has come
+  // back for kMemoryStallGrace. Called with mu_ held.
+  void CheckMemoryStall();
 
   std::shared_ptr<const Dataset> dataset_;
   LoaderOptions options_;
@@ -152,6 +171,10 @@ class Loader {
   std::map<int64_t, Result> results_;
   LoaderState state_;
   int64_t entered_epoch_ = -1;
+  int64_t largest_batch_bytes_ = 0;  // of the first epoch's plan, when host_memory_limit is set
+  int64_t collating_ = 0;            // workers collating a batch (outside mu_)
+  std::optional<std::chrono::steady_clock::time_point> stall_since_;
+  int64_t stall_bytes_in_use_ = 0;
   bool stop_ = false;
   std::vector<std::thread> workers_;
 };

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -245,6 +246,57 @@ TEST(LoaderTest, BadOptionsThrowBeforeAnyThreadStarts) {
   LoaderState wrong_seed;
   wrong_seed.seed = 99;
   EXPECT_THROW(Loader(ds, o, wrong_seed), InvalidArgumentError);
+}
+
+TEST(LoaderTest, KeepingEveryBufferTheLimitAllowsThrowsInsteadOfWaitingForever) {
+  // 40 examples of length 1..4, int32: PadToMax(4) batches of at most 4*4*4 +
+  // mask 16 + lengths 16 + example_index 32 = 128 bytes; 624 bytes hold 4.
+  std::vector<int64_t> lengths;
+  for (int64_t i = 0; i < 40; ++i) lengths.push_back(i % 4 + 1);
+  LoaderOptions o = Options(PadToMaxOptions{.batch_size = 4}, /*threads=*/2, /*epochs=*/1);
+  o.prefetch = 1;
+  o.host_memory_limit = 624;
+  Loader loader(testing::TokensDataset(lengths), o);
+  std::vector<LoadedBatch> kept;
+  try {
+    while (std::optional<LoadedBatch> batch = loader.Next()) kept.push_back(std::move(*batch));
+    FAIL() << "expected an error once the caller holds every buffer";
+  } catch (const Error& e) {
+    EXPECT_EQ(kept.size(), 4u);
+    EXPECT_NE(std::string(e.what()).find("host_memory_limit=624 holds 4 batches of up to 128 "
+                                         "bytes and all are still referenced by the caller"),
+              std::string::npos)
+        << e.what();
+  }
+  // Letting go of the batches lets the stream go on, to its end.
+  kept.clear();
+  int64_t examples = 16;
+  while (std::optional<LoadedBatch> batch = loader.Next()) examples += batch->examples;
+  EXPECT_EQ(examples, 40);
+}
+
+TEST(LoaderTest, TryNextReturnsFalseWhenNoBatchIsReadyWithinItsTimeout) {
+  std::vector<int64_t> lengths(40, 4);
+  LoaderOptions o = Options(PadToMaxOptions{.batch_size = 4}, /*threads=*/1, /*epochs=*/1);
+  o.prefetch = 1;
+  o.host_memory_limit = 624;
+  Loader loader(testing::TokensDataset(lengths), o);
+  std::vector<std::optional<LoadedBatch>> kept(4);
+  for (std::optional<LoadedBatch>& batch : kept) {
+    while (!loader.TryNext(std::chrono::milliseconds(10), &batch)) {
+    }
+    ASSERT_TRUE(batch);
+  }
+  // The worker waits for memory the kept batches hold: nothing comes, and
+  // TryNext returns after its timeout (well within kMemoryStallGrace).
+  std::optional<LoadedBatch> next;
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_FALSE(loader.TryNext(std::chrono::milliseconds(20), &next));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, kMemoryStallGrace);
+  kept.clear();
+  EXPECT_TRUE(loader.TryNext(std::chrono::milliseconds(5000), &next));
+  ASSERT_TRUE(next);
+  EXPECT_EQ(next->step, 4);
 }
 
 }  // namespace
