@@ -82,7 +82,7 @@ void BindLoad(nb::module_& m) {
              std::vector<ColumnSchema> schema,
              std::vector<std::pair<std::string, double>> pad_values, double default_pad_value,
              int64_t host_memory_limit, std::string quarantine_path, std::string source,
-             std::optional<LoaderState> state) {
+             std::vector<std::string> mapped_files, std::optional<LoaderState> state) {
             LoaderOptions o;
             o.schedule = ScheduleOptions{.planner = planner,
                                          .shuffle = shuffle,
@@ -103,6 +103,7 @@ void BindLoad(nb::module_& m) {
             o.host_memory_limit = host_memory_limit;
             o.quarantine_path = std::move(quarantine_path);
             o.source = std::move(source);
+            o.mapped_files = std::move(mapped_files);
             nb::gil_scoped_release release;
             new (self) Loader(std::move(dataset), std::move(o), state);
           },
@@ -111,7 +112,8 @@ void BindLoad(nb::module_& m) {
           nb::arg("num_threads"), nb::arg("prefetch"), nb::arg("epochs"), nb::arg("on_error"),
           nb::arg("max_errors"), nb::arg("max_error_fraction"), nb::arg("schema"),
           nb::arg("pad_values"), nb::arg("default_pad_value"), nb::arg("host_memory_limit"),
-          nb::arg("quarantine_path"), nb::arg("source"), nb::arg("state").none())
+          nb::arg("quarantine_path"), nb::arg("source"), nb::arg("mapped_files"),
+          nb::arg("state").none())
       .def("next",
            [](Loader& loader) -> nb::object {
              // Waits in short slices without the GIL, so Ctrl-C (and other

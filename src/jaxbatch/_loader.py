@@ -127,12 +127,12 @@ class Loader:
         if isinstance(source, Dataset):
             if columns is not None:
                 raise ValueError("Loader: columns= selects columns of a file; got a Dataset")
-            self.dataset, self.source = source, "dataset"
+            self.dataset, self.source, mapped = source, "dataset", []
         else:
-            from jaxbatch._sources import open_source
+            from jaxbatch._sources import open_source, source_files
 
             self.dataset = open_source(source, columns, column, aligned)
-            self.source = str(source)
+            self.source, mapped = str(source), source_files(source)
         self.planner = planner
         self._core_loader = None
         if shuffle not in _SHUFFLE:
@@ -170,6 +170,7 @@ class Loader:
             host_memory_limit=int(host_memory_limit or 0),
             quarantine_path=os.fspath(quarantine_file) if quarantine_file else "",
             source=self.source,
+            mapped_files=mapped,
         )
         if epochs is not None and epochs < 1:
             raise ValueError(f"Loader: epochs must be >= 1 or None (forever), found {epochs}")

@@ -168,3 +168,15 @@ def _load_npy(f: Path) -> np.ndarray:
     if array.dtype == object:
         raise ValueError(f"Loader: {f} holds objects; expected a numeric .npy array")
     return array
+
+
+def source_files(path: str | os.PathLike) -> list[str]:
+    """The memory-mapped files a Loader over `path` reads while it runs: the
+    Arrow IPC file, or each .npy file of a folder (Parquet is decoded into
+    memory when opened)."""
+    p = Path(path)
+    if p.is_dir():
+        return [str(f) for f in sorted(p.glob("*.npy"))]
+    if p.suffix.lower() in (".arrow", ".feather", ".ipc"):
+        return [str(p)]
+    return []

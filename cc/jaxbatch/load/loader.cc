@@ -36,6 +36,20 @@ std::string JsonEscape(const std::string& text) {
   return out;
 }
 
+// A mapped file's size and modification time; IoError naming it if it is gone.
+std::pair<uintmax_t, std::filesystem::file_time_type> FileStamp(const std::string& path,
+                                                                const std::string& when) {
+  std::error_code error;
+  const uintmax_t size = std::filesystem::file_size(path, error);
+  const std::filesystem::file_time_type modified =
+      error ? std::filesystem::file_time_type{} : std::filesystem::last_write_time(path, error);
+  if (error) {
+    throw IoError(StrCat("Loader: cannot stat mapped file ", path, " ", when, ": ", error.message(),
+                         "; files must not be changed while a Loader reads them"));
+  }
+  return {size, modified};
+}
+
 int64_t ExamplesInView(const BatchView& view) {
   return view.row_begin.back() - view.row_begin.front();
 }
@@ -79,6 +93,10 @@ Loader::Loader(std::shared_ptr<const Dataset> dataset, LoaderOptions options,
     throw InvalidArgumentError(StrCat("Loader: shard must satisfy 0 <= index < count, found (",
                                       options_.schedule.shard_index, ", ",
                                       options_.schedule.shard_count, ")"));
+  }
+  for (const std::string& path : options_.mapped_files) {
+    const auto [size, modified] = FileStamp(path, "when the loader starts");
+    mapped_files_.push_back(MappedFile{path, size, modified});
   }
   bad_records_ = FindBadRecords(*dataset_, options_.schema);
   excluded_.assign(lengths_.size(), 0);
@@ -131,6 +149,19 @@ void Loader::CheckMemoryLimit() {
         largest, " bytes; raise it to at least ", needed, " or lower prefetch"));
   }
   schedules_[claim_epoch_] = std::move(schedule);  // Planned already: the workers reuse it.
+}
+
+void Loader::CheckMappedFiles() const {
+  for (const MappedFile& file : mapped_files_) {
+    const auto [size, modified] = FileStamp(file.path, "while the loader reads it");
+    if (size != file.size || modified != file.modified) {
+      throw IoError(StrCat("Loader: ", file.path, " changed while the loader reads it (",
+                           size == file.size ? StrCat("modified in place, still ", size, " bytes")
+                                             : StrCat("now ", size, " bytes, was ", file.size),
+                           "); files must not be changed while a Loader reads them: write new "
+                           "data to a new path or close the Loader first"));
+    }
+  }
 }
 
 void Loader::Close() {
@@ -237,6 +268,7 @@ void Loader::WorkerLoop() {
     result.epoch = epoch;
     result.step = step;
     try {
+      CheckMappedFiles();  // Before reading the mappings: a truncated one is SIGBUS.
       const BatchView view = schedule->plan.batch(schedule->steps[static_cast<size_t>(step)]);
       BatchLayout layout = layout_;
       layout.allow_truncate = schedule->plan.allow_truncate;

@@ -25,6 +25,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -65,6 +66,10 @@ struct LoaderOptions {
   int64_t host_memory_limit = 0;   // bytes of batches alive at once; 0 = no limit
   std::string quarantine_path;     // JSONL file quarantined records are appended to
   std::string source = "dataset";  // how errors name the data
+  // Files the dataset's memory maps read. Each batch re-checks their size
+  // and modification time first and fails with IoError naming the file if
+  // one changed, instead of dying of SIGBUS reading a truncated mapping.
+  std::vector<std::string> mapped_files;
 };
 
 // Where a loader is and what it has counted: restoring it continues with
@@ -132,6 +137,9 @@ class Loader {
   };
 
   void WorkerLoop();
+  // Throws IoError naming a mapped file whose size or modification time
+  // differs from when the loader started.
+  void CheckMappedFiles() const;
   // Throws InvalidArgumentError when host_memory_limit cannot hold the
   // batches in flight (which would wait forever); plans the first epoch.
   void CheckMemoryLimit();
@@ -152,6 +160,12 @@ class Loader {
   std::vector<int64_t> lengths_;
   std::vector<uint8_t> excluded_;
   std::vector<BadRecord> bad_records_;
+  struct MappedFile {
+    std::string path;
+    uintmax_t size = 0;
+    std::filesystem::file_time_type modified;
+  };
+  std::vector<MappedFile> mapped_files_;
   BatchLayout layout_;
   BufferArena arena_;
 

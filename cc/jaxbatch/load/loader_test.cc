@@ -299,5 +299,31 @@ TEST(LoaderTest, TryNextReturnsFalseWhenNoBatchIsReadyWithinItsTimeout) {
   EXPECT_EQ(next->step, 4);
 }
 
+TEST(LoaderTest, MappedFileChangedWhileLoadingFailsNamingIt) {
+  const std::string path =
+      (std::filesystem::temp_directory_path() / "jaxbatch_loader_mapped.bin").string();
+  std::ofstream(path, std::ios::binary) << std::string(4096, 'x');
+  LoaderOptions o = Options(PadToMaxOptions{.batch_size = 2}, /*threads=*/1, /*epochs=*/1);
+  o.prefetch = 1;
+  o.mapped_files = {path};
+  Loader loader(testing::TokensDataset(std::vector<int64_t>(20, 3)), o);
+  ASSERT_TRUE(loader.Next());
+  std::filesystem::resize_file(path, 100);  // Truncated, as by another process.
+  try {
+    // Batches collated before the change still come; then the error.
+    for (int i = 0; i < 10; ++i) ASSERT_TRUE(loader.Next());
+    FAIL() << "expected an IoError";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find(StrCat("Loader: ", path,
+                                                " changed while the loader "
+                                                "reads it (now 100 bytes, was 4096)")),
+              std::string::npos)
+        << e.what();
+  }
+  std::filesystem::remove(path);
+  o.mapped_files = {path};
+  EXPECT_THROW(Loader(testing::TokensDataset({1, 2}), o), IoError);  // Gone before the start.
+}
+
 }  // namespace
 }  // namespace jaxbatch
