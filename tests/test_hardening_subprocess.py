@@ -109,3 +109,15 @@ def test_symlink_loop(tmp_path):
     jb.Loader("a.arrow", jb.PadToMax(4))
     """
     assert_clean_exception(code, tmp_path, "OSError", "a.arrow is a symlink loop")
+
+
+def test_state_with_a_huge_epoch_and_epochs_none(tmp_path):
+    code = """
+    ds = jb.Dataset.from_arrays({"t": [np.arange(k % 5 + 1) for k in range(30)]})
+    state = jb.Loader(ds, jb.PadToMax(4), epochs=None).get_state()
+    loader = jb.Loader(ds, jb.PadToMax(4), epochs=None, state={**state, "epoch": 2**63 - 1})
+    next(loader)
+    """
+    assert_clean_exception(
+        code, tmp_path, "ValueError", "state's position (epoch 9223372036854775807"
+    )

@@ -401,3 +401,58 @@ def test_next_is_interruptible_while_it_waits():
     del kept
     assert next(loader)["example_index"].size == 4  # the loader still works
     loader.close()
+
+
+def test_state_from_other_data_of_the_same_size_is_refused():
+    loader = jb.Loader(make_dataset(n=30, seed=0), jb.PadToMax(8))
+    next(loader)
+    state = loader.get_state()
+    with pytest.raises(ValueError, match="the state was saved for other data \\(fingerprint"):
+        jb.Loader(make_dataset(n=30, seed=1), jb.PadToMax(8), state=state)
+    # A state without a fingerprint (saved before it was added) still restores exactly.
+    old = {k: v for k, v in state.items() if k != "fingerprint"}
+    expected = drain(jb.Loader(make_dataset(n=30), jb.PadToMax(8)))[1:]
+    assert drain(jb.Loader(make_dataset(n=30), jb.PadToMax(8), state=old)) == expected
+
+
+@pytest.mark.parametrize(
+    ("change", "epochs", "message"),
+    [
+        ({"step": 4}, 1, "the state's step 4 is past the end of epoch 0, which has 4 steps"),
+        ({"epoch": 2, "step": 0}, 1, r"past the end of the stream; expected epoch < 1 \(epochs=1"),
+        ({"epoch": 1, "step": 1}, 1, r"position \(epoch 1, step 1\) is past the end"),
+        ({"epoch": 2**63 - 1}, None, "past the end of the stream; expected epoch <"),
+        ({"epoch": 2**63}, None, r"the state's epoch must be in \[0, 2\*\*63\), found"),
+        ({"step": -1}, 1, r"the state's step must be in \[0, 2\*\*63\), found -1"),
+        ({"batches": 1.5}, 1, "the state's batches must be an int, found float 1.5"),
+        ({"examples": True}, 1, "the state's examples must be an int, found bool"),
+        ({"seed": None}, 1, "the state's seed must be an int, found NoneType"),
+        ({"step": None, "epoch": None}, 1, "the state's epoch must be an int"),
+    ],
+)
+def test_malformed_or_out_of_range_state_is_refused(change, epochs, message):
+    ds = make_dataset(n=30)  # PadToMax(8): 4 steps per epoch
+    state = jb.Loader(ds, jb.PadToMax(8), epochs=epochs).get_state()
+    with pytest.raises(ValueError, match=message):
+        jb.Loader(ds, jb.PadToMax(8), epochs=epochs, state={**state, **change})
+
+
+@pytest.mark.parametrize(
+    ("state", "message"),
+    [
+        ([1, 2], "state must be a dict from get_state\\(\\), found list"),
+        ({"version": 1}, "the state lacks 'num_examples', 'planner', 'seed'"),
+        ({"version": 7}, "expected a state of version 1, found 7"),
+    ],
+)
+def test_state_that_is_not_a_get_state_dict_is_refused(state, message):
+    with pytest.raises(ValueError, match=message):
+        jb.Loader(make_dataset(n=30), jb.PadToMax(8), state=state)
+
+
+def test_state_at_the_end_of_the_stream_restores_to_an_empty_stream():
+    loader = jb.Loader(make_dataset(n=30), jb.PadToMax(8), epochs=2)
+    drain(loader)
+    state = loader.get_state()
+    assert (state["epoch"], state["step"]) == (2, 0)
+    assert drain(jb.Loader(make_dataset(n=30), jb.PadToMax(8), epochs=2, state=state)) == []

@@ -135,6 +135,7 @@ class Loader:
             self.source, mapped = str(source), source_files(source)
         self.planner = planner
         self._core_loader = None
+        self._fingerprint_cache: str | None = None
         if shuffle not in _SHUFFLE:
             raise ValueError(f"Loader: shuffle must be True, False or 'block', found {shuffle!r}")
         if on_error not in _ON_ERROR:
@@ -206,15 +207,45 @@ class Loader:
         self._core_loader = _core.Loader(self.dataset._core, state=core_state, **self._args)
 
     def _parse_state(self, state: Mapping[str, Any]):
+        if not isinstance(state, Mapping):
+            raise ValueError(
+                f"Loader: state must be a dict from get_state(), found {type(state).__name__}"
+            )
         if state.get("version") != _STATE_VERSION:
             raise ValueError(
                 f"Loader: expected a state of version {_STATE_VERSION}, found "
                 f"{state.get('version')!r}"
             )
-        if state.get("num_examples") != self.dataset.num_examples:
+        missing = [k for k in ("num_examples", "planner", *_STATE_FIELDS) if k not in state]
+        if missing:
             raise ValueError(
-                f"Loader: the state was saved for {state.get('num_examples')} examples but this "
+                f"Loader: the state lacks {', '.join(map(repr, missing))}; expected a dict "
+                f"from get_state()"
+            )
+        for field in ("num_examples", *_STATE_FIELDS):
+            value, limit = state[field], 2**64 if field == "seed" else 2**63
+            if isinstance(value, bool) or not isinstance(value, int | np.integer):
+                raise ValueError(
+                    f"Loader: the state's {field} must be an int, found "
+                    f"{type(value).__name__} {value!r}"
+                )
+            if not 0 <= value < limit:
+                raise ValueError(
+                    f"Loader: the state's {field} must be in [0, 2**{limit.bit_length() - 1}), "
+                    f"found {value}"
+                )
+        if state["num_examples"] != self.dataset.num_examples:
+            raise ValueError(
+                f"Loader: the state was saved for {state['num_examples']} examples but this "
                 f"source has {self.dataset.num_examples}"
+            )
+        # States saved before the fingerprint was added (same version) carry
+        # none: they are accepted on the checks above.
+        if "fingerprint" in state and state["fingerprint"] != self._fingerprint():
+            raise ValueError(
+                f"Loader: the state was saved for other data (fingerprint "
+                f"{state['fingerprint']!r}) than this source ({self._fingerprint()!r}): the "
+                f"same number of examples but other columns or lengths"
             )
         stream = self._stream_settings()
         for key, value in stream.items():
@@ -223,15 +254,30 @@ class Loader:
                     f"Loader: the state was saved with {key}={state.get(key)!r} but this loader "
                     f"has {key}={value!r}; the stream would differ"
                 )
-        if state.get("planner") != repr(self.planner):
+        if state["planner"] != repr(self.planner):
             raise ValueError(
-                f"Loader: the state was saved with planner {state.get('planner')} but this "
+                f"Loader: the state was saved with planner {state['planner']} but this "
                 f"loader has {self.planner!r}"
             )
         s = _core.LoaderState()
         for field in _STATE_FIELDS:
             setattr(s, field, int(state[field]))
         return s
+
+    def _fingerprint(self) -> str:
+        """A hash of the columns' names, dtypes, shapes and every ragged
+        column's lengths: what decides the stream's plan, without reading the
+        values (so saving a state stays O(1) after the first)."""
+        if self._fingerprint_cache is None:
+            h = 0
+            for name in self.dataset.column_names:
+                col = self.dataset._core.column(name)
+                kind = "fixed" if col.is_fixed else "ragged"
+                h = _core.hash64(f"{name}:{col.dtype}:{list(col.inner_shape)}:{kind}".encode(), h)
+                if not col.is_fixed:
+                    h = _core.hash64(np.ascontiguousarray(col.lengths()).tobytes(), h)
+            self._fingerprint_cache = f"{h:016x}"
+        return self._fingerprint_cache
 
     def get_state(self) -> dict[str, Any]:
         """A small JSON-serialisable dict: seed, epoch, position and counts.
@@ -241,6 +287,7 @@ class Loader:
         out.update(
             version=_STATE_VERSION,
             num_examples=self.dataset.num_examples,
+            fingerprint=self._fingerprint(),
             planner=repr(self.planner),
             **self._stream_settings(),
         )

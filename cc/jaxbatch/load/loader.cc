@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <limits>
 #include <utility>
 
 #include "jaxbatch/base/error.h"
@@ -108,10 +109,7 @@ Loader::Loader(std::shared_ptr<const Dataset> dataset, LoaderOptions options,
       throw InvalidArgumentError(StrCat("Loader: the state was saved with seed ", start->seed,
                                         " but this loader has seed ", options_.schedule.seed));
     }
-    if (start->epoch < 0 || start->step < 0) {
-      throw InvalidArgumentError(
-          StrCat("Loader: bad state position: epoch ", start->epoch, ", step ", start->step));
-    }
+    CheckStartState(*start);
     state_ = *start;
     entered_epoch_ = state_.step > 0 ? state_.epoch : state_.epoch - 1;
   }
@@ -130,6 +128,42 @@ Loader::Loader(std::shared_ptr<const Dataset> dataset, LoaderOptions options,
 }
 
 Loader::~Loader() { Close(); }
+
+void Loader::CheckStartState(const LoaderState& start) {
+  const std::pair<const char*, int64_t> counters[] = {
+      {"epoch", start.epoch},     {"step", start.step},
+      {"batches", start.batches}, {"examples", start.examples},
+      {"skipped", start.skipped}, {"quarantined", start.quarantined},
+      {"dropped", start.dropped}, {"padding_batches", start.padding_batches}};
+  for (const auto& [name, value] : counters) {
+    if (value < 0) {
+      throw InvalidArgumentError(
+          StrCat("Loader: the state's ", name, " must be >= 0, found ", value));
+    }
+  }
+  // Counts reach (epoch + 1) x num_examples: beyond int64 they would overflow.
+  const int64_t max_epoch =
+      std::numeric_limits<int64_t>::max() / std::max<int64_t>(dataset_->num_examples(), 1) - 1;
+  const int64_t last_epoch = options_.epochs > 0 ? options_.epochs : max_epoch;
+  if (start.epoch > last_epoch || (start.epoch == last_epoch && start.step > 0)) {
+    throw InvalidArgumentError(
+        StrCat("Loader: the state's position (epoch ", start.epoch, ", step ", start.step,
+               ") is past the end of the stream; expected epoch < ", last_epoch,
+               options_.epochs > 0 ? StrCat(" (epochs=", options_.epochs, ")") : std::string(),
+               " or epoch ", last_epoch, " with step 0"));
+  }
+  if (start.step == 0) return;
+  auto schedule = std::make_shared<const EpochSchedule>(
+      MakeEpochSchedule(lengths_, excluded_, options_.schedule, start.epoch));
+  const auto steps = static_cast<int64_t>(schedule->steps.size());
+  if (start.step >= steps) {
+    throw InvalidArgumentError(StrCat("Loader: the state's step ", start.step,
+                                      " is past the end of epoch ", start.epoch, ", which has ",
+                                      steps, " steps (0 to ", steps - 1,
+                                      "); the state is not from this data and planner"));
+  }
+  schedules_[start.epoch] = std::move(schedule);  // Planned already: the workers reuse it.
+}
 
 void Loader::CheckMemoryLimit() {
   // Workers fill prefetch batches ahead while the consumer holds one (and a

@@ -136,6 +136,9 @@ class Loader {
     int64_t examples = 0;
   };
 
+  // Throws InvalidArgumentError for a start state with a negative counter or
+  // a position past the stream's end or its epoch's last step; plans that epoch.
+  void CheckStartState(const LoaderState& start);
   void WorkerLoop();
   // Throws IoError naming a mapped file whose size or modification time
   // differs from when the loader started.

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <set>
 #include <string>
 #include <thread>
@@ -323,6 +324,35 @@ TEST(LoaderTest, MappedFileChangedWhileLoadingFailsNamingIt) {
   std::filesystem::remove(path);
   o.mapped_files = {path};
   EXPECT_THROW(Loader(testing::TokensDataset({1, 2}), o), IoError);  // Gone before the start.
+}
+
+TEST(LoaderTest, StartStatePastTheEndOrNegativeIsRefused) {
+  const auto ds = testing::TokensDataset(std::vector<int64_t>(30, 3));
+  LoaderOptions o = Options(PadToMaxOptions{.batch_size = 8}, /*threads=*/1, /*epochs=*/2);
+  const auto refused = [&](LoaderState state, const std::string& message) {
+    state.seed = o.schedule.seed;
+    try {
+      Loader loader(ds, o, state);
+      ADD_FAILURE() << "expected InvalidArgumentError: " << message;
+    } catch (const InvalidArgumentError& e) {
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+    }
+  };
+  refused({.epoch = 0, .step = 4}, "step 4 is past the end of epoch 0, which has 4 steps");
+  refused({.epoch = 2, .step = 1}, "position (epoch 2, step 1) is past the end of the stream");
+  refused({.epoch = 3}, "expected epoch < 2 (epochs=2) or epoch 2 with step 0");
+  refused({.epoch = 0, .step = 0, .dropped = -1}, "the state's dropped must be >= 0, found -1");
+  o.epochs = 0;  // forever: an epoch whose counts would overflow int64 is refused
+  refused({.epoch = std::numeric_limits<int64_t>::max()}, "past the end of the stream");
+  Loader at_end(ds, Options(PadToMaxOptions{.batch_size = 8}, 1, 2),
+                LoaderState{.seed = o.schedule.seed, .epoch = 2});
+  EXPECT_FALSE(at_end.Next());
+  Loader last_step(ds, Options(PadToMaxOptions{.batch_size = 8}, 1, 2),
+                   LoaderState{.seed = o.schedule.seed, .epoch = 1, .step = 3});
+  std::optional<LoadedBatch> batch = last_step.Next();
+  ASSERT_TRUE(batch);
+  EXPECT_EQ(batch->step, 3);
+  EXPECT_FALSE(last_step.Next());
 }
 
 }  // namespace
