@@ -456,3 +456,59 @@ def test_state_at_the_end_of_the_stream_restores_to_an_empty_stream():
     state = loader.get_state()
     assert (state["epoch"], state["step"]) == (2, 0)
     assert drain(jb.Loader(make_dataset(n=30), jb.PadToMax(8), epochs=2, state=state)) == []
+
+
+@pytest.mark.parametrize("epochs", [1, 3])
+def test_stats_count_truncated_examples(epochs):
+    ds = make_dataset(n=80)  # lengths 1..59
+    planner = jb.FixedBuckets([16, 32], batch_size=4, too_long="truncate")
+    loader = jb.Loader(ds, planner, epochs=epochs)
+    batches = list(loader)
+    expected = int((ds.lengths() > 32).sum())  # the NumPy reference
+    assert expected > 0
+    assert loader.stats.truncated == epochs * expected
+    # What was yielded agrees: lengths are cut to 32.
+    cut = sum(int((b["tokens_lengths"] == 32).sum()) for b in batches)
+    assert cut == epochs * int((ds.lengths() >= 32).sum())
+    state = loader.get_state()
+    assert state["truncated"] == epochs * expected
+    resumed = jb.Loader(ds, planner, epochs=epochs, state=state)
+    assert list(resumed) == [] and resumed.stats.truncated == epochs * expected
+
+
+def test_loader_without_truncation_counts_none():
+    loader = jb.Loader(make_dataset(n=30), jb.PadToMax(8))
+    list(loader)
+    assert loader.stats.truncated == 0
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        (
+            {"column": "y"},
+            ValueError,
+            "column 'y' is fixed-shape; batching by length needs a ragged column, such as 'tokens'",
+        ),
+        ({"column": "nope"}, ValueError, "no column 'nope'"),
+        ({"pad_value": {"nope": 1}}, ValueError, "pad_value names column 'nope', which the data"),
+        ({"prefetch": 2**63}, ValueError, "prefetch must be below 2\\*\\*63, found"),
+        ({"block_size": 2**63}, ValueError, "block_size must be below 2\\*\\*63"),
+        ({"host_memory_limit": 2**64}, ValueError, "host_memory_limit must be below 2\\*\\*63"),
+        ({"epochs": 2**63}, ValueError, "epochs must be below 2\\*\\*63"),
+        ({"max_errors": 2**63}, ValueError, "max_errors must be below 2\\*\\*63"),
+        ({"prefetch": "2"}, ValueError, "prefetch must be an int, found str '2'"),
+        ({"seed": 2**70}, ValueError, "seed must be an int in \\[0, 2\\*\\*64\\), found"),
+    ],
+)
+def test_bad_loader_options_name_the_option(kwargs, error, message):
+    with pytest.raises(error, match=message):
+        jb.Loader(make_dataset(n=10), jb.PadToMax(4), **kwargs)
+
+
+def test_old_state_without_truncated_still_restores():
+    loader = jb.Loader(make_dataset(n=30), jb.PadToMax(8))
+    next(loader)
+    state = {k: v for k, v in loader.get_state().items() if k not in ("truncated", "fingerprint")}
+    expected = drain(jb.Loader(make_dataset(n=30), jb.PadToMax(8)))[1:]
+    assert drain(jb.Loader(make_dataset(n=30), jb.PadToMax(8), state=state)) == expected

@@ -70,7 +70,8 @@ void BindLoad(nb::module_& m) {
       .def_rw("skipped", &LoaderState::skipped)
       .def_rw("quarantined", &LoaderState::quarantined)
       .def_rw("dropped", &LoaderState::dropped)
-      .def_rw("padding_batches", &LoaderState::padding_batches);
+      .def_rw("padding_batches", &LoaderState::padding_batches)
+      .def_rw("truncated", &LoaderState::truncated);
 
   nb::class_<Loader>(m, "Loader")
       .def(

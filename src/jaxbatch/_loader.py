@@ -23,7 +23,9 @@ _SHUFFLE = {True: _core.ShuffleMode.global_, False: _core.ShuffleMode.none,
 _ON_ERROR = {"raise": _core.ErrorPolicy.raise_, "skip": _core.ErrorPolicy.skip,
              "quarantine": _core.ErrorPolicy.quarantine}  # fmt: skip
 _STATE_FIELDS = ("seed", "epoch", "step", "batches", "examples", "skipped", "quarantined",
-                 "dropped", "padding_batches")  # fmt: skip
+                 "dropped", "padding_batches", "truncated")  # fmt: skip
+# Fields a state may lack (saved before they were added): they count from 0.
+_OPTIONAL_STATE_FIELDS = ("truncated",)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,7 +51,9 @@ class LoaderStats:
     dataset size. With ``shard``, ``batches`` and ``examples`` are this
     process's while ``skipped``, ``quarantined`` and ``dropped`` count the
     whole data set (every process plans it alike): sum ``examples`` across
-    processes, not the others."""
+    processes, not the others. ``truncated`` counts examples cut to their
+    batch's shape under ``too_long="truncate"``, per epoch entered and over
+    the whole data set, like ``dropped``."""
 
     batches: int
     examples: int
@@ -58,6 +62,7 @@ class LoaderStats:
     dropped: int
     padding_batches: int
     epoch: int
+    truncated: int
 
 
 class Loader:
@@ -142,6 +147,20 @@ class Loader:
             raise ValueError(
                 f"Loader: on_error must be 'raise', 'skip' or 'quarantine', found {on_error!r}"
             )
+        for option, value, low in (
+            ("block_size", block_size, 1),
+            ("prefetch", prefetch, 1),
+            ("epochs", 1 if epochs is None else epochs, None),  # checked below
+            ("host_memory_limit", host_memory_limit or 0, 0),
+        ):
+            _check_int_option(option, value, low)
+        if isinstance(pad_value, Mapping):
+            unknown = [k for k in pad_value if k not in self.dataset.column_names]
+            if unknown:
+                raise ValueError(
+                    f"Loader: pad_value names column {unknown[0]!r}, which the data does not "
+                    f"have; columns are {self.dataset.column_names}"
+                )
         if (
             isinstance(seed, bool)
             or not isinstance(seed, int | np.integer)
@@ -216,13 +235,16 @@ class Loader:
                 f"Loader: expected a state of version {_STATE_VERSION}, found "
                 f"{state.get('version')!r}"
             )
-        missing = [k for k in ("num_examples", "planner", *_STATE_FIELDS) if k not in state]
+        required = [f for f in _STATE_FIELDS if f not in _OPTIONAL_STATE_FIELDS]
+        missing = [k for k in ("num_examples", "planner", *required) if k not in state]
         if missing:
             raise ValueError(
                 f"Loader: the state lacks {', '.join(map(repr, missing))}; expected a dict "
                 f"from get_state()"
             )
         for field in ("num_examples", *_STATE_FIELDS):
+            if field not in state:
+                continue
             value, limit = state[field], 2**64 if field == "seed" else 2**63
             if isinstance(value, bool) or not isinstance(value, int | np.integer):
                 raise ValueError(
@@ -261,7 +283,7 @@ class Loader:
             )
         s = _core.LoaderState()
         for field in _STATE_FIELDS:
-            setattr(s, field, int(state[field]))
+            setattr(s, field, int(state.get(field, 0)))
         return s
 
     def _fingerprint(self) -> str:
@@ -394,9 +416,22 @@ def _resolve_shard(shard) -> tuple[int, int]:
     )
 
 
+def _check_int_option(option: str, value, low: int | None) -> None:
+    """ValueError naming `option` unless `value` is an int in [low, 2**63)
+    (what the core's int64 options hold)."""
+    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+        raise ValueError(f"Loader: {option} must be an int, found {type(value).__name__} {value!r}")
+    if low is not None and value < low:
+        raise ValueError(f"Loader: {option} must be >= {low}, found {value}")
+    if value >= 2**63:
+        raise ValueError(f"Loader: {option} must be below 2**63, found {value}")
+
+
 def _resolve_max_errors(max_errors) -> tuple[int, float]:
     if max_errors is None:
         return -1, -1.0
+    if isinstance(max_errors, int | np.integer) and not isinstance(max_errors, bool):
+        _check_int_option("max_errors", max_errors, 0)
     if isinstance(max_errors, bool) or max_errors < 0:
         raise ValueError(
             f"Loader: max_errors must be a count >= 0 or a fraction, found {max_errors!r}"

@@ -80,6 +80,12 @@ Loader::Loader(std::shared_ptr<const Dataset> dataset, LoaderOptions options,
   }
   const std::string& length_column =
       options_.length_column.empty() ? dataset_->default_length_column() : options_.length_column;
+  if (dataset_->column(length_column).is_fixed()) {
+    throw InvalidArgumentError(StrCat("Loader: column '", length_column,
+                                      "' is fixed-shape; batching by length needs a ragged "
+                                      "column, such as '",
+                                      dataset_->default_length_column(), "'"));
+  }
   lengths_ = dataset_->column(length_column).Lengths();
   layout_ = BatchLayout{.packed = std::holds_alternative<PackOptions>(options_.schedule.planner),
                         .allow_truncate = false,
@@ -335,6 +341,7 @@ void Loader::EnterEpoch(int64_t epoch, const EpochSchedule& schedule) {
   state_.dropped +=
       schedule.plan.stats.dropped + schedule.plan.stats.skipped + schedule.shard_dropped;
   state_.padding_batches += schedule.padding_batches;
+  state_.truncated += schedule.plan.stats.truncated;
   if (bad_records_.empty()) return;
   const BadRecord& first = bad_records_.front();
   switch (options_.on_error) {

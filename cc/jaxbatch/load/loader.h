@@ -84,6 +84,7 @@ struct LoaderState {
   int64_t quarantined = 0;      // bad records dropped under "quarantine"
   int64_t dropped = 0;          // examples left out by the remainder policy (plan or shards)
   int64_t padding_batches = 0;  // empty batches that even out shards
+  int64_t truncated = 0;        // examples cut to their batch's shape by too_long="truncate"
 };
 
 struct LoadedBatch {
