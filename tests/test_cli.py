@@ -101,3 +101,16 @@ def test_unreadable_or_empty_files_print_one_line_and_exit_non_zero(
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith("jaxbatch plan: ")
     assert message.format(path=path) in lines[0]
+
+
+def test_directories_fifos_and_symlink_loops_are_named(tmp_path):
+    import os
+
+    os.mkfifo(tmp_path / "fifo.txt")
+    os.symlink(tmp_path / "b", tmp_path / "a")
+    os.symlink(tmp_path / "a", tmp_path / "b")
+    with pytest.raises(SystemExit, match=f"{tmp_path} is a directory; expected a file"):
+        main(["plan", str(tmp_path)])
+    for name in ("fifo.txt", "a"):
+        with pytest.raises(SystemExit, match=f"{tmp_path / name} is not a regular file"):
+            main(["plan", str(tmp_path / name)])

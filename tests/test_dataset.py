@@ -248,3 +248,9 @@ def test_arrow_sliced_list_of_fixed_size_list_reads_the_slice():
     ds = jb.Dataset.from_arrow(pa.table({"x": column.slice(1, 2)}))
     np.testing.assert_array_equal(ds.example(0)["x"], [[2, 3], [4, 5]])
     np.testing.assert_array_equal(ds.example(1)["x"], [[6, 7], [8, 9], [10, 11]])
+
+
+def test_offsets_past_int64_are_refused_naming_the_column():
+    offsets = np.array([0, 2**63], np.uint64)
+    with pytest.raises(ValueError, match=r"column 't': offsets must be below 2\*\*63 \(int64\)"):
+        jb.Dataset.from_arrays({"t": (np.arange(3), offsets)})

@@ -512,3 +512,17 @@ def test_old_state_without_truncated_still_restores():
     state = {k: v for k, v in loader.get_state().items() if k not in ("truncated", "fingerprint")}
     expected = drain(jb.Loader(make_dataset(n=30), jb.PadToMax(8)))[1:]
     assert drain(jb.Loader(make_dataset(n=30), jb.PadToMax(8), state=state)) == expected
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        (jb.ColumnSchema(max_length=2**63), "schema for column 'tokens': max_length must be below"),
+        (jb.ColumnSchema(min_length=-1), "schema for column 'tokens': min_length must be >= 0"),
+        (jb.ColumnSchema(inner_shape=[2**63]), "column 'tokens': inner_shape must be below 2"),
+        (jb.ColumnSchema(max_length="9"), "column 'tokens': max_length must be an int, found str"),
+    ],
+)
+def test_bad_schema_values_name_the_column_and_field(spec, message):
+    with pytest.raises(ValueError, match=message):
+        jb.Loader(make_dataset(n=10), jb.PadToMax(4), schema={"tokens": spec})

@@ -39,6 +39,12 @@ def load_lengths(path: str | None, column: str | None) -> tuple[np.ndarray, str]
         return pydoc_lengths(), "pydoc topics (embedded default), whitespace tokens"
     p = Path(path)
     if not p.is_file():
+        if p.is_dir():
+            raise SystemExit(f"jaxbatch plan: {path} is a directory; expected a file")
+        if p.exists() or p.is_symlink():
+            raise SystemExit(
+                f"jaxbatch plan: {path} is not a regular file (a FIFO, device or symlink loop)"
+            )
         raise SystemExit(f"jaxbatch plan: no such file: {path}")
     suffix = p.suffix.lower()
     if suffix in (".parquet", ".arrow", ".feather", ".ipc"):

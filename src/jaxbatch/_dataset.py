@@ -165,6 +165,10 @@ def _ragged_from_pair(name: str, pair: tuple, dtype: Any) -> _core.RaggedColumn:
             f"column {name!r}: expected 1-D integer offsets with num_examples + 1 entries, "
             f"found shape {offsets.shape} and dtype {offsets.dtype}"
         )
+    if offsets.size and offsets.max() >= 2**63:
+        raise ValueError(
+            f"column {name!r}: offsets must be below 2**63 (int64), found {offsets.max()}"
+        )
     values = np.ascontiguousarray(_native(values))
     offsets = np.ascontiguousarray(offsets, dtype=np.int64)
     return _core.RaggedColumn.ragged(

@@ -213,8 +213,14 @@ class Loader:
             s.name = name
             if spec.dtype is not None:
                 s.dtype = dtype_name(spec.dtype, f"schema for column {name!r}")
+            where = f"schema for column {name!r}"
             if spec.inner_shape is not None:
+                for d in spec.inner_shape:
+                    _check_int_option(f"{where}: inner_shape", d, 0)
                 s.inner_shape = [int(d) for d in spec.inner_shape]
+            _check_int_option(f"{where}: min_length", spec.min_length, 0)
+            if spec.max_length is not None:
+                _check_int_option(f"{where}: max_length", spec.max_length, 0)
             s.min_length = int(spec.min_length)
             s.max_length = -1 if spec.max_length is None else int(spec.max_length)
             s.finite = bool(spec.finite)
