@@ -86,6 +86,26 @@ def test_npy_file_truncated_while_loading_raises_naming_it(tmp_path):
     assert_clean_exception(code, tmp_path, "OSError", str(folder), "changed while the loader")
 
 
+def test_dataset_over_np_load_memmap_truncated_while_loading(tmp_path):
+    import numpy as np
+
+    lengths = np.arange(400) % 50 + 1
+    np.save(tmp_path / "values.npy", np.arange(lengths.sum(), dtype=np.int64))
+    code = """
+    lengths = np.arange(400) % 50 + 1
+    values = np.load("values.npy", mmap_mode="r")
+    ds = jb.Dataset.from_arrays({"t": (values, np.concatenate([[0], np.cumsum(lengths)]))})
+    loader = jb.Loader(ds, jb.PadToMax(2), prefetch=1, num_threads=1, shuffle=False)
+    next(loader)
+    time.sleep(0.5)
+    os.truncate("values.npy", 0)
+    for batch in loader:
+        pass
+    """
+    path = str(tmp_path / "values.npy")
+    assert_clean_exception(code, tmp_path, "OSError", path, "changed while the loader")
+
+
 def test_keeping_every_batch_under_host_memory_limit(tmp_path):
     code = """
     ds = jb.Dataset.from_arrays({"t": [np.arange(k % 4 + 1, dtype=np.int32) for k in range(40)]})

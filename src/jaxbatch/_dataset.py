@@ -34,6 +34,9 @@ class Dataset:
                 f"Dataset.from_arrow(table), found Dataset({type(core).__name__})"
             )
         self._core = core
+        # Files numpy memory-maps for this dataset's columns: a Loader re-checks
+        # them before each batch (a truncated mapping would be SIGBUS).
+        self._mapped_files: tuple[str, ...] = ()
 
     @classmethod
     def from_arrays(
@@ -58,7 +61,9 @@ class Dataset:
         dtypes = dict(dtypes or {})
         built = [_make_column(name, data, dtypes.get(name)) for name, data in columns.items()]
         groups = [list(g) for g in (aligned or [])]
-        return cls(_core.Dataset(built, groups))
+        dataset = cls(_core.Dataset(built, groups))
+        dataset._mapped_files = _memmap_files(columns.values())
+        return dataset
 
     @classmethod
     def from_arrow(
@@ -130,6 +135,19 @@ class Dataset:
             kind = "fixed" if col.is_fixed else f"ragged, max length {col.max_length}"
             cols.append(f"{name}: {col.dtype}{list(col.inner_shape)} ({kind})")
         return f"Dataset({len(self)} examples; " + "; ".join(cols) + ")"
+
+
+def _memmap_files(columns: Iterable[Any]) -> tuple[str, ...]:
+    """The files behind read-only np.memmap inputs (np.load(..., mmap_mode="r"))
+    used without a copy (a byteswapped one is not read later; one mapped for
+    writing is the caller's to change)."""
+    files: list[str] = []
+    for data in columns:
+        for part in data if isinstance(data, tuple) else (data,):
+            mapped = isinstance(part, np.memmap) and part.filename and part.mode in ("r", "c")
+            if mapped and _native(part) is part:
+                files.append(str(part.filename))
+    return tuple(dict.fromkeys(files))
 
 
 def _native(array: np.ndarray) -> np.ndarray:

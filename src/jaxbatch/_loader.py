@@ -132,12 +132,13 @@ class Loader:
         if isinstance(source, Dataset):
             if columns is not None:
                 raise ValueError("Loader: columns= selects columns of a file; got a Dataset")
-            self.dataset, self.source, mapped = source, "dataset", []
+            self.dataset, self.source = source, "dataset"
         else:
-            from jaxbatch._sources import open_source, source_files
+            from jaxbatch._sources import open_source
 
             self.dataset = open_source(source, columns, column, aligned)
-            self.source, mapped = str(source), source_files(source)
+            self.source = str(source)
+        mapped = list(self.dataset._mapped_files)
         self.planner = planner
         self._core_loader = None
         self._fingerprint_cache: str | None = None

@@ -55,9 +55,12 @@ def open_source(
             f"folder of .npy files, found suffix {suffix!r}"
         )
     try:
-        return Dataset.from_arrow(table, aligned=aligned)
+        dataset = Dataset.from_arrow(table, aligned=aligned)
     except ValueError as e:
         raise ValueError(f"Loader: {p}: {e}") from e
+    if suffix != ".parquet":  # Arrow IPC is read through its mapping; Parquet is decoded.
+        dataset._mapped_files = (str(p),)
+    return dataset
 
 
 def _check_path(p: Path) -> None:
@@ -168,15 +171,3 @@ def _load_npy(f: Path) -> np.ndarray:
     if array.dtype == object:
         raise ValueError(f"Loader: {f} holds objects; expected a numeric .npy array")
     return array
-
-
-def source_files(path: str | os.PathLike) -> list[str]:
-    """The memory-mapped files a Loader over `path` reads while it runs: the
-    Arrow IPC file, or each .npy file of a folder (Parquet is decoded into
-    memory when opened)."""
-    p = Path(path)
-    if p.is_dir():
-        return [str(f) for f in sorted(p.glob("*.npy"))]
-    if p.suffix.lower() in (".arrow", ".feather", ".ipc"):
-        return [str(p)]
-    return []
