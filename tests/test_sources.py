@@ -73,3 +73,18 @@ def test_npy_folder_batches_by_the_first_ragged_column_whatever_the_file_order(t
     np.testing.assert_array_equal(batch["tokens"], [[0, 1, 2], [0, 0, 0], [0, 1, 0]])
     np.testing.assert_array_equal(batch["tokens_lengths"], [3, 1, 2])
     np.testing.assert_array_equal(batch["label"], [5, 6, 7])
+
+
+@pytest.mark.parametrize("suffix", [".arrow", ".parquet"])
+def test_arrow_and_parquet_batch_by_the_first_list_column_of_columns(tmp_path, suffix):
+    path = tmp_path / f"d{suffix}"
+    table = pa.table(
+        {"label": [5, 6, 7], "tokens": pa.array([[0, 1, 2], [0], [0, 1]], pa.list_(pa.int32()))}
+    )
+    if suffix == ".arrow":
+        feather.write_feather(table, path, compression="uncompressed")
+    else:
+        pq.write_table(table, path)
+    (batch,) = list(jb.Loader(path, jb.PadToMax(3), columns=["label", "tokens"], shuffle=False))
+    np.testing.assert_array_equal(batch["tokens"], [[0, 1, 2], [0, 0, 0], [0, 1, 0]])
+    np.testing.assert_array_equal(batch["label"], [5, 6, 7])

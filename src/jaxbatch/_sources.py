@@ -111,14 +111,16 @@ def _check_columns(path, schema, columns, length_column) -> None:
     for name in [*(columns or []), *([length_column] if length_column else [])]:
         if name not in names:
             raise ValueError(f"Loader: {path} has no column {name!r}; its columns are {names}")
-    wanted = length_column or (columns[0] if columns else None)
+    # Batch by the named column, else the first list column (of `columns` if given).
+    lists = [
+        f.name
+        for f in schema
+        if (pa.types.is_list(f.type) or pa.types.is_large_list(f.type))
+        and (not columns or f.name in columns)
+    ]
+    wanted = length_column or (lists[0] if lists else (columns[0] if columns else None))
     if wanted is None:
-        wanted = next(
-            (f.name for f in schema if pa.types.is_list(f.type) or pa.types.is_large_list(f.type)),
-            None,
-        )
-        if wanted is None:
-            raise ValueError(f"Loader: {path} has no list column to batch by; columns are {names}")
+        raise ValueError(f"Loader: {path} has no list column to batch by; columns are {names}")
     field = schema.field(wanted)
     if not (pa.types.is_list(field.type) or pa.types.is_large_list(field.type)):
         raise ValueError(
