@@ -49,8 +49,9 @@ inline constexpr int64_t kDefaultPrefetch = 4;
 inline constexpr int64_t kMaxDefaultThreads = 8;
 // How long the workers may all wait for memory that only the consumer can
 // give back, while the consumer waits for a batch, before Next() calls it a
-// deadlock (the caller keeps more batches than host_memory_limit holds).
-inline constexpr std::chrono::milliseconds kMemoryStallGrace{500};
+// deadlock (the caller keeps more batches than host_memory_limit holds). Long
+// enough for another of the caller's threads to let go of a batch it works on.
+inline constexpr std::chrono::milliseconds kMemoryStallGrace{1000};
 
 struct LoaderOptions {
   ScheduleOptions schedule;
