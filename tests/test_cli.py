@@ -65,3 +65,52 @@ def test_console_script_runs():
         check=True,
     )
     assert "AutoBuckets(max_shapes=4)" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "message"),
+    [
+        (
+            "blank.txt",
+            b"\n  \n\n",
+            "blank.txt, one example per line, whitespace tokens holds 3 "
+            "examples, all empty (0 tokens); there is nothing to plan",
+        ),
+        (
+            "bad.parquet",
+            b"PAR1 not really parquet",
+            "cannot read {path} as Parquet (corrupt or truncated?)",
+        ),
+        (
+            "bad.arrow",
+            b"ARROW1\0\0 truncated",
+            "cannot read {path} as Arrow IPC (corrupt or truncated?)",
+        ),
+    ],
+)
+def test_unreadable_or_empty_files_print_one_line_and_exit_non_zero(
+    tmp_path, name, content, message
+):
+    path = tmp_path / name
+    path.write_bytes(content)
+    result = subprocess.run(
+        [sys.executable, "-m", "jaxbatch._cli", "plan", str(path)], capture_output=True, text=True
+    )
+    assert result.returncode != 0
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("jaxbatch plan: ")
+    assert message.format(path=path) in lines[0]
+
+
+def test_directories_fifos_and_symlink_loops_are_named(tmp_path):
+    import os
+
+    os.mkfifo(tmp_path / "fifo.txt")
+    os.symlink(tmp_path / "b", tmp_path / "a")
+    os.symlink(tmp_path / "a", tmp_path / "b")
+    with pytest.raises(SystemExit, match=f"{tmp_path} is a directory; expected a file"):
+        main(["plan", str(tmp_path)])
+    for name in ("fifo.txt", "a"):
+        with pytest.raises(SystemExit, match=f"{tmp_path / name} is not a regular file"):
+            main(["plan", str(tmp_path / name)])

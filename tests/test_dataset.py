@@ -99,7 +99,7 @@ def test_dataset_keeps_source_alive():
             {},
             "column 'x', example 1: expected dtype float32, found float64",
         ),
-        ({"x": [np.array(["a", "b"])]}, {}, "column 'x': unsupported dtype"),
+        ({"x": [np.array(["a", "b"])]}, {}, "column 'x', example 0: unsupported dtype"),
         ({"x": [np.ones(2, np.complex64)]}, {}, "unsupported dtype 'complex64'"),
         ({"x": []}, {}, "cannot infer a dtype from an empty column"),
         ({"x": [np.float32(1.0)]}, {}, "column 'x', example 0: expected an array of rank >= 1"),
@@ -159,3 +159,98 @@ def test_from_arrow_errors():
         jb.Dataset.from_arrow(pa.table({"x": pa.array([[1]])}), columns=["y"])
     with pytest.raises(ValueError, match="unsupported Arrow value type string"):
         jb.Dataset.from_arrow(pa.table({"x": pa.array([["a"]])}))
+
+
+@pytest.mark.parametrize("order", [">", "<"])
+@pytest.mark.parametrize("dtype", ["i2", "i4", "i8", "u4", "f4", "f8"])
+def test_big_endian_input_is_byteswapped_to_native(order, dtype):
+    # '>i4' data read as little-endian gave 16777216, 33554432, ... instead of 1, 2, 3.
+    rng = np.random.default_rng(1)
+    pieces = [rng.integers(0, 100, size=n).astype(order + dtype) for n in (3, 1, 4)]
+    offsets = np.array([0, 3, 4, 8], dtype=">i8")
+    fixed = np.arange(6).reshape(3, 2).astype(order + dtype)
+    ds = jb.Dataset.from_arrays(
+        {"t": pieces, "pair": (np.concatenate(pieces), offsets), "f": fixed}
+    )
+    batch = jb.collate(ds, jb.plan(ds, jb.PadToMax(batch_size=3))[0])
+    for i, piece in enumerate(pieces):
+        native = piece.astype(np.dtype(dtype))
+        np.testing.assert_array_equal(ds.example(i)["t"], native)
+        np.testing.assert_array_equal(ds.example(i)["pair"], native)
+        np.testing.assert_array_equal(batch["t"][i, : len(piece)], native)
+    np.testing.assert_array_equal(batch["f"], fixed.astype(np.dtype(dtype)))
+
+
+def test_big_endian_npy_folder_is_read_as_native(tmp_path):
+    values = np.array([1, 2, 3, 4, 5], ">i4")
+    np.save(tmp_path / "t.values.npy", values)
+    np.save(tmp_path / "t.offsets.npy", np.array([0, 3, 5], ">i8"))
+    np.save(tmp_path / "y.npy", np.array([7, 8], ">f8"))
+    batches = list(jb.Loader(tmp_path, jb.PadToMax(2), shuffle=False))
+    np.testing.assert_array_equal(batches[0]["t"], [[1, 2, 3], [4, 5, 0]])
+    np.testing.assert_array_equal(batches[0]["y"], [7.0, 8.0])
+
+
+@pytest.mark.parametrize(
+    "columns, message",
+    [
+        ({"t": [np.arange(3)], "t_lengths": [np.arange(3)]}, "'t_lengths'.*ragged column 't'"),
+        ({"t": [np.arange(3)], "t_mask": np.ones((1, 3), bool)}, "'t_mask'.*ragged column 't'"),
+        ({"t": [np.arange(3)], "t_segment_ids": [np.arange(3)]}, "'t_segment_ids'.*column 't'"),
+        ({"t": [np.arange(3)], "t_positions": np.zeros(1)}, "'t_positions'.*column 't'"),
+        ({"t": [np.arange(3)], "example_index": np.zeros(1)}, "'example_index' collides"),
+    ],
+)
+def test_columns_colliding_with_collate_outputs_are_refused(columns, message):
+    with pytest.raises(ValueError, match=message):
+        jb.Dataset.from_arrays(columns)
+
+
+def test_fixed_column_named_like_another_fixed_columns_output_is_allowed():
+    # Only ragged columns get _lengths/_mask outputs.
+    ds = jb.Dataset.from_arrays({"t": [np.arange(3)], "y": np.zeros(1), "y_mask": np.zeros(1)})
+    assert ds.column_names == ["t", "y", "y_mask"]
+
+
+@pytest.mark.parametrize(
+    "columns, message",
+    [
+        ({"t": [np.array(["a", "b"])]}, "column 't', example 0: unsupported dtype '<U1'"),
+        ({"t": [np.arange(2), np.array([2**64])]}, "column 't', example 1: unsupported dtype"),
+        ({"t": np.array([{"a": 1}], dtype=object)}, "column 't', example 0"),
+        ({"t": [np.arange(2)], "y": np.array(["x"])}, "column 'y': unsupported dtype"),
+    ],
+)
+def test_non_numeric_input_is_refused_naming_column(columns, message):
+    with pytest.raises(ValueError, match=message):
+        jb.Dataset.from_arrays(columns)
+
+
+def test_arrow_null_inside_list_of_fixed_size_list_is_refused_naming_example():
+    # A null fixed_size_list entry used to be dropped by flatten(), shifting later values.
+    inner = pa.array([[1, 2], [3, 4], None, [7, 8], [9, 10]], type=pa.list_(pa.int32(), 2))
+    column = pa.ListArray.from_arrays(pa.array([0, 2, 3, 5], pa.int32()), inner)
+    with pytest.raises(ValueError, match=r"column 'x', example 1: expected no nulls, found 1"):
+        jb.Dataset.from_arrow(pa.table({"x": column}))
+    values = pa.array([1, 2, 3, None, 5, 6], pa.int64())
+    inner = pa.FixedSizeListArray.from_arrays(values, 2)
+    column = pa.ListArray.from_arrays(pa.array([0, 1, 3], pa.int32()), inner)
+    with pytest.raises(ValueError, match=r"column 'x', example 1: expected no null values"):
+        jb.Dataset.from_arrow(pa.table({"x": column}))
+    fixed = pa.FixedSizeListArray.from_arrays(pa.array([1, None, 3, 4], pa.int64()), 2)
+    with pytest.raises(ValueError, match=r"column 'f', example 0: expected no null values"):
+        jb.Dataset.from_arrow(pa.table({"f": fixed}))
+
+
+def test_arrow_sliced_list_of_fixed_size_list_reads_the_slice():
+    inner = pa.array([[i, i + 1] for i in range(0, 12, 2)], type=pa.list_(pa.int32(), 2))
+    column = pa.ListArray.from_arrays(pa.array([0, 1, 3, 6], pa.int32()), inner)
+    ds = jb.Dataset.from_arrow(pa.table({"x": column.slice(1, 2)}))
+    np.testing.assert_array_equal(ds.example(0)["x"], [[2, 3], [4, 5]])
+    np.testing.assert_array_equal(ds.example(1)["x"], [[6, 7], [8, 9], [10, 11]])
+
+
+def test_offsets_past_int64_are_refused_naming_the_column():
+    offsets = np.array([0, 2**63], np.uint64)
+    with pytest.raises(ValueError, match=r"column 't': offsets must be below 2\*\*63 \(int64\)"):
+        jb.Dataset.from_arrays({"t": (np.arange(3), offsets)})

@@ -356,3 +356,173 @@ def test_device_prefetch_puts_batches_on_device_in_order():
     np.testing.assert_array_equal(np.asarray(sharded["tokens"]), host[0]["tokens"])
     with pytest.raises(ValueError, match="size must be an int >= 1"):
         next(jb.device_prefetch([], size=0))
+
+
+def small_batches_dataset(length=None):
+    # PadToMax(4) batches of at most 128 bytes: host_memory_limit=624 holds 4.
+    return jb.Dataset.from_arrays(
+        {"t": [np.arange(length or k % 4 + 1, dtype=np.int32) for k in range(40)]}
+    )
+
+
+def test_keeping_more_batches_than_host_memory_limit_holds_raises_instead_of_hanging():
+    ds = small_batches_dataset()
+    with pytest.raises(
+        RuntimeError,
+        match=r"host_memory_limit=624 holds 4 batches of up to 128 bytes and all are still "
+        r"referenced by the caller",
+    ):
+        list(jb.Loader(ds, jb.PadToMax(4), prefetch=1, host_memory_limit=624))
+    # A consumer that lets go of its batches gets every example.
+    loader = jb.Loader(ds, jb.PadToMax(4), prefetch=1, host_memory_limit=624, shuffle=False)
+    assert [i for b in loader for i in b["example_index"].tolist()] == list(range(40))
+
+
+def test_next_is_interruptible_while_it_waits():
+    import signal
+    import time
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt("from the test's timer")
+
+    ds = small_batches_dataset(length=4)  # 128 bytes each: 4 fit, never 5
+    loader = jb.Loader(ds, jb.PadToMax(4), prefetch=1, host_memory_limit=624)
+    kept = [next(loader) for _ in range(4)]  # every buffer the limit allows
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, 0.1)
+    start = time.monotonic()
+    try:
+        with pytest.raises(KeyboardInterrupt, match="from the test's timer"):
+            next(loader)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert time.monotonic() - start < 0.9  # before the deadlock check would raise (1 s)
+    del kept
+    assert next(loader)["example_index"].size == 4  # the loader still works
+    loader.close()
+
+
+def test_state_from_other_data_of_the_same_size_is_refused():
+    loader = jb.Loader(make_dataset(n=30, seed=0), jb.PadToMax(8))
+    next(loader)
+    state = loader.get_state()
+    with pytest.raises(ValueError, match="the state was saved for other data \\(fingerprint"):
+        jb.Loader(make_dataset(n=30, seed=1), jb.PadToMax(8), state=state)
+    # A state without a fingerprint (saved before it was added) still restores exactly.
+    old = {k: v for k, v in state.items() if k != "fingerprint"}
+    expected = drain(jb.Loader(make_dataset(n=30), jb.PadToMax(8)))[1:]
+    assert drain(jb.Loader(make_dataset(n=30), jb.PadToMax(8), state=old)) == expected
+
+
+@pytest.mark.parametrize(
+    ("change", "epochs", "message"),
+    [
+        ({"step": 4}, 1, "the state's step 4 is past the end of epoch 0, which has 4 steps"),
+        ({"epoch": 2, "step": 0}, 1, r"past the end of the stream; expected epoch < 1 \(epochs=1"),
+        ({"epoch": 1, "step": 1}, 1, r"position \(epoch 1, step 1\) is past the end"),
+        ({"epoch": 2**63 - 1}, None, "past the end of the stream; expected epoch <"),
+        ({"epoch": 2**63}, None, r"the state's epoch must be in \[0, 2\*\*63\), found"),
+        ({"step": -1}, 1, r"the state's step must be in \[0, 2\*\*63\), found -1"),
+        ({"batches": 1.5}, 1, "the state's batches must be an int, found float 1.5"),
+        ({"examples": True}, 1, "the state's examples must be an int, found bool"),
+        ({"seed": None}, 1, "the state's seed must be an int, found NoneType"),
+        ({"step": None, "epoch": None}, 1, "the state's epoch must be an int"),
+    ],
+)
+def test_malformed_or_out_of_range_state_is_refused(change, epochs, message):
+    ds = make_dataset(n=30)  # PadToMax(8): 4 steps per epoch
+    state = jb.Loader(ds, jb.PadToMax(8), epochs=epochs).get_state()
+    with pytest.raises(ValueError, match=message):
+        jb.Loader(ds, jb.PadToMax(8), epochs=epochs, state={**state, **change})
+
+
+@pytest.mark.parametrize(
+    ("state", "message"),
+    [
+        ([1, 2], "state must be a dict from get_state\\(\\), found list"),
+        ({"version": 1}, "the state lacks 'num_examples', 'planner', 'seed'"),
+        ({"version": 7}, "expected a state of version 1, found 7"),
+    ],
+)
+def test_state_that_is_not_a_get_state_dict_is_refused(state, message):
+    with pytest.raises(ValueError, match=message):
+        jb.Loader(make_dataset(n=30), jb.PadToMax(8), state=state)
+
+
+def test_state_at_the_end_of_the_stream_restores_to_an_empty_stream():
+    loader = jb.Loader(make_dataset(n=30), jb.PadToMax(8), epochs=2)
+    drain(loader)
+    state = loader.get_state()
+    assert (state["epoch"], state["step"]) == (2, 0)
+    assert drain(jb.Loader(make_dataset(n=30), jb.PadToMax(8), epochs=2, state=state)) == []
+
+
+@pytest.mark.parametrize("epochs", [1, 3])
+def test_stats_count_truncated_examples(epochs):
+    ds = make_dataset(n=80)  # lengths 1..59
+    planner = jb.FixedBuckets([16, 32], batch_size=4, too_long="truncate")
+    loader = jb.Loader(ds, planner, epochs=epochs)
+    batches = list(loader)
+    expected = int((ds.lengths() > 32).sum())  # the NumPy reference
+    assert expected > 0
+    assert loader.stats.truncated == epochs * expected
+    # What was yielded agrees: lengths are cut to 32.
+    cut = sum(int((b["tokens_lengths"] == 32).sum()) for b in batches)
+    assert cut == epochs * int((ds.lengths() >= 32).sum())
+    state = loader.get_state()
+    assert state["truncated"] == epochs * expected
+    resumed = jb.Loader(ds, planner, epochs=epochs, state=state)
+    assert list(resumed) == [] and resumed.stats.truncated == epochs * expected
+
+
+def test_loader_without_truncation_counts_none():
+    loader = jb.Loader(make_dataset(n=30), jb.PadToMax(8))
+    list(loader)
+    assert loader.stats.truncated == 0
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        (
+            {"column": "y"},
+            ValueError,
+            "column 'y' is fixed-shape; batching by length needs a ragged column, such as 'tokens'",
+        ),
+        ({"column": "nope"}, ValueError, "no column 'nope'"),
+        ({"pad_value": {"nope": 1}}, ValueError, "pad_value names column 'nope', which the data"),
+        ({"prefetch": 2**63}, ValueError, "prefetch must be below 2\\*\\*63, found"),
+        ({"block_size": 2**63}, ValueError, "block_size must be below 2\\*\\*63"),
+        ({"host_memory_limit": 2**64}, ValueError, "host_memory_limit must be below 2\\*\\*63"),
+        ({"epochs": 2**63}, ValueError, "epochs must be below 2\\*\\*63"),
+        ({"max_errors": 2**63}, ValueError, "max_errors must be below 2\\*\\*63"),
+        ({"prefetch": "2"}, ValueError, "prefetch must be an int, found str '2'"),
+        ({"seed": 2**70}, ValueError, "seed must be an int in \\[0, 2\\*\\*64\\), found"),
+    ],
+)
+def test_bad_loader_options_name_the_option(kwargs, error, message):
+    with pytest.raises(error, match=message):
+        jb.Loader(make_dataset(n=10), jb.PadToMax(4), **kwargs)
+
+
+def test_old_state_without_truncated_still_restores():
+    loader = jb.Loader(make_dataset(n=30), jb.PadToMax(8))
+    next(loader)
+    state = {k: v for k, v in loader.get_state().items() if k not in ("truncated", "fingerprint")}
+    expected = drain(jb.Loader(make_dataset(n=30), jb.PadToMax(8)))[1:]
+    assert drain(jb.Loader(make_dataset(n=30), jb.PadToMax(8), state=state)) == expected
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        (jb.ColumnSchema(max_length=2**63), "schema for column 'tokens': max_length must be below"),
+        (jb.ColumnSchema(min_length=-1), "schema for column 'tokens': min_length must be >= 0"),
+        (jb.ColumnSchema(inner_shape=[2**63]), "column 'tokens': inner_shape must be below 2"),
+        (jb.ColumnSchema(max_length="9"), "column 'tokens': max_length must be an int, found str"),
+    ],
+)
+def test_bad_schema_values_name_the_column_and_field(spec, message):
+    with pytest.raises(ValueError, match=message):
+        jb.Loader(make_dataset(n=10), jb.PadToMax(4), schema={"tokens": spec})

@@ -7,11 +7,16 @@
 #include <nanobind/stl/variant.h>
 #include <nanobind/stl/vector.h>
 
+#include <chrono>
+
 #include "bindings.h"
 #include "jaxbatch/load/loader.h"
 
 namespace jaxbatch::bindings {
 namespace {
+
+// How often a waiting next() lets Python handle signals.
+constexpr std::chrono::milliseconds kSignalCheckInterval{50};
 
 // A batch as collate returns it: (name, dtype name, array) per array.
 nb::list ToPython(std::vector<Array>& arrays) {
@@ -65,7 +70,8 @@ void BindLoad(nb::module_& m) {
       .def_rw("skipped", &LoaderState::skipped)
       .def_rw("quarantined", &LoaderState::quarantined)
       .def_rw("dropped", &LoaderState::dropped)
-      .def_rw("padding_batches", &LoaderState::padding_batches);
+      .def_rw("padding_batches", &LoaderState::padding_batches)
+      .def_rw("truncated", &LoaderState::truncated);
 
   nb::class_<Loader>(m, "Loader")
       .def(
@@ -77,7 +83,7 @@ void BindLoad(nb::module_& m) {
              std::vector<ColumnSchema> schema,
              std::vector<std::pair<std::string, Scalar>> pad_values, Scalar default_pad_value,
              int64_t host_memory_limit, std::string quarantine_path, std::string source,
-             std::optional<LoaderState> state) {
+             std::vector<std::string> mapped_files, std::optional<LoaderState> state) {
             LoaderOptions o;
             o.schedule = ScheduleOptions{.planner = planner,
                                          .shuffle = shuffle,
@@ -98,6 +104,7 @@ void BindLoad(nb::module_& m) {
             o.host_memory_limit = host_memory_limit;
             o.quarantine_path = std::move(quarantine_path);
             o.source = std::move(source);
+            o.mapped_files = std::move(mapped_files);
             nb::gil_scoped_release release;
             new (self) Loader(std::move(dataset), std::move(o), state);
           },
@@ -106,13 +113,21 @@ void BindLoad(nb::module_& m) {
           nb::arg("num_threads"), nb::arg("prefetch"), nb::arg("epochs"), nb::arg("on_error"),
           nb::arg("max_errors"), nb::arg("max_error_fraction"), nb::arg("schema"),
           nb::arg("pad_values"), nb::arg("default_pad_value"), nb::arg("host_memory_limit"),
-          nb::arg("quarantine_path"), nb::arg("source"), nb::arg("state").none())
+          nb::arg("quarantine_path"), nb::arg("source"), nb::arg("mapped_files"),
+          nb::arg("state").none())
       .def("next",
            [](Loader& loader) -> nb::object {
+             // Waits in short slices without the GIL, so Ctrl-C (and other
+             // signals' handlers) run while the consumer waits for a batch.
              std::optional<LoadedBatch> batch;
-             {
-               nb::gil_scoped_release release;
-               batch = loader.Next();
+             while (true) {
+               bool ready;
+               {
+                 nb::gil_scoped_release release;
+                 ready = loader.TryNext(kSignalCheckInterval, &batch);
+               }
+               if (ready) break;
+               if (PyErr_CheckSignals() != 0) throw nb::python_error();
              }
              if (!batch) return nb::none();
              return nb::make_tuple(ToPython(batch->arrays), batch->epoch, batch->step,

@@ -30,10 +30,17 @@ def _single_array(name: str, column: Any):
     return column
 
 
-def _primitive_values(name: str, array: Any) -> np.ndarray:
+def _first_null(array: Any) -> int:
+    return int(np.flatnonzero(np.asarray(array.is_null()))[0])
+
+
+def _primitive_values(name: str, array: Any, example_of) -> np.ndarray:
     pa = _require_pyarrow()
     if array.null_count:
-        raise ValueError(f"column {name!r}: expected no null values, found {array.null_count}")
+        raise ValueError(
+            f"column {name!r}, example {example_of(_first_null(array))}: expected no null "
+            f"values, found {array.null_count} in the column"
+        )
     if pa.types.is_boolean(array.type):  # Arrow packs bools in bits: one copy.
         return array.to_numpy(zero_copy_only=False).astype(np.bool_)
     try:
@@ -45,14 +52,37 @@ def _primitive_values(name: str, array: Any) -> np.ndarray:
         ) from e
 
 
-def _values_and_inner(name: str, child: Any) -> tuple[np.ndarray, list[int]]:
-    """The flat values of a list's child and the inner shape its nesting gives."""
+def _values_and_inner(
+    name: str, child: Any, offsets: np.ndarray | None
+) -> tuple[np.ndarray, list[int]]:
+    """The flat values of a list's child and the inner shape its nesting gives.
+
+    A null anywhere below the top level (a null fixed_size_list entry or a
+    null value) is refused naming the example it belongs to: flattening would
+    otherwise drop it and shift every later value. `offsets` are the list's
+    (None for a fixed_size_list column, one entry per example)."""
     pa = _require_pyarrow()
     inner: list[int] = []
+    scale = 1  # child elements per row of the list's child
+
+    def example_of(index: int) -> int:
+        row = index // scale
+        if offsets is None:
+            return row
+        return int(np.searchsorted(offsets, row, side="right")) - 1
+
     while pa.types.is_fixed_size_list(child.type):
-        inner.append(child.type.list_size)
-        child = child.flatten()
-    values = _primitive_values(name, child)
+        if child.null_count:
+            raise ValueError(
+                f"column {name!r}, example {example_of(_first_null(child) * scale)}: expected "
+                f"no nulls, found {child.null_count} null {child.type} entries"
+            )
+        size = child.type.list_size
+        inner.append(size)
+        # Slice to the rows in use (a sliced parent's child starts at its offset).
+        child = child.values.slice(child.offset * size, len(child) * size)
+        scale *= size
+    values = _primitive_values(name, child, example_of)
     return values.reshape([-1, *inner]) if inner else values, inner
 
 
@@ -62,7 +92,7 @@ def column_from_arrow(name: str, column: Any) -> _core.RaggedColumn:
     array = _single_array(name, column)
     if pa.types.is_list(array.type) or pa.types.is_large_list(array.type):
         offsets = np.asarray(array.offsets).astype(np.int64, copy=False)
-        values, inner = _values_and_inner(name, array.values)
+        values, inner = _values_and_inner(name, array.values, offsets)
         return _core.RaggedColumn.ragged(
             name,
             dtype_name(values.dtype, f"column {name!r}"),
@@ -72,7 +102,7 @@ def column_from_arrow(name: str, column: Any) -> _core.RaggedColumn:
             (values, offsets, array),
         )
     if pa.types.is_fixed_size_list(array.type):
-        values, inner = _values_and_inner(name, array)
+        values, inner = _values_and_inner(name, array, None)
         return _core.RaggedColumn.fixed(
             name,
             dtype_name(values.dtype, f"column {name!r}"),
@@ -81,7 +111,7 @@ def column_from_arrow(name: str, column: Any) -> _core.RaggedColumn:
             len(array),
             (values, array),
         )
-    values = _primitive_values(name, array)
+    values = _primitive_values(name, array, lambda i: i)
     return _core.RaggedColumn.fixed(
         name,
         dtype_name(values.dtype, f"column {name!r}"),

@@ -39,6 +39,12 @@ def load_lengths(path: str | None, column: str | None) -> tuple[np.ndarray, str]
         return pydoc_lengths(), "pydoc topics (embedded default), whitespace tokens"
     p = Path(path)
     if not p.is_file():
+        if p.is_dir():
+            raise SystemExit(f"jaxbatch plan: {path} is a directory; expected a file")
+        if p.exists() or p.is_symlink():
+            raise SystemExit(
+                f"jaxbatch plan: {path} is not a regular file (a FIFO, device or symlink loop)"
+            )
         raise SystemExit(f"jaxbatch plan: no such file: {path}")
     suffix = p.suffix.lower()
     if suffix in (".parquet", ".arrow", ".feather", ".ipc"):
@@ -47,11 +53,17 @@ def load_lengths(path: str | None, column: str | None) -> tuple[np.ndarray, str]
             import pyarrow.parquet as pq
         except ImportError:
             raise SystemExit("jaxbatch plan: reading Parquet/Arrow needs pyarrow") from None
-        table = pq.read_table(p) if suffix == ".parquet" else feather.read_table(p)
+        import pyarrow as pa
+
+        try:
+            table = pq.read_table(p) if suffix == ".parquet" else feather.read_table(p)
+        except (pa.ArrowException, OSError) as e:
+            kind = "Parquet" if suffix == ".parquet" else "Arrow IPC"
+            raise SystemExit(
+                f"jaxbatch plan: cannot read {path} as {kind} (corrupt or truncated?): {e}"
+            ) from None
         names = [column] if column else None
         if column is None:
-            import pyarrow as pa
-
             lists = [
                 f.name
                 for f in table.schema
@@ -159,6 +171,11 @@ def _plan_command(args: argparse.Namespace) -> int:
     lengths, source = load_lengths(None if args.default else args.file, args.column)
     if lengths.size == 0:
         raise SystemExit(f"jaxbatch plan: {source} holds no examples")
+    if not lengths.any():
+        raise SystemExit(
+            f"jaxbatch plan: {source} holds {lengths.size} examples, all empty (0 tokens); "
+            f"there is nothing to plan"
+        )
     print(f"data: {source}")
     print(
         f"{lengths.size} examples, {int(lengths.sum())} elements; lengths: mean "
@@ -194,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
         return args.handler(args)
     try:
         return _plan_command(args)
-    except ValueError as e:
+    except (ValueError, OSError) as e:
         print(f"jaxbatch plan: {e}", file=sys.stderr)
         return 2
 

@@ -34,6 +34,9 @@ class Dataset:
                 f"Dataset.from_arrow(table), found Dataset({type(core).__name__})"
             )
         self._core = core
+        # Files numpy memory-maps for this dataset's columns: a Loader re-checks
+        # them before each batch (a truncated mapping would be SIGBUS).
+        self._mapped_files: tuple[str, ...] = ()
 
     @classmethod
     def from_arrays(
@@ -58,7 +61,9 @@ class Dataset:
         dtypes = dict(dtypes or {})
         built = [_make_column(name, data, dtypes.get(name)) for name, data in columns.items()]
         groups = [list(g) for g in (aligned or [])]
-        return cls(_core.Dataset(built, groups))
+        dataset = cls(_core.Dataset(built, groups))
+        dataset._mapped_files = _memmap_files(columns.values())
+        return dataset
 
     @classmethod
     def from_arrow(
@@ -132,6 +137,28 @@ class Dataset:
         return f"Dataset({len(self)} examples; " + "; ".join(cols) + ")"
 
 
+def _memmap_files(columns: Iterable[Any]) -> tuple[str, ...]:
+    """The files behind read-only np.memmap inputs (np.load(..., mmap_mode="r"))
+    used without a copy (a byteswapped one is not read later; one mapped for
+    writing is the caller's to change)."""
+    files: list[str] = []
+    for data in columns:
+        for part in data if isinstance(data, tuple) else (data,):
+            mapped = isinstance(part, np.memmap) and part.filename and part.mode in ("r", "c")
+            if mapped and _native(part) is part:
+                files.append(str(part.filename))
+    return tuple(dict.fromkeys(files))
+
+
+def _native(array: np.ndarray) -> np.ndarray:
+    """`array` in native byte order: the core reads values as the machine's
+    own (little-endian) integers and floats, so a '>i4' array is byteswapped
+    (one copy) rather than read as garbage."""
+    if array.dtype.byteorder not in ("=", "|") and not array.dtype.isnative:
+        return array.astype(array.dtype.newbyteorder("="))
+    return array
+
+
 def _make_column(name: str, data: Any, dtype: Any) -> _core.RaggedColumn:
     if isinstance(data, tuple) and len(data) == 2:
         return _ragged_from_pair(name, data, dtype)
@@ -147,8 +174,8 @@ def _make_column(name: str, data: Any, dtype: Any) -> _core.RaggedColumn:
 
 def _ragged_from_pair(name: str, pair: tuple, dtype: Any) -> _core.RaggedColumn:
     values, offsets = pair
-    values = np.asarray(values) if dtype is None else np.asarray(values, dtype=dtype)
-    offsets = np.asarray(offsets)
+    values = _as_array(name, values, dtype)
+    offsets = _native(np.asarray(offsets))
     if values.ndim < 1:
         raise ValueError(f"column {name!r}: expected values of rank >= 1, found a scalar")
     if offsets.ndim != 1 or offsets.size < 1 or not np.issubdtype(offsets.dtype, np.integer):
@@ -156,7 +183,11 @@ def _ragged_from_pair(name: str, pair: tuple, dtype: Any) -> _core.RaggedColumn:
             f"column {name!r}: expected 1-D integer offsets with num_examples + 1 entries, "
             f"found shape {offsets.shape} and dtype {offsets.dtype}"
         )
-    values = np.ascontiguousarray(values)
+    if offsets.size and offsets.max() >= 2**63:
+        raise ValueError(
+            f"column {name!r}: offsets must be below 2**63 (int64), found {offsets.max()}"
+        )
+    values = np.ascontiguousarray(_native(values))
     offsets = np.ascontiguousarray(offsets, dtype=np.int64)
     return _core.RaggedColumn.ragged(
         name,
@@ -169,7 +200,8 @@ def _ragged_from_pair(name: str, pair: tuple, dtype: Any) -> _core.RaggedColumn:
 
 
 def _fixed_from_array(name: str, array: np.ndarray, dtype: Any) -> _core.RaggedColumn:
-    array = np.ascontiguousarray(array if dtype is None else array.astype(dtype, copy=False))
+    array = _as_array(name, array, dtype)
+    array = np.ascontiguousarray(_native(array))
     if array.ndim < 1:
         raise ValueError(f"column {name!r}: expected [num_examples, ...], found a scalar")
     return _core.RaggedColumn.fixed(
@@ -182,14 +214,31 @@ def _fixed_from_array(name: str, array: np.ndarray, dtype: Any) -> _core.RaggedC
     )
 
 
+def _as_array(name: str, data: Any, dtype: Any, example: int | None = None) -> np.ndarray:
+    """`data` as a numpy array of a supported dtype; ValueError naming the
+    column (and example) for anything numpy cannot make numeric: ragged
+    nested lists, strings, Python ints past int64/uint64, object arrays."""
+    where = f"column {name!r}" + ("" if example is None else f", example {example}")
+    try:
+        array = np.asarray(data) if dtype is None else np.asarray(data, dtype=dtype)
+    except (TypeError, ValueError, OverflowError) as e:
+        raise ValueError(f"{where}: cannot convert to a numeric array: {e}") from e
+    if array.dtype == object or array.dtype.kind in "USMmO":
+        raise ValueError(
+            f"{where}: unsupported dtype '{array.dtype}'; expected a numeric or bool array "
+            f"(found {type(data).__name__} of {array.dtype})"
+        )
+    return array
+
+
 def _ragged_from_pieces(name: str, items: list, dtype: Any) -> _core.RaggedColumn:
     if not items and dtype is None:
         raise ValueError(
             f"column {name!r}: cannot infer a dtype from an empty column; "
             f"pass dtypes={{{name!r}: ...}}"
         )
-    arrays = [np.asarray(a) if dtype is None else np.asarray(a, dtype=dtype) for a in items]
-    target = np.dtype(dtype) if dtype is not None else arrays[0].dtype
+    arrays = [_native(_as_array(name, a, dtype, example=i)) for i, a in enumerate(items)]
+    target = np.dtype(dtype).newbyteorder("=") if dtype is not None else arrays[0].dtype
     first = arrays[0] if arrays else np.zeros((0,), target)
     if first.ndim < 1:
         raise ValueError(

@@ -23,7 +23,9 @@ _SHUFFLE = {True: _core.ShuffleMode.global_, False: _core.ShuffleMode.none,
 _ON_ERROR = {"raise": _core.ErrorPolicy.raise_, "skip": _core.ErrorPolicy.skip,
              "quarantine": _core.ErrorPolicy.quarantine}  # fmt: skip
 _STATE_FIELDS = ("seed", "epoch", "step", "batches", "examples", "skipped", "quarantined",
-                 "dropped", "padding_batches")  # fmt: skip
+                 "dropped", "padding_batches", "truncated")  # fmt: skip
+# Fields a state may lack (saved before they were added): they count from 0.
+_OPTIONAL_STATE_FIELDS = ("truncated",)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,7 +51,9 @@ class LoaderStats:
     dataset size. With ``shard``, ``batches`` and ``examples`` are this
     process's while ``skipped``, ``quarantined`` and ``dropped`` count the
     whole data set (every process plans it alike): sum ``examples`` across
-    processes, not the others."""
+    processes, not the others. ``truncated`` counts examples cut to their
+    batch's shape under ``too_long="truncate"``, per epoch entered and over
+    the whole data set, like ``dropped``."""
 
     batches: int
     examples: int
@@ -58,6 +62,7 @@ class LoaderStats:
     dropped: int
     padding_batches: int
     epoch: int
+    truncated: int
 
 
 class Loader:
@@ -94,8 +99,10 @@ class Loader:
         examples reached (float < 1); beyond it the run stops with a summary.
       quarantine_file: JSONL file quarantined records are appended to.
       host_memory_limit: bytes of batch buffers alive at once (they come
-        back when your arrays are freed); must hold ``prefetch + 1`` batches
-        plus any you keep.
+        back when your arrays are freed); must hold ``prefetch + 2`` batches
+        plus any you keep. Keeping every batch it holds makes ``next()``
+        raise RuntimeError (instead of waiting forever for memory only you
+        can give back).
     """
 
     def __init__(
@@ -132,14 +139,30 @@ class Loader:
 
             self.dataset = open_source(source, columns, column, aligned)
             self.source = str(source)
+        mapped = list(self.dataset._mapped_files)
         self.planner = planner
         self._core_loader = None
+        self._fingerprint_cache: str | None = None
         if shuffle not in _SHUFFLE:
             raise ValueError(f"Loader: shuffle must be True, False or 'block', found {shuffle!r}")
         if on_error not in _ON_ERROR:
             raise ValueError(
                 f"Loader: on_error must be 'raise', 'skip' or 'quarantine', found {on_error!r}"
             )
+        for option, value, low in (
+            ("block_size", block_size, 1),
+            ("prefetch", prefetch, 1),
+            ("epochs", 1 if epochs is None else epochs, None),  # checked below
+            ("host_memory_limit", host_memory_limit or 0, 0),
+        ):
+            _check_int_option(option, value, low)
+        if isinstance(pad_value, Mapping):
+            unknown = [k for k in pad_value if k not in self.dataset.column_names]
+            if unknown:
+                raise ValueError(
+                    f"Loader: pad_value names column {unknown[0]!r}, which the data does not "
+                    f"have; columns are {self.dataset.column_names}"
+                )
         if (
             isinstance(seed, bool)
             or not isinstance(seed, int | np.integer)
@@ -169,6 +192,7 @@ class Loader:
             host_memory_limit=int(host_memory_limit or 0),
             quarantine_path=os.fspath(quarantine_file) if quarantine_file else "",
             source=self.source,
+            mapped_files=mapped,
         )
         if epochs is not None and epochs < 1:
             raise ValueError(f"Loader: epochs must be >= 1 or None (forever), found {epochs}")
@@ -194,8 +218,14 @@ class Loader:
             s.name = name
             if spec.dtype is not None:
                 s.dtype = dtype_name(spec.dtype, f"schema for column {name!r}")
+            where = f"schema for column {name!r}"
             if spec.inner_shape is not None:
+                for d in spec.inner_shape:
+                    _check_int_option(f"{where}: inner_shape", d, 0)
                 s.inner_shape = [int(d) for d in spec.inner_shape]
+            _check_int_option(f"{where}: min_length", spec.min_length, 0)
+            if spec.max_length is not None:
+                _check_int_option(f"{where}: max_length", spec.max_length, 0)
             s.min_length = int(spec.min_length)
             s.max_length = -1 if spec.max_length is None else int(spec.max_length)
             s.finite = bool(spec.finite)
@@ -207,15 +237,48 @@ class Loader:
         self._core_loader = _core.Loader(self.dataset._core, state=core_state, **self._args)
 
     def _parse_state(self, state: Mapping[str, Any]):
+        if not isinstance(state, Mapping):
+            raise ValueError(
+                f"Loader: state must be a dict from get_state(), found {type(state).__name__}"
+            )
         if state.get("version") != _STATE_VERSION:
             raise ValueError(
                 f"Loader: expected a state of version {_STATE_VERSION}, found "
                 f"{state.get('version')!r}"
             )
-        if state.get("num_examples") != self.dataset.num_examples:
+        required = [f for f in _STATE_FIELDS if f not in _OPTIONAL_STATE_FIELDS]
+        missing = [k for k in ("num_examples", "planner", *required) if k not in state]
+        if missing:
             raise ValueError(
-                f"Loader: the state was saved for {state.get('num_examples')} examples but this "
+                f"Loader: the state lacks {', '.join(map(repr, missing))}; expected a dict "
+                f"from get_state()"
+            )
+        for field in ("num_examples", *_STATE_FIELDS):
+            if field not in state:
+                continue
+            value, limit = state[field], 2**64 if field == "seed" else 2**63
+            if isinstance(value, bool) or not isinstance(value, int | np.integer):
+                raise ValueError(
+                    f"Loader: the state's {field} must be an int, found "
+                    f"{type(value).__name__} {value!r}"
+                )
+            if not 0 <= value < limit:
+                raise ValueError(
+                    f"Loader: the state's {field} must be in [0, 2**{limit.bit_length() - 1}), "
+                    f"found {value}"
+                )
+        if state["num_examples"] != self.dataset.num_examples:
+            raise ValueError(
+                f"Loader: the state was saved for {state['num_examples']} examples but this "
                 f"source has {self.dataset.num_examples}"
+            )
+        # States saved before the fingerprint was added (same version) carry
+        # none: they are accepted on the checks above.
+        if "fingerprint" in state and state["fingerprint"] != self._fingerprint():
+            raise ValueError(
+                f"Loader: the state was saved for other data (fingerprint "
+                f"{state['fingerprint']!r}) than this source ({self._fingerprint()!r}): the "
+                f"same number of examples but other columns or lengths"
             )
         stream = self._stream_settings()
         for key, value in stream.items():
@@ -224,15 +287,30 @@ class Loader:
                     f"Loader: the state was saved with {key}={state.get(key)!r} but this loader "
                     f"has {key}={value!r}; the stream would differ"
                 )
-        if state.get("planner") != repr(self.planner):
+        if state["planner"] != repr(self.planner):
             raise ValueError(
-                f"Loader: the state was saved with planner {state.get('planner')} but this "
+                f"Loader: the state was saved with planner {state['planner']} but this "
                 f"loader has {self.planner!r}"
             )
         s = _core.LoaderState()
         for field in _STATE_FIELDS:
-            setattr(s, field, int(state[field]))
+            setattr(s, field, int(state.get(field, 0)))
         return s
+
+    def _fingerprint(self) -> str:
+        """A hash of the columns' names, dtypes, shapes and every ragged
+        column's lengths: what decides the stream's plan, without reading the
+        values (so saving a state stays O(1) after the first)."""
+        if self._fingerprint_cache is None:
+            h = 0
+            for name in self.dataset.column_names:
+                col = self.dataset._core.column(name)
+                kind = "fixed" if col.is_fixed else "ragged"
+                h = _core.hash64(f"{name}:{col.dtype}:{list(col.inner_shape)}:{kind}".encode(), h)
+                if not col.is_fixed:
+                    h = _core.hash64(np.ascontiguousarray(col.lengths()).tobytes(), h)
+            self._fingerprint_cache = f"{h:016x}"
+        return self._fingerprint_cache
 
     def get_state(self) -> dict[str, Any]:
         """A small JSON-serialisable dict: seed, epoch, position and counts.
@@ -242,6 +320,7 @@ class Loader:
         out.update(
             version=_STATE_VERSION,
             num_examples=self.dataset.num_examples,
+            fingerprint=self._fingerprint(),
             planner=repr(self.planner),
             **self._stream_settings(),
         )
@@ -348,9 +427,22 @@ def _resolve_shard(shard) -> tuple[int, int]:
     )
 
 
+def _check_int_option(option: str, value, low: int | None) -> None:
+    """ValueError naming `option` unless `value` is an int in [low, 2**63)
+    (what the core's int64 options hold)."""
+    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+        raise ValueError(f"Loader: {option} must be an int, found {type(value).__name__} {value!r}")
+    if low is not None and value < low:
+        raise ValueError(f"Loader: {option} must be >= {low}, found {value}")
+    if value >= 2**63:
+        raise ValueError(f"Loader: {option} must be below 2**63, found {value}")
+
+
 def _resolve_max_errors(max_errors) -> tuple[int, float]:
     if max_errors is None:
         return -1, -1.0
+    if isinstance(max_errors, int | np.integer) and not isinstance(max_errors, bool):
+        _check_int_option("max_errors", max_errors, 0)
     if isinstance(max_errors, bool) or max_errors < 0:
         raise ValueError(
             f"Loader: max_errors must be a count >= 0 or a fraction, found {max_errors!r}"

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -28,26 +30,22 @@ def open_source(
     ValueError for a missing column or a length column that is not a list.
     """
     p = Path(path)
-    if not p.exists():
-        raise FileNotFoundError(f"Loader: no such file or folder: {p}")
+    _check_path(p)
     if p.is_dir():
         return _open_npy_folder(p, columns, length_column, aligned)
     suffix = p.suffix.lower()
     if suffix == ".parquet":
+        import pyarrow as pa
         import pyarrow.parquet as pq
 
-        schema = pq.read_schema(p)
-        _check_columns(p, schema, columns, length_column)
-        table = pq.read_table(p, columns=list(columns) if columns else None, memory_map=True)
-    elif suffix in (".arrow", ".feather", ".ipc"):
-        import pyarrow as pa
-
-        source = pa.memory_map(str(p), "r")
         try:
-            table = pa.ipc.open_file(source).read_all()
-        except pa.ArrowInvalid:
-            source = pa.memory_map(str(p), "r")
-            table = pa.ipc.open_stream(source).read_all()
+            schema = pq.read_schema(p)
+            _check_columns(p, schema, columns, length_column)
+            table = pq.read_table(p, columns=list(columns) if columns else None, memory_map=True)
+        except (pa.ArrowException, OSError) as e:
+            raise OSError(f"Loader: cannot read {p} as Parquet (corrupt or truncated?): {e}") from e
+    elif suffix in (".arrow", ".feather", ".ipc"):
+        table = _read_arrow_ipc(p)
         _check_columns(p, table.schema, columns, length_column)
         if columns:
             table = table.select(list(columns))
@@ -56,7 +54,54 @@ def open_source(
             f"Loader: cannot read {p}: expected a .parquet, .arrow/.feather/.ipc file or a "
             f"folder of .npy files, found suffix {suffix!r}"
         )
-    return Dataset.from_arrow(table, aligned=aligned)
+    try:
+        dataset = Dataset.from_arrow(table, aligned=aligned)
+    except ValueError as e:
+        raise ValueError(f"Loader: {p}: {e}") from e
+    if suffix != ".parquet":  # Arrow IPC is read through its mapping; Parquet is decoded.
+        dataset._mapped_files = (str(p),)
+    return dataset
+
+
+def _check_path(p: Path) -> None:
+    """Refuses what cannot be read as data before anything opens it: a
+    missing path, a symlink loop, and anything that is neither a regular file
+    nor a folder (a FIFO or device would block or never end)."""
+    try:
+        st = p.stat()
+    except FileNotFoundError:
+        raise FileNotFoundError(f"Loader: no such file or folder: {p}") from None
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise OSError(
+                errno.ELOOP, f"Loader: {p} is a symlink loop (too many levels of symbolic links)"
+            ) from None
+        raise OSError(e.errno, f"Loader: cannot read {p}: {e.strerror}") from None
+    if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
+        kind = "a FIFO" if stat.S_ISFIFO(st.st_mode) else "not a regular file"
+        raise ValueError(
+            f"Loader: {p} is {kind}; expected a regular .parquet/.arrow file or a folder of .npy "
+            f"files (a FIFO, socket or device would block or never end)"
+        )
+
+
+def _read_arrow_ipc(p: Path):
+    """An Arrow IPC file (or stream) at `p`, memory-mapped; OSError naming `p`
+    for a corrupt or truncated file instead of Arrow's bare message."""
+    import pyarrow as pa
+
+    if p.stat().st_size == 0:
+        raise OSError(f"Loader: {p} is empty; expected an Arrow IPC file")
+    try:
+        return pa.ipc.open_file(pa.memory_map(str(p), "r")).read_all()
+    except pa.ArrowException as file_error:
+        try:
+            return pa.ipc.open_stream(pa.memory_map(str(p), "r")).read_all()
+        except (pa.ArrowException, OSError):
+            raise OSError(
+                f"Loader: cannot read {p} as an Arrow IPC file or stream (corrupt or "
+                f"truncated?): {file_error}"
+            ) from file_error
 
 
 def _check_columns(path, schema, columns, length_column) -> None:
@@ -66,14 +111,16 @@ def _check_columns(path, schema, columns, length_column) -> None:
     for name in [*(columns or []), *([length_column] if length_column else [])]:
         if name not in names:
             raise ValueError(f"Loader: {path} has no column {name!r}; its columns are {names}")
-    wanted = length_column or (columns[0] if columns else None)
+    # Batch by the named column, else the first list column (of `columns` if given).
+    lists = [
+        f.name
+        for f in schema
+        if (pa.types.is_list(f.type) or pa.types.is_large_list(f.type))
+        and (not columns or f.name in columns)
+    ]
+    wanted = length_column or (lists[0] if lists else (columns[0] if columns else None))
     if wanted is None:
-        wanted = next(
-            (f.name for f in schema if pa.types.is_list(f.type) or pa.types.is_large_list(f.type)),
-            None,
-        )
-        if wanted is None:
-            raise ValueError(f"Loader: {path} has no list column to batch by; columns are {names}")
+        raise ValueError(f"Loader: {path} has no list column to batch by; columns are {names}")
     field = schema.field(wanted)
     if not (pa.types.is_list(field.type) or pa.types.is_large_list(field.type)):
         raise ValueError(
@@ -90,17 +137,39 @@ def _open_npy_folder(folder: Path, columns, length_column, aligned) -> Dataset:
             offsets = folder / f"{name}.offsets.npy"
             if not offsets.exists():
                 raise ValueError(f"Loader: {f} has no matching {offsets.name}")
-            found[name] = (np.load(f, mmap_mode="r"), np.load(offsets, mmap_mode="r"))
+            found[name] = (_load_npy(f), _load_npy(offsets))
         elif not f.name.endswith(".offsets.npy"):
-            found[f.name[: -len(".npy")]] = np.load(f, mmap_mode="r")
+            found[f.name[: -len(".npy")]] = _load_npy(f)
+    if not found:
+        raise ValueError(
+            f"Loader: folder {folder} holds no .npy files; expected NAME.values.npy + "
+            f"NAME.offsets.npy (ragged) and NAME.npy (fixed) files"
+        )
     names = list(columns) if columns else list(found)
     for name in [*names, *([length_column] if length_column else [])]:
         if name not in found:
             raise ValueError(f"Loader: {folder} has no column {name!r}; found {sorted(found)}")
-    wanted = length_column or (names[0] if names else None)
-    if wanted is not None and not isinstance(found[wanted], tuple):
+    # Batch by the named column, else the first ragged one (NAME.npy files may
+    # sort before the values/offsets pairs).
+    wanted = length_column or next((n for n in names if isinstance(found[n], tuple)), None)
+    if wanted is None or not isinstance(found[wanted], tuple):
+        shown = wanted or names[0]
         raise ValueError(
-            f"Loader: column {wanted!r} of {folder} is fixed-shape ({wanted}.npy); batching "
-            f"needs a ragged column ({wanted}.values.npy + {wanted}.offsets.npy)"
+            f"Loader: column {shown!r} of {folder} is fixed-shape ({shown}.npy); batching "
+            f"needs a ragged column ({shown}.values.npy + {shown}.offsets.npy)"
         )
-    return Dataset.from_arrays({n: found[n] for n in names}, aligned=aligned)
+    try:
+        return Dataset.from_arrays({n: found[n] for n in names}, aligned=aligned)
+    except ValueError as e:
+        raise ValueError(f"Loader: {folder}: {e}") from e
+
+
+def _load_npy(f: Path) -> np.ndarray:
+    """A .npy file memory-mapped; OSError naming the file when it is not one."""
+    try:
+        array = np.load(f, mmap_mode="r", allow_pickle=False)
+    except (ValueError, OSError, EOFError) as e:
+        raise OSError(f"Loader: cannot read {f} as a .npy file (corrupt or truncated?): {e}") from e
+    if array.dtype == object:
+        raise ValueError(f"Loader: {f} holds objects; expected a numeric .npy array")
+    return array

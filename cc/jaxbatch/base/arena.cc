@@ -20,6 +20,7 @@ struct BufferArena::Pool {
   int64_t allocations = 0;
   int64_t in_use = 0;
   int64_t pooled = 0;
+  int64_t waiting = 0;  // Acquire() calls blocked on the limit
   bool closed = false;
 
   void Release(uint8_t* data, size_t capacity) {
@@ -72,10 +73,15 @@ std::shared_ptr<void> BufferArena::Acquire(size_t bytes, uint8_t** data) {
   // Buffers are reused by exact size: a planner's few shapes give a few
   // sizes, so each size's pool holds what is alive at once and no more.
   const size_t capacity = bytes;
-  pool.released.wait(lock, [&] {
+  const auto fits = [&] {
     return pool.closed || pool.limit == 0 ||
            pool.in_use + static_cast<int64_t>(capacity) <= pool.limit;
-  });
+  };
+  if (!fits()) {
+    ++pool.waiting;
+    pool.released.wait(lock, fits);
+    --pool.waiting;
+  }
   if (pool.closed) throw Error("BufferArena: closed");
   std::unique_ptr<uint8_t[]> buffer;
   auto it = pool.free.find(capacity);
@@ -119,6 +125,11 @@ int64_t BufferArena::allocations() const {
 int64_t BufferArena::bytes_in_use() const {
   std::lock_guard<std::mutex> lock(pool_->mu);
   return pool_->in_use;
+}
+
+int64_t BufferArena::waiting() const {
+  std::lock_guard<std::mutex> lock(pool_->mu);
+  return pool_->waiting;
 }
 
 int64_t BufferArena::bytes_pooled() const {

@@ -51,6 +51,7 @@ class BufferArena {
   int64_t allocations() const;   // buffers ever allocated
   int64_t bytes_in_use() const;  // bytes handed out now
   int64_t bytes_pooled() const;  // bytes waiting in the pool
+  int64_t waiting() const;       // Acquire() calls blocked until bytes come back
 
  private:
   struct Pool;

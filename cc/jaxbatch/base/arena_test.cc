@@ -46,11 +46,13 @@ TEST(BufferArenaTest, LimitBlocksUntilMemoryComesBack) {
     auto second = arena.Acquire(800, &d);
     acquired = true;
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  while (arena.waiting() == 0) std::this_thread::yield();  // The loader's deadlock check reads it.
   EXPECT_FALSE(acquired.load());
+  EXPECT_EQ(arena.waiting(), 1);
   first.reset();
   waiter.join();
   EXPECT_TRUE(acquired.load());
+  EXPECT_EQ(arena.waiting(), 0);
   EXPECT_THROW(arena.Acquire(2000, &data), InvalidArgumentError);
 }
 

@@ -485,6 +485,22 @@ TEST(DatasetTest, DifferingExampleCountsNameBothColumns) {
   EXPECT_TRUE(Contains(msg, "'id' has 2")) << msg;
 }
 
+TEST(DatasetTest, ColumnsNamedLikeCollateOutputsThrowNamingBoth) {
+  const Fixture f;
+  for (const char* name :
+       {"tokens_lengths", "tokens_mask", "tokens_segment_ids", "tokens_positions"}) {
+    const std::string msg = ThrownMessage<InvalidArgumentError>(
+        [&] { Dataset({f.Ragged("tokens", f.offsets), f.Fixed(name)}); });
+    EXPECT_TRUE(Contains(msg, StrCat("column '", name, "' collides"))) << msg;
+    EXPECT_TRUE(Contains(msg, "ragged column 'tokens'")) << msg;
+  }
+  const std::string msg = ThrownMessage<InvalidArgumentError>(
+      [&] { Dataset({f.Ragged("tokens", f.offsets), f.Fixed("example_index")}); });
+  EXPECT_TRUE(Contains(msg, "column 'example_index' collides")) << msg;
+  // A fixed column gets no derived outputs: "id_mask" beside a fixed "id" is fine.
+  EXPECT_NO_THROW(Dataset({f.Ragged("tokens", f.offsets), f.Fixed("id"), f.Fixed("id_mask")}));
+}
+
 TEST(DatasetTest, DuplicateEmptyAndMissingColumnsThrow) {
   const Fixture f;
   const std::string msg = ThrownMessage<InvalidArgumentError>(

@@ -1,6 +1,8 @@
 #include "jaxbatch/data/dataset.h"
 
 #include <algorithm>
+#include <string>
+#include <string_view>
 
 #include "jaxbatch/base/error.h"
 
@@ -11,6 +13,31 @@ std::string JoinNames(const std::vector<RaggedColumn>& columns) {
   std::string out;
   for (const RaggedColumn& c : columns) out += (out.empty() ? "'" : ", '") + c.name() + "'";
   return out.empty() ? "none" : out;
+}
+
+// Collation names its outputs after the columns (`<k>_lengths`, `<k>_mask`,
+// `<k>_segment_ids`, `<k>_positions` for a ragged column k, and
+// `example_index`); a column of one of those names would be overwritten.
+void CheckNoOutputCollision(const std::vector<RaggedColumn>& columns) {
+  static constexpr std::string_view kSuffixes[] = {"_lengths", "_mask", "_segment_ids",
+                                                   "_positions"};
+  for (const RaggedColumn& col : columns) {
+    if (col.name() == "example_index") {
+      throw InvalidArgumentError(
+          "Dataset: column 'example_index' collides with the output collation adds to every "
+          "batch; rename the column");
+    }
+    for (const RaggedColumn& ragged : columns) {
+      if (ragged.is_fixed()) continue;
+      for (std::string_view suffix : kSuffixes) {
+        if (col.name() == ragged.name() + std::string(suffix)) {
+          throw InvalidArgumentError(StrCat(
+              "Dataset: column '", col.name(), "' collides with the output '", col.name(),
+              "' that collation derives from ragged column '", ragged.name(), "'; rename one"));
+        }
+      }
+    }
+  }
 }
 
 }  // namespace
@@ -34,6 +61,7 @@ Dataset::Dataset(std::vector<RaggedColumn> columns, std::vector<std::vector<std:
                                         col.name(), "' has ", col.num_examples()));
     }
   }
+  CheckNoOutputCollision(columns_);
   for (const std::vector<std::string>& group : aligned_) {
     if (group.empty()) continue;
     for (const std::string& name : group) {

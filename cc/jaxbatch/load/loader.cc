@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <limits>
 #include <utility>
 
 #include "jaxbatch/base/checked.h"
@@ -38,6 +39,20 @@ std::string JsonEscape(const std::string& text) {
   return out;
 }
 
+// A mapped file's size and modification time; IoError naming it if it is gone.
+std::pair<uintmax_t, std::filesystem::file_time_type> FileStamp(const std::string& path,
+                                                                const std::string& when) {
+  std::error_code error;
+  const uintmax_t size = std::filesystem::file_size(path, error);
+  const std::filesystem::file_time_type modified =
+      error ? std::filesystem::file_time_type{} : std::filesystem::last_write_time(path, error);
+  if (error) {
+    throw IoError(StrCat("Loader: cannot stat mapped file ", path, " ", when, ": ", error.message(),
+                         "; files must not be changed while a Loader reads them"));
+  }
+  return {size, modified};
+}
+
 }  // namespace
 
 Loader::Loader(std::shared_ptr<const Dataset> dataset, LoaderOptions options,
@@ -64,6 +79,12 @@ Loader::Loader(std::shared_ptr<const Dataset> dataset, LoaderOptions options,
   }
   const std::string& length_column =
       options_.length_column.empty() ? dataset_->default_length_column() : options_.length_column;
+  if (dataset_->column(length_column).is_fixed()) {
+    throw InvalidArgumentError(StrCat("Loader: column '", length_column,
+                                      "' is fixed-shape; batching by length needs a ragged "
+                                      "column, such as '",
+                                      dataset_->default_length_column(), "'"));
+  }
   lengths_ = dataset_->column(length_column).Lengths();
   layout_ = BatchLayout{.packed = std::holds_alternative<PackOptions>(options_.schedule.planner),
                         .allow_truncate = false,
@@ -79,6 +100,10 @@ Loader::Loader(std::shared_ptr<const Dataset> dataset, LoaderOptions options,
                                       options_.schedule.shard_index, ", ",
                                       options_.schedule.shard_count, ")"));
   }
+  for (const std::string& path : options_.mapped_files) {
+    const auto [size, modified] = FileStamp(path, "when the loader starts");
+    mapped_files_.push_back(MappedFile{path, size, modified});
+  }
   bad_records_ = FindBadRecords(*dataset_, options_.schema);
   excluded_.assign(lengths_.size(), 0);
   for (const BadRecord& r : bad_records_) excluded_[static_cast<size_t>(r.example)] = 1;
@@ -89,10 +114,7 @@ Loader::Loader(std::shared_ptr<const Dataset> dataset, LoaderOptions options,
       throw InvalidArgumentError(StrCat("Loader: the state was saved with seed ", start->seed,
                                         " but this loader has seed ", options_.schedule.seed));
     }
-    if (start->epoch < 0 || start->step < 0) {
-      throw InvalidArgumentError(
-          StrCat("Loader: bad state position: epoch ", start->epoch, ", step ", start->step));
-    }
+    CheckStartState(*start);
     state_ = *start;
     entered_epoch_ = state_.step > 0 ? state_.epoch : state_.epoch - 1;
   }
@@ -122,6 +144,42 @@ Loader::Loader(std::shared_ptr<const Dataset> dataset, LoaderOptions options,
 
 Loader::~Loader() { Close(); }
 
+void Loader::CheckStartState(const LoaderState& start) {
+  const std::pair<const char*, int64_t> counters[] = {
+      {"epoch", start.epoch},     {"step", start.step},
+      {"batches", start.batches}, {"examples", start.examples},
+      {"skipped", start.skipped}, {"quarantined", start.quarantined},
+      {"dropped", start.dropped}, {"padding_batches", start.padding_batches}};
+  for (const auto& [name, value] : counters) {
+    if (value < 0) {
+      throw InvalidArgumentError(
+          StrCat("Loader: the state's ", name, " must be >= 0, found ", value));
+    }
+  }
+  // Counts reach (epoch + 1) x num_examples: beyond int64 they would overflow.
+  const int64_t max_epoch =
+      std::numeric_limits<int64_t>::max() / std::max<int64_t>(dataset_->num_examples(), 1) - 1;
+  const int64_t last_epoch = options_.epochs > 0 ? options_.epochs : max_epoch;
+  if (start.epoch > last_epoch || (start.epoch == last_epoch && start.step > 0)) {
+    throw InvalidArgumentError(
+        StrCat("Loader: the state's position (epoch ", start.epoch, ", step ", start.step,
+               ") is past the end of the stream; expected epoch < ", last_epoch,
+               options_.epochs > 0 ? StrCat(" (epochs=", options_.epochs, ")") : std::string(),
+               " or epoch ", last_epoch, " with step 0"));
+  }
+  if (start.step == 0) return;
+  auto schedule = std::make_shared<const EpochSchedule>(
+      MakeEpochSchedule(lengths_, excluded_, options_.schedule, start.epoch));
+  const auto steps = static_cast<int64_t>(schedule->steps.size());
+  if (start.step >= steps) {
+    throw InvalidArgumentError(StrCat("Loader: the state's step ", start.step,
+                                      " is past the end of epoch ", start.epoch, ", which has ",
+                                      steps, " steps (0 to ", steps - 1,
+                                      "); the state is not from this data and planner"));
+  }
+  schedules_[start.epoch] = std::move(schedule);  // Planned already: the workers reuse it.
+}
+
 void Loader::CheckMemoryLimit() {
   // Workers fill prefetch batches ahead while the consumer holds one (and a
   // Python loop the one before): a limit below that would wait forever.
@@ -131,6 +189,7 @@ void Loader::CheckMemoryLimit() {
   for (const BatchShape& shape : schedule->plan.shapes) {
     largest = std::max(largest, CollatedBytes(*dataset_, shape, layout_));
   }
+  largest_batch_bytes_ = largest;
   const int64_t needed = SaturatingMul(SaturatingAdd(options_.prefetch, 2), largest);
   if (options_.host_memory_limit < needed) {
     throw InvalidArgumentError(StrCat(
@@ -139,6 +198,19 @@ void Loader::CheckMemoryLimit() {
         largest, " bytes; raise it to at least ", needed, " or lower prefetch"));
   }
   schedules_[claim_epoch_] = std::move(schedule);  // Planned already: the workers reuse it.
+}
+
+void Loader::CheckMappedFiles() const {
+  for (const MappedFile& file : mapped_files_) {
+    const auto [size, modified] = FileStamp(file.path, "while the loader reads it");
+    if (size != file.size || modified != file.modified) {
+      throw IoError(StrCat("Loader: ", file.path, " changed while the loader reads it (",
+                           size == file.size ? StrCat("modified in place, still ", size, " bytes")
+                                             : StrCat("now ", size, " bytes, was ", file.size),
+                           "); files must not be changed while a Loader reads them: write new "
+                           "data to a new path or close the Loader first"));
+    }
+  }
 }
 
 void Loader::Close() {
@@ -239,11 +311,13 @@ void Loader::WorkerLoop() {
       ++claim_epoch_;
       claim_step_ = 0;
     }
+    ++collating_;
     lock.unlock();
     Result result;
     result.epoch = epoch;
     result.step = step;
     try {
+      CheckMappedFiles();  // Before reading the mappings: a truncated one is SIGBUS.
       const BatchView view = schedule->StepBatch(step);
       BatchLayout layout = layout_;
       layout.allow_truncate = schedule->plan.allow_truncate;
@@ -253,6 +327,7 @@ void Loader::WorkerLoop() {
       result.error = std::current_exception();
     }
     lock.lock();
+    --collating_;
     results_[seq] = std::move(result);
     result_cv_.notify_all();
     // Halfway through an epoch, plan the next one ahead, so the consumer does
@@ -275,6 +350,7 @@ void Loader::EnterEpoch(int64_t epoch, const EpochSchedule& schedule) {
   state_.dropped +=
       schedule.plan.stats.dropped + schedule.plan.stats.skipped + schedule.shard_dropped;
   state_.padding_batches = SaturatingAdd(state_.padding_batches, schedule.padding_batches);
+  state_.truncated = SaturatingAdd(state_.truncated, schedule.plan.stats.truncated);
   if (bad_records_.empty()) return;
   const BadRecord& first = bad_records_.front();
   switch (options_.on_error) {
@@ -320,10 +396,51 @@ void Loader::WriteQuarantine(const std::vector<BadRecord>& records) const {
 }
 
 std::optional<LoadedBatch> Loader::Next() {
+  std::optional<LoadedBatch> batch;
+  while (!TryNext(kMemoryStallGrace / 5, &batch)) {
+  }
+  return batch;
+}
+
+void Loader::CheckMemoryStall() {
+  // Deadlocked when the next batch is claimed but not ready and every worker
+  // collating waits in the arena: only buffers the caller holds can free it.
+  const bool stalled = options_.host_memory_limit > 0 && !stop_ && end_seq_ < 0 &&
+                       claim_seq_ > consume_seq_ && !results_.contains(consume_seq_) &&
+                       collating_ > 0 && arena_.waiting() >= collating_;
+  if (!stalled) {
+    stall_since_.reset();
+    return;
+  }
+  const auto now = std::chrono::steady_clock::now();
+  const int64_t in_use = arena_.bytes_in_use();
+  if (!stall_since_ || in_use != stall_bytes_in_use_) {  // Memory moved: start over.
+    stall_since_ = now;
+    stall_bytes_in_use_ = in_use;
+    return;
+  }
+  if (now - *stall_since_ < kMemoryStallGrace) return;
+  stall_since_.reset();
+  const int64_t holds =
+      largest_batch_bytes_ > 0 ? options_.host_memory_limit / largest_batch_bytes_ : 0;
+  throw Error(StrCat("Loader: host_memory_limit=", options_.host_memory_limit, " holds ", holds,
+                     " batches of up to ", largest_batch_bytes_,
+                     " bytes and all are still referenced by the caller (", in_use,
+                     " bytes in use), so no further batch can be made; release batches "
+                     "(drop references to earlier ones) or raise host_memory_limit"));
+}
+
+bool Loader::TryNext(std::chrono::milliseconds timeout, std::optional<LoadedBatch>* out) {
   std::unique_lock<std::mutex> lock(mu_);
-  result_cv_.wait(lock, [&] {
+  const bool ready = result_cv_.wait_for(lock, timeout, [&] {
     return stop_ || results_.count(consume_seq_) > 0 || (end_seq_ >= 0 && consume_seq_ >= end_seq_);
   });
+  if (!ready) {
+    CheckMemoryStall();
+    return false;
+  }
+  stall_since_.reset();
+  out->reset();
   if (!stop_ && empty_epoch_ >= 0 && consume_seq_ >= end_seq_) {
     // The stream ended at an epoch with nothing to yield: still count what
     // it left out (and raise for its bad records).
@@ -331,7 +448,7 @@ std::optional<LoadedBatch> Loader::Next() {
     EnterEpoch(epoch, *schedules_.at(epoch));
   }
   if (stop_ || (end_seq_ >= 0 && consume_seq_ >= end_seq_) || results_.count(consume_seq_) == 0) {
-    return std::nullopt;
+    return true;
   }
   Result result = std::move(results_[consume_seq_]);
   results_.erase(consume_seq_);
@@ -358,10 +475,10 @@ std::optional<LoadedBatch> Loader::Next() {
     state_.epoch += 1;
     state_.step = 0;
   }
-  LoadedBatch batch{std::move(result.arrays), result.epoch, result.step, result.examples};
+  out->emplace(LoadedBatch{std::move(result.arrays), result.epoch, result.step, result.examples});
   lock.unlock();
   work_cv_.notify_one();  // One slot freed: one worker can claim it.
-  return batch;
+  return true;
 }
 
 LoaderState Loader::state() const {

@@ -21,9 +21,11 @@
 #ifndef JAXBATCH_LOAD_LOADER_H_
 #define JAXBATCH_LOAD_LOADER_H_
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -45,6 +47,11 @@ enum class ErrorPolicy { kRaise, kSkip, kQuarantine };
 
 inline constexpr int64_t kDefaultPrefetch = 4;
 inline constexpr int64_t kMaxDefaultThreads = 8;
+// How long the workers may all wait for memory that only the consumer can
+// give back, while the consumer waits for a batch, before Next() calls it a
+// deadlock (the caller keeps more batches than host_memory_limit holds). Long
+// enough for another of the caller's threads to let go of a batch it works on.
+inline constexpr std::chrono::milliseconds kMemoryStallGrace{1000};
 
 struct LoaderOptions {
   ScheduleOptions schedule;
@@ -60,6 +67,10 @@ struct LoaderOptions {
   int64_t host_memory_limit = 0;   // bytes of batches alive at once; 0 = no limit
   std::string quarantine_path;     // JSONL file quarantined records are appended to
   std::string source = "dataset";  // how errors name the data
+  // Files the dataset's memory maps read. Each batch re-checks their size
+  // and modification time first and fails with IoError naming the file if
+  // one changed, instead of dying of SIGBUS reading a truncated mapping.
+  std::vector<std::string> mapped_files;
 };
 
 // Where a loader is and what it has counted: restoring it continues with
@@ -74,6 +85,7 @@ struct LoaderState {
   int64_t quarantined = 0;      // bad records dropped under "quarantine"
   int64_t dropped = 0;          // examples left out by the remainder policy (plan or shards)
   int64_t padding_batches = 0;  // empty batches that even out shards
+  int64_t truncated = 0;        // examples cut to their batch's shape by too_long="truncate"
 };
 
 struct LoadedBatch {
@@ -97,7 +109,17 @@ class Loader {
   // The next batch, or nullopt at the end. Rethrows a worker's exception;
   // throws InvalidArgumentError for a bad record under ErrorPolicy::kRaise
   // and Error when max_errors is exceeded.
+  // Throws Error when every buffer host_memory_limit allows is held by the
+  // caller, so no batch can ever be made (it would otherwise wait forever).
   std::optional<LoadedBatch> Next();
+
+  // Next() that waits at most `timeout`: returns true with `*batch` set
+  // (nullopt at the end), or false when no batch is ready yet; a caller that
+  // must stay interruptible (Python's Ctrl-C) calls it in short slices.
+  // Example:
+  //   std::optional<LoadedBatch> batch;
+  //   while (!loader.TryNext(std::chrono::milliseconds(50), &batch)) CheckForSignals();
+  bool TryNext(std::chrono::milliseconds timeout, std::optional<LoadedBatch>* batch);
 
   LoaderState state() const;
   // Every quarantined record (each once, in example order).
@@ -117,7 +139,13 @@ class Loader {
     int64_t examples = 0;
   };
 
+  // Throws InvalidArgumentError for a start state with a negative counter or
+  // a position past the stream's end or its epoch's last step; plans that epoch.
+  void CheckStartState(const LoaderState& start);
   void WorkerLoop();
+  // Throws IoError naming a mapped file whose size or modification time
+  // differs from when the loader started.
+  void CheckMappedFiles() const;
   // Throws InvalidArgumentError when host_memory_limit cannot hold the
   // batches in flight (which would wait forever); plans the first epoch.
   void CheckMemoryLimit();
@@ -128,12 +156,22 @@ class Loader {
   // Counts an epoch's bad and dropped examples once, when the consumer enters it.
   void EnterEpoch(int64_t epoch, const EpochSchedule& schedule);
   void WriteQuarantine(const std::vector<BadRecord>& records) const;
+  // Throws Error when the consumer waits for a batch while every worker that
+  // collates one waits for memory the caller holds, and nothing has come
+  // back for kMemoryStallGrace. Called with mu_ held.
+  void CheckMemoryStall();
 
   std::shared_ptr<const Dataset> dataset_;
   LoaderOptions options_;
   std::vector<int64_t> lengths_;
   std::vector<uint8_t> excluded_;
   std::vector<BadRecord> bad_records_;
+  struct MappedFile {
+    std::string path;
+    uintmax_t size = 0;
+    std::filesystem::file_time_type modified;
+  };
+  std::vector<MappedFile> mapped_files_;
   BatchLayout layout_;
   BufferArena arena_;
 
@@ -153,6 +191,10 @@ class Loader {
   std::map<int64_t, Result> results_;
   LoaderState state_;
   int64_t entered_epoch_ = -1;
+  int64_t largest_batch_bytes_ = 0;  // of the first epoch's plan, when host_memory_limit is set
+  int64_t collating_ = 0;            // workers collating a batch (outside mu_)
+  std::optional<std::chrono::steady_clock::time_point> stall_since_;
+  int64_t stall_bytes_in_use_ = 0;
   bool stop_ = false;
   std::vector<std::thread> workers_;
 };

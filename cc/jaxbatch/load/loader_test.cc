@@ -3,10 +3,12 @@
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <set>
 #include <string>
 #include <thread>
@@ -274,6 +276,112 @@ TEST(LoaderDeathTest, WorkerThatCannotStartThrowsInsteadOfAborting) {
   EXPECT_EXIT(LoaderWithTooManyThreadsUnderALimit(), ::testing::ExitedWithCode(0), "");
 }
 #endif
+
+TEST(LoaderTest, KeepingEveryBufferTheLimitAllowsThrowsInsteadOfWaitingForever) {
+  // 40 examples of length 1..4, int32: PadToMax(4) batches of at most 4*4*4 +
+  // mask 16 + lengths 16 + example_index 32 = 128 bytes; 624 bytes hold 4.
+  std::vector<int64_t> lengths;
+  for (int64_t i = 0; i < 40; ++i) lengths.push_back(i % 4 + 1);
+  LoaderOptions o = Options(PadToMaxOptions{.batch_size = 4}, /*threads=*/2, /*epochs=*/1);
+  o.prefetch = 1;
+  o.host_memory_limit = 624;
+  Loader loader(testing::TokensDataset(lengths), o);
+  std::vector<LoadedBatch> kept;
+  try {
+    while (std::optional<LoadedBatch> batch = loader.Next()) kept.push_back(std::move(*batch));
+    FAIL() << "expected an error once the caller holds every buffer";
+  } catch (const Error& e) {
+    EXPECT_EQ(kept.size(), 4u);
+    EXPECT_NE(std::string(e.what()).find("host_memory_limit=624 holds 4 batches of up to 128 "
+                                         "bytes and all are still referenced by the caller"),
+              std::string::npos)
+        << e.what();
+  }
+  // Letting go of the batches lets the stream go on, to its end.
+  kept.clear();
+  int64_t examples = 16;
+  while (std::optional<LoadedBatch> batch = loader.Next()) examples += batch->examples;
+  EXPECT_EQ(examples, 40);
+}
+
+TEST(LoaderTest, TryNextReturnsFalseWhenNoBatchIsReadyWithinItsTimeout) {
+  std::vector<int64_t> lengths(40, 4);
+  LoaderOptions o = Options(PadToMaxOptions{.batch_size = 4}, /*threads=*/1, /*epochs=*/1);
+  o.prefetch = 1;
+  o.host_memory_limit = 624;
+  Loader loader(testing::TokensDataset(lengths), o);
+  std::vector<std::optional<LoadedBatch>> kept(4);
+  for (std::optional<LoadedBatch>& batch : kept) {
+    while (!loader.TryNext(std::chrono::milliseconds(10), &batch)) {
+    }
+    ASSERT_TRUE(batch);
+  }
+  // The worker waits for memory the kept batches hold: nothing comes, and
+  // TryNext returns after its timeout (well within kMemoryStallGrace).
+  std::optional<LoadedBatch> next;
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_FALSE(loader.TryNext(std::chrono::milliseconds(20), &next));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, kMemoryStallGrace);
+  kept.clear();
+  EXPECT_TRUE(loader.TryNext(std::chrono::milliseconds(5000), &next));
+  ASSERT_TRUE(next);
+  EXPECT_EQ(next->step, 4);
+}
+
+TEST(LoaderTest, MappedFileChangedWhileLoadingFailsNamingIt) {
+  const std::string path =
+      (std::filesystem::temp_directory_path() / "jaxbatch_loader_mapped.bin").string();
+  std::ofstream(path, std::ios::binary) << std::string(4096, 'x');
+  LoaderOptions o = Options(PadToMaxOptions{.batch_size = 2}, /*threads=*/1, /*epochs=*/1);
+  o.prefetch = 1;
+  o.mapped_files = {path};
+  Loader loader(testing::TokensDataset(std::vector<int64_t>(20, 3)), o);
+  ASSERT_TRUE(loader.Next());
+  std::filesystem::resize_file(path, 100);  // Truncated, as by another process.
+  try {
+    // Batches collated before the change still come; then the error.
+    for (int i = 0; i < 10; ++i) ASSERT_TRUE(loader.Next());
+    FAIL() << "expected an IoError";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find(StrCat("Loader: ", path,
+                                                " changed while the loader "
+                                                "reads it (now 100 bytes, was 4096)")),
+              std::string::npos)
+        << e.what();
+  }
+  std::filesystem::remove(path);
+  o.mapped_files = {path};
+  EXPECT_THROW(Loader(testing::TokensDataset({1, 2}), o), IoError);  // Gone before the start.
+}
+
+TEST(LoaderTest, StartStatePastTheEndOrNegativeIsRefused) {
+  const auto ds = testing::TokensDataset(std::vector<int64_t>(30, 3));
+  LoaderOptions o = Options(PadToMaxOptions{.batch_size = 8}, /*threads=*/1, /*epochs=*/2);
+  const auto refused = [&](LoaderState state, const std::string& message) {
+    state.seed = o.schedule.seed;
+    try {
+      Loader loader(ds, o, state);
+      ADD_FAILURE() << "expected InvalidArgumentError: " << message;
+    } catch (const InvalidArgumentError& e) {
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+    }
+  };
+  refused({.epoch = 0, .step = 4}, "step 4 is past the end of epoch 0, which has 4 steps");
+  refused({.epoch = 2, .step = 1}, "position (epoch 2, step 1) is past the end of the stream");
+  refused({.epoch = 3}, "expected epoch < 2 (epochs=2) or epoch 2 with step 0");
+  refused({.epoch = 0, .step = 0, .dropped = -1}, "the state's dropped must be >= 0, found -1");
+  o.epochs = 0;  // forever: an epoch whose counts would overflow int64 is refused
+  refused({.epoch = std::numeric_limits<int64_t>::max()}, "past the end of the stream");
+  Loader at_end(ds, Options(PadToMaxOptions{.batch_size = 8}, 1, 2),
+                LoaderState{.seed = o.schedule.seed, .epoch = 2});
+  EXPECT_FALSE(at_end.Next());
+  Loader last_step(ds, Options(PadToMaxOptions{.batch_size = 8}, 1, 2),
+                   LoaderState{.seed = o.schedule.seed, .epoch = 1, .step = 3});
+  std::optional<LoadedBatch> batch = last_step.Next();
+  ASSERT_TRUE(batch);
+  EXPECT_EQ(batch->step, 3);
+  EXPECT_FALSE(last_step.Next());
+}
 
 }  // namespace
 }  // namespace jaxbatch

@@ -1,0 +1,90 @@
+"""Opening sources by path: what cannot be read is refused naming the file."""
+
+import os
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.feather as feather
+import pyarrow.parquet as pq
+import pytest
+
+import jaxbatch as jb
+
+
+def write_arrow(path, n=20):
+    rng = np.random.default_rng(0)
+    tokens = [rng.integers(0, 50, int(k)).astype(np.int32) for k in rng.integers(1, 9, n)]
+    table = pa.table({"tokens": pa.array([t.tolist() for t in tokens], pa.list_(pa.int32()))})
+    feather.write_feather(table, path, compression="uncompressed")
+    return tokens
+
+
+def test_fifo_is_refused_without_blocking(tmp_path):
+    fifo = tmp_path / "x.arrow"
+    os.mkfifo(fifo)
+    with pytest.raises(ValueError, match=f"Loader: {fifo} is a FIFO; expected a regular"):
+        jb.Loader(fifo, jb.PadToMax(4))
+
+
+def test_symlink_loop_is_refused_as_a_loop(tmp_path):
+    a, b = tmp_path / "a.arrow", tmp_path / "b.arrow"
+    os.symlink(b, a)
+    os.symlink(a, b)
+    with pytest.raises(OSError, match=f"Loader: {a} is a symlink loop"):
+        jb.Loader(a, jb.PadToMax(4))
+
+
+def test_folder_without_npy_files_is_named(tmp_path):
+    folder = tmp_path / "x.arrow"
+    folder.mkdir()
+    with pytest.raises(ValueError, match=f"Loader: folder {folder} holds no .npy files"):
+        jb.Loader(folder, jb.PadToMax(4))
+
+
+@pytest.mark.parametrize("suffix", [".arrow", ".parquet"])
+@pytest.mark.parametrize("keep", [0, 7, 100, -10])
+def test_truncated_or_corrupt_files_are_named(tmp_path, suffix, keep):
+    path = tmp_path / f"d{suffix}"
+    table = pa.table({"tokens": pa.array([[1, 2], [3]], pa.list_(pa.int32()))})
+    if suffix == ".arrow":
+        feather.write_feather(table, path, compression="uncompressed")
+    else:
+        pq.write_table(table, path)
+    data = path.read_bytes()
+    path.write_bytes(data[:keep] if keep else b"")
+    with pytest.raises(OSError, match=f"Loader: (cannot read )?{path}"):
+        jb.Loader(path, jb.PadToMax(4))
+
+
+def test_garbage_npy_file_is_named(tmp_path):
+    np.save(tmp_path / "t.values.npy", np.arange(4, dtype=np.int32))
+    (tmp_path / "t.offsets.npy").write_bytes(b"not a numpy file")
+    with pytest.raises(OSError, match=f"cannot read {tmp_path / 't.offsets.npy'} as a .npy"):
+        jb.Loader(tmp_path, jb.PadToMax(4))
+
+
+def test_npy_folder_batches_by_the_first_ragged_column_whatever_the_file_order(tmp_path):
+    # label.npy sorts before tokens.values.npy: it used to be taken as the length column.
+    tokens = [np.arange(k, dtype=np.int32) for k in (3, 1, 2)]
+    np.save(tmp_path / "label.npy", np.array([5, 6, 7]))
+    np.save(tmp_path / "tokens.values.npy", np.concatenate(tokens))
+    np.save(tmp_path / "tokens.offsets.npy", np.array([0, 3, 4, 6]))
+    (batch,) = list(jb.Loader(tmp_path, jb.PadToMax(3), shuffle=False))
+    np.testing.assert_array_equal(batch["tokens"], [[0, 1, 2], [0, 0, 0], [0, 1, 0]])
+    np.testing.assert_array_equal(batch["tokens_lengths"], [3, 1, 2])
+    np.testing.assert_array_equal(batch["label"], [5, 6, 7])
+
+
+@pytest.mark.parametrize("suffix", [".arrow", ".parquet"])
+def test_arrow_and_parquet_batch_by_the_first_list_column_of_columns(tmp_path, suffix):
+    path = tmp_path / f"d{suffix}"
+    table = pa.table(
+        {"label": [5, 6, 7], "tokens": pa.array([[0, 1, 2], [0], [0, 1]], pa.list_(pa.int32()))}
+    )
+    if suffix == ".arrow":
+        feather.write_feather(table, path, compression="uncompressed")
+    else:
+        pq.write_table(table, path)
+    (batch,) = list(jb.Loader(path, jb.PadToMax(3), columns=["label", "tokens"], shuffle=False))
+    np.testing.assert_array_equal(batch["tokens"], [[0, 1, 2], [0, 0, 0], [0, 1, 0]])
+    np.testing.assert_array_equal(batch["label"], [5, 6, 7])
