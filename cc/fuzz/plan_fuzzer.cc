@@ -22,7 +22,7 @@ struct Limits {
   int64_t max_rows = kInt64Max;  // batch_size / rows_per_batch
   int64_t token_budget = 0;      // 0 = none
   int64_t length = 0;            // Pack: every batch's length
-  int64_t segments = 0;          // Pack: every batch's segments
+  int64_t segments = 0;          // Pack: every batch's segments (0: the default)
   Remainder remainder = Remainder::kPad;
   TooLong too_long = TooLong::kError;
   bool packed = false;
@@ -44,7 +44,7 @@ Limits LimitsOf(const PlannerOptions& options) {
         if constexpr (std::is_same_v<T, PackOptions>) {
           l.max_rows = o.rows_per_batch;
           l.length = o.row_length;
-          l.segments = o.max_segments_per_row > 0 ? o.max_segments_per_row : o.row_length;
+          l.segments = o.max_segments_per_row;  // 0: sized from the lengths.
           l.too_long = o.too_long;
           l.packed = true;
         }
@@ -117,7 +117,14 @@ void CheckPlan(const BatchPlan& plan, const std::vector<int64_t>& lengths,
                  long(s.length), long(limits.token_budget));
     }
     if (limits.packed) {
-      FUZZ_CHECK(s.length == limits.length && s.segments == limits.segments, "packed shape");
+      FUZZ_CHECK(s.length == limits.length, "packed shape");
+      if (limits.segments > 0) {
+        FUZZ_CHECK(s.segments == limits.segments, "packed segments not the ones asked for");
+      } else {  // The default: a power of two, or the row length.
+        FUZZ_CHECK(s.segments >= 1 && s.segments <= s.length &&
+                       (s.segments == s.length || (s.segments & (s.segments - 1)) == 0),
+                   "default packed segments %ld for rows of %ld", long(s.segments), long(s.length));
+      }
     } else {
       FUZZ_CHECK(s.segments == 0, "segments in a padded plan");
     }
