@@ -1,6 +1,10 @@
 """device_prefetch's checkpoint state and global batches in one process
 (tests/test_multihost.py runs them across real jax.distributed processes)."""
 
+import os
+import subprocess
+import sys
+
 import jax
 import numpy as np
 
@@ -46,3 +50,19 @@ def test_global_batches_and_process_local_round_trip():
             np.testing.assert_array_equal(local[k], h[k])
     sums = jb.process_local(jax.jit(lambda b: b["tokens"].sum(1))(device[0]))
     np.testing.assert_array_equal(sums, host[0]["tokens"].sum(1))
+
+
+def test_rows_that_do_not_split_among_local_devices_get_a_clear_error():
+    code = (
+        "import numpy as np, jaxbatch as jb\n"
+        "ds = jb.Dataset.from_arrays({'tokens': [np.arange(n) for n in range(1, 20)]})\n"
+        "with jb.Loader(ds, jb.PadToMax(3)) as loader:\n"
+        "    next(jb.global_batches(loader))\n"
+    )
+    env = dict(
+        os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=2"
+    )
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert run.returncode != 0
+    assert "cannot build the global array 'tokens' from this process's (3, 11) rows" in run.stderr
+    assert "multiple of jax.local_device_count() = 2" in run.stderr

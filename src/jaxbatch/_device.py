@@ -55,9 +55,21 @@ class _Prefetcher:
             )
         if self._sharding is None:
             return jax.device_put(dict(batch))
-        return {
-            k: jax.make_array_from_process_local_data(self._sharding, v) for k, v in batch.items()
-        }
+        return {k: self._global(k, v) for k, v in batch.items()}
+
+    def _global(self, key: str, value: Any) -> Any:
+        import jax
+
+        try:
+            return jax.make_array_from_process_local_data(self._sharding, value)
+        except Exception as e:  # noqa: BLE001 - re-raised with the batch key and the fix
+            raise ValueError(
+                f"device_prefetch: cannot build the global array {key!r} from this process's "
+                f"{np.shape(value)} rows with {self._sharding}: {e}. Each process's rows must "
+                f"split evenly among its devices on the sharded axis: give the planner a "
+                f"batch_size (or rows_per_batch) that is a multiple of jax.local_device_count()"
+                f" = {jax.local_device_count()}"
+            ) from e
 
     def _pull(self) -> bool:
         for batch in self._iterator:
