@@ -7,7 +7,7 @@ MODE: ``streams`` records every planner x shuffle mode's batches (shapes,
 example ids, and the stream after a restore); ``train`` runs two epochs of a
 jitted training step over global batches and checkpoints after CHECKPOINT_STEP
 steps; ``resume`` restores that checkpoint and trains to the end; ``die``:
-process 1 exits after two steps, the others keep training. Each process writes
+process $DIE (default 1) exits after two steps, the others keep training. Each process writes
 OUT_DIR/<mode>-<process>.json. The data, model and step are importable so
 the test computes the single-process reference with the same code.
 """
@@ -124,7 +124,7 @@ def train(ds, out_dir, mode, process):
     with loader:
         batches = jb.global_batches(loader)
         for i, batch in enumerate(batches):
-            if mode == "die" and process == 1 and i == 2:
+            if mode == "die" and process == int(os.environ.get("DIE", "1")) and i == 2:
                 os._exit(17)
             params, loss = step(params, batch)
             losses.append(float(loss))
