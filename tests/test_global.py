@@ -66,3 +66,8 @@ def test_rows_that_do_not_split_among_local_devices_get_a_clear_error():
     assert run.returncode != 0
     assert "cannot build the global array 'tokens' from this process's (3, 11) rows" in run.stderr
     assert "multiple of jax.local_device_count() = 2" in run.stderr
+
+
+def test_process_local_of_scalars_and_host_values():
+    assert jb.process_local(jax.numpy.float32(3.5)) == 3.5
+    np.testing.assert_array_equal(jb.process_local({"a": np.arange(3)})["a"], np.arange(3))

@@ -18,13 +18,19 @@ def device_prefetch(
 
     With a ``jax.sharding.Sharding`` each process's batch is its local part of
     a global array built with ``jax.make_array_from_process_local_data`` (the
-    multi-host path: every process runs its own Loader shard). Without one,
-    arrays go to the default device.
+    multi-host path: every process runs its own Loader shard; see
+    :func:`global_batches`). Without one, arrays go to the default device.
+
+    The prefetch reads the Loader ahead, so checkpoint with the returned
+    iterator's ``get_state()`` (the Loader's state after the last batch it
+    yielded), not the Loader's own.
 
     Example::
 
-        for batch in jb.device_prefetch(loader, size=2):
+        batches = jb.device_prefetch(loader, size=2)
+        for batch in batches:
             state = train_step(state, batch)   # batch["tokens"] is a jax.Array
+        checkpoint = batches.get_state()
     """
     if isinstance(size, bool) or not isinstance(size, int) or size < 1:
         raise ValueError(f"device_prefetch: size must be an int >= 1, found {size!r}")
@@ -142,14 +148,12 @@ def process_local(tree: Any) -> Any:
     def local(x):
         if not isinstance(x, jax.Array):
             return np.asarray(x)
-        parts = {}
+        if x.ndim == 0:
+            return np.asarray(x.addressable_shards[0].data)
+        # One block per distinct row range (replicas on other devices repeat it).
+        blocks = {}
         for shard in x.addressable_shards:
-            start = shard.index[0].start if shard.index and x.ndim else None
-            parts.setdefault(start or 0, shard.data)
-        return (
-            np.concatenate([np.asarray(parts[k]) for k in sorted(parts)])
-            if x.ndim
-            else (np.asarray(next(iter(parts.values()))))
-        )
+            blocks.setdefault(shard.index[0].start or 0, shard.data)
+        return np.concatenate([np.asarray(blocks[start]) for start in sorted(blocks)])
 
     return jax.tree_util.tree_map(local, tree)
