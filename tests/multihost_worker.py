@@ -105,6 +105,8 @@ def streams(ds) -> dict:
             with jb.Loader(ds, planner, epochs=None, **args) as forever:
                 endless = [record(b) for b in itertools.islice(forever, len(stream) + 5)]
             out[key] = {"stream": stream, "resumed": after, "forever": endless}
+    with jb.Loader(ds, TRAIN_PLANNER, shard="jax", seed=5) as loader:
+        out["map"] = {e: float(v) for e, v in jb.map(example_mean, loader).outputs.items()}
     return out
 
 

@@ -152,6 +152,20 @@ def test_shards_agree_on_steps_and_shapes(streams, planner, shuffle):
         assert a["shapes"] == b["shapes"] and a["epoch"] == b["epoch"] == 2
 
 
+def test_jb_map_over_a_shard_returns_that_process_examples(streams):
+    ds = worker.dataset()
+    seen = set()
+    for i, p in enumerate(streams):
+        with jb.Loader(ds, worker.TRAIN_PLANNER, shard=(i, 2), seed=5) as loader:
+            mine = {int(e) for b in loader for e in b["example_index"] if e >= 0}
+        outputs = {int(e): v for e, v in p["map"].items()}
+        assert set(outputs) == mine and not seen & mine
+        seen |= mine
+        for e, v in outputs.items():
+            np.testing.assert_allclose(v, ds.example(e)["tokens"].mean(), rtol=1e-5, atol=1e-6)
+    assert seen == set(range(worker.NUM_EXAMPLES))
+
+
 @pytest.mark.parametrize("dead", [1, 0], ids=["worker", "coordinator"])
 def test_a_dead_process_fails_the_others_within_the_heartbeat(tmp_path, dead):
     start = time.monotonic()
