@@ -19,6 +19,7 @@ def test_every_pitfall_has_a_page_with_an_example():
         "errors",
         "performance",
         "padding-and-masking",
+        "multi-host",
     }
 
 

@@ -19,7 +19,7 @@ from jaxbatch._axes import AxisError, check_axes
 from jaxbatch._broadcast import BroadcastError, explain_broadcast, strict_broadcasting
 from jaxbatch._collate import Batch, collate, unbatch
 from jaxbatch._dataset import Dataset
-from jaxbatch._device import device_prefetch
+from jaxbatch._device import device_prefetch, global_batches, process_local
 from jaxbatch._job import JobError, JobReport, run
 from jaxbatch._job_output import read_output
 from jaxbatch._loader import ColumnSchema, Loader, LoaderStats
@@ -57,10 +57,12 @@ __all__ = [
     "device_prefetch",
     "estimate_memory",
     "explain_broadcast",
+    "global_batches",
     "map",
     "masked",
     "max_batch_size",
     "plan",
+    "process_local",
     "read_output",
     "run",
     "strict_broadcasting",

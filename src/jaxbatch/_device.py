@@ -6,6 +6,8 @@ import collections
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
+import numpy as np
+
 
 def device_prefetch(
     iterable: Iterable[Mapping[str, Any]], size: int = 2, sharding: Any = None
@@ -16,37 +18,142 @@ def device_prefetch(
 
     With a ``jax.sharding.Sharding`` each process's batch is its local part of
     a global array built with ``jax.make_array_from_process_local_data`` (the
-    multi-host path: every process runs its own Loader shard). Without one,
-    arrays go to the default device.
+    multi-host path: every process runs its own Loader shard; see
+    :func:`global_batches`). Without one, arrays go to the default device.
+
+    The prefetch reads the Loader ahead, so checkpoint with the returned
+    iterator's ``get_state()`` (the Loader's state after the last batch it
+    yielded), not the Loader's own.
 
     Example::
 
-        for batch in jb.device_prefetch(loader, size=2):
+        batches = jb.device_prefetch(loader, size=2)
+        for batch in batches:
             state = train_step(state, batch)   # batch["tokens"] is a jax.Array
+        checkpoint = batches.get_state()
     """
-    import jax
-
     if isinstance(size, bool) or not isinstance(size, int) or size < 1:
         raise ValueError(f"device_prefetch: size must be an int >= 1, found {size!r}")
+    return _Prefetcher(iterable, size, sharding)
 
-    def put(batch: Mapping[str, Any]) -> dict[str, Any]:
+
+class _Prefetcher:
+    """device_prefetch's iterator. It reads `size - 1` batches ahead of the
+    one it yields, so a Loader's own state is ahead too; ``get_state()`` here
+    is the Loader's state right after the last batch yielded, the one to
+    checkpoint."""
+
+    def __init__(self, iterable, size, sharding):
+        self._iterator = iter(iterable)
+        self._source = iterable
+        self._size, self._sharding = size, sharding
+        self._queue: collections.deque = collections.deque()
+        self._state = None
+        self._started = False
+
+    def _put(self, batch: Mapping[str, Any]) -> dict[str, Any]:
+        import jax
+
         if not isinstance(batch, Mapping):
             raise TypeError(
                 f"device_prefetch: expected batches that are dicts of arrays, found "
                 f"{type(batch).__name__}"
             )
-        if sharding is None:
+        if self._sharding is None:
             return jax.device_put(dict(batch))
-        return {k: jax.make_array_from_process_local_data(sharding, v) for k, v in batch.items()}
+        return {k: self._global(k, v) for k, v in batch.items()}
 
-    queue: collections.deque = collections.deque()
-    iterator = iter(iterable)
-    for batch in iterator:
-        queue.append(put(batch))
-        if len(queue) > size - 1:
-            break
-    while queue:
-        yield queue.popleft()
-        for batch in iterator:
-            queue.append(put(batch))
-            break
+    def _global(self, key: str, value: Any) -> Any:
+        import jax
+
+        try:
+            return jax.make_array_from_process_local_data(self._sharding, value)
+        except Exception as e:  # noqa: BLE001 - re-raised with the batch key and the fix
+            raise ValueError(
+                f"device_prefetch: cannot build the global array {key!r} from this process's "
+                f"{np.shape(value)} rows with {self._sharding}: {e}. Each process's rows must "
+                f"split evenly among its devices on the sharded axis: give the planner a "
+                f"batch_size (or rows_per_batch) that is a multiple of jax.local_device_count()"
+                f" = {jax.local_device_count()}"
+            ) from e
+
+    def _pull(self) -> bool:
+        for batch in self._iterator:
+            state = self._source.get_state() if hasattr(self._source, "get_state") else None
+            self._queue.append((self._put(batch), state))
+            return True
+        return False
+
+    def __iter__(self) -> _Prefetcher:
+        return self
+
+    def __next__(self) -> dict[str, Any]:
+        if not self._started:
+            self._started = True
+            while len(self._queue) < self._size - 1 and self._pull():
+                pass
+        self._pull()
+        if not self._queue:
+            raise StopIteration
+        batch, self._state = self._queue.popleft()
+        return batch
+
+    def get_state(self) -> dict[str, Any]:
+        """The source Loader's state after the last batch yielded."""
+        if not hasattr(self._source, "get_state"):
+            raise TypeError("device_prefetch: get_state() needs a Loader (or a source with one)")
+        return self._state if self._state is not None else self._source.get_state()
+
+
+def global_batches(
+    iterable: Iterable[Mapping[str, Any]], mesh: Any = None, axis: str = "data", size: int = 2
+) -> Iterator[dict[str, Any]]:
+    """Global batches for multi-process (multi-host) training: each process's
+    Loader shard (``shard="jax"``) becomes its rows of global ``jax.Array``\\ s
+    sharded over `axis` of `mesh` (default: every device of every process on
+    one axis named ``"data"``). The global batch has ``process_count`` times
+    the local rows, process 0's first. A jitted step over it runs one SPMD
+    program; gradients are all-reduced over `axis` by XLA.
+
+    Example::
+
+        jax.distributed.initialize()
+        loader = jb.Loader(ds, jb.AutoBuckets(8, batch_size=64), shard="jax", epochs=None)
+        for batch in jb.global_batches(loader):
+            params = train_step(params, batch)
+    """
+    import jax
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    if mesh is None:
+        mesh = Mesh(np.array(jax.devices()), (axis,))
+    if axis not in mesh.axis_names:
+        raise ValueError(f"global_batches: mesh has axes {mesh.axis_names}, not {axis!r}")
+    return device_prefetch(iterable, size=size, sharding=NamedSharding(mesh, PartitionSpec(axis)))
+
+
+def process_local(tree: Any) -> Any:
+    """This process's rows of global arrays sharded on their leading axis, as
+    numpy, in order: per-example outputs of a global batch go back to the
+    process whose Loader shard produced those rows, to be unbatched there
+    (``jb.unbatch(jb.process_local(out), local_batch)``).
+
+    Example::
+
+        out = jax.jit(jax.vmap(f))(global_batch)
+        per_example = jb.unbatch(jb.process_local(out), local_batch)
+    """
+    import jax
+
+    def local(x):
+        if not isinstance(x, jax.Array):
+            return np.asarray(x)
+        if x.ndim == 0:
+            return np.asarray(x.addressable_shards[0].data)
+        # One block per distinct row range (replicas on other devices repeat it).
+        blocks = {}
+        for shard in x.addressable_shards:
+            blocks.setdefault(shard.index[0].start or 0, shard.data)
+        return np.concatenate([np.asarray(blocks[start]) for start in sorted(blocks)])
+
+    return jax.tree_util.tree_map(local, tree)

@@ -97,7 +97,8 @@ class Loader:
         break ``schema`` (a dict of column name to :class:`ColumnSchema`).
       max_errors: bad records allowed, a count (int) or a fraction of the
         examples reached (float < 1); beyond it the run stops with a summary.
-      quarantine_file: JSONL file quarantined records are appended to.
+      quarantine_file: JSONL file quarantined records are appended to (with
+        ``shard``, by shard 0 only: every shard finds the same records).
       host_memory_limit: bytes of batch buffers alive at once (they come
         back when your arrays are freed); must hold ``prefetch + 2`` batches
         plus any you keep. Keeping every batch it holds makes ``next()``

@@ -364,7 +364,10 @@ void Loader::EnterEpoch(int64_t epoch, const EpochSchedule& schedule) {
       break;
     case ErrorPolicy::kQuarantine:
       state_.quarantined += static_cast<int64_t>(bad_records_.size());
-      if (epoch == 0) WriteQuarantine(bad_records_);  // Each record once per run.
+      // Each record once per run, and once per job: every shard finds the
+      // same bad records, so shard 0 alone writes them (processes of a
+      // multi-host job often share the file).
+      if (epoch == 0 && options_.schedule.shard_index == 0) WriteQuarantine(bad_records_);
       break;
   }
   const int64_t errors = state_.skipped + state_.quarantined;

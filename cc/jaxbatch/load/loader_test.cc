@@ -185,6 +185,30 @@ TEST(LoaderTest, BadRecordsRaiseSkipOrQuarantine) {
   EXPECT_THROW(limited.Next(), Error);
 }
 
+TEST(LoaderTest, ShardsShareAQuarantineFileWithoutDuplicates) {
+  auto ds = testing::TokensDataset({3, 0, 40, 5, 2, 7, 0, 4});
+  LoaderOptions o = Options(PadToMaxOptions{.batch_size = 2}, 2, 1);
+  o.schema.columns = {{.name = "tokens", .min_length = 1, .max_length = 10}};
+  o.on_error = ErrorPolicy::kQuarantine;
+  const std::string path =
+      (std::filesystem::temp_directory_path() / "jaxbatch_quarantine_shards_test.jsonl").string();
+  std::remove(path.c_str());
+  o.quarantine_path = path;
+  o.schedule.shard_count = 3;
+  for (int64_t shard = 0; shard < 3; ++shard) {
+    o.schedule.shard_index = shard;
+    Loader loader(ds, o);
+    Drain(loader);
+    EXPECT_EQ(loader.quarantine().size(), 3u);  // Every shard reports every bad record.
+  }
+  std::ifstream in(path);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  ASSERT_EQ(lines.size(), 3u);  // ... and the file holds each one once.
+  EXPECT_NE(lines[0].find("\"example\": 1,"), std::string::npos) << lines[0];
+  EXPECT_NE(lines[2].find("\"example\": 6,"), std::string::npos) << lines[2];
+}
+
 TEST(LoaderTest, WorkerErrorReachesTheConsumerWithItsMessage) {
   auto ds = testing::TokensDataset({3, 50, 4});
   Loader loader(ds, Options(PackOptions{.row_length = 10, .rows_per_batch = 1}, 2, 1));

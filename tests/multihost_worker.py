@@ -1,0 +1,169 @@
+"""One process of the multi-process tests (tests/test_multihost.py), started
+by jaxbatch._launch.launch_local as a real jax.distributed process.
+
+    python tests/multihost_worker.py MODE OUT_DIR
+
+MODE: ``streams`` records every planner x shuffle mode's batches (shapes,
+example ids, and the stream after a restore); ``train`` runs two epochs of a
+jitted training step over global batches and checkpoints after CHECKPOINT_STEP
+steps; ``resume`` restores that checkpoint and trains to the end; ``die``:
+process $DIE (default 1) exits after two steps, the others keep training. Each process writes
+OUT_DIR/<mode>-<process>.json. The data, model and step are importable so
+the test computes the single-process reference with the same code.
+"""
+
+import itertools
+import json
+import os
+import sys
+
+import numpy as np
+
+import jaxbatch as jb
+
+NUM_EXAMPLES = 157  # odd: shards get uneven tails to even out
+CHECKPOINT_STEP = 7
+LEARNING_RATE = 0.05
+PLANNERS = {
+    "pad": jb.PadToMax(8),
+    "fixed": jb.FixedBuckets([12, 24, 48], batch_size=6),
+    "auto": jb.AutoBuckets(3, batch_size=4, pad_to_multiple=4),
+    "pack": jb.Pack(48, 2, max_segments_per_row=8),
+    "auto_drop": jb.AutoBuckets(3, batch_size=4, remainder="drop"),
+}
+SHUFFLES = (True, "block", False)
+TRAIN_PLANNER = jb.AutoBuckets(3, batch_size=4)
+
+
+def dataset() -> jb.Dataset:
+    rng = np.random.default_rng(7)
+    lengths = rng.integers(1, 49, NUM_EXAMPLES)
+    tokens = [rng.normal(size=n).astype(np.float32) for n in lengths]
+    target = np.array([3.0 * t.mean() - 1.0 for t in tokens], np.float32)
+    return jb.Dataset.from_arrays({"tokens": tokens, "target": target})
+
+
+def init_params():
+    return {"w": np.float32(0.0), "b": np.float32(0.0)}
+
+
+def loss_fn(params, batch):
+    """Mean squared error of a linear model on each example's mean token,
+    over the real rows of the (global) batch."""
+    import jax.numpy as jnp
+
+    mask = batch["tokens_mask"]
+    mean = jnp.where(mask, batch["tokens"], 0).sum(1) / jnp.maximum(batch["tokens_lengths"], 1)
+    real = batch["example_index"] >= 0
+    err = jnp.where(real, params["w"] * mean + params["b"] - batch["target"], 0.0)
+    return (err * err).sum() / jnp.maximum(real.sum(), 1)
+
+
+def example_mean(example):
+    import jax.numpy as jnp
+
+    tokens = jnp.where(example["tokens_mask"], example["tokens"], 0)
+    return tokens.sum() / jnp.maximum(example["tokens_lengths"], 1)
+
+
+def make_train_step():
+    import jax
+
+    @jax.jit
+    def step(params, batch):
+        # The batch is sharded over the data axis: XLA all-reduces the
+        # gradient's per-device partial sums across every process.
+        loss, grads = jax.value_and_grad(loss_fn)(params, batch)
+        params = jax.tree_util.tree_map(lambda p, g: p - LEARNING_RATE * g, params, grads)
+        return params, loss
+
+    return step
+
+
+def record(batch) -> dict:
+    return {
+        "epoch": batch.epoch,
+        "shapes": {k: list(v.shape) for k, v in sorted(batch.items())},
+        "examples": sorted(int(e) for e in np.asarray(batch["example_index"]).ravel() if e >= 0),
+    }
+
+
+def streams(ds) -> dict:
+    out = {}
+    for name, planner in PLANNERS.items():
+        for shuffle in SHUFFLES:
+            key = f"{name}/{shuffle}"
+            args = dict(shuffle=shuffle, block_size=32, seed=3, shard="jax", num_threads=2)
+            with jb.Loader(ds, planner, epochs=2, **args) as loader:
+                stream, state = [], None
+                for batch in loader:
+                    stream.append(record(batch))
+                    if len(stream) == 3:
+                        state = loader.get_state()
+            with jb.Loader(ds, planner, epochs=2, state=state, **args) as resumed:
+                after = [record(b) for b in resumed]
+            with jb.Loader(ds, planner, epochs=None, **args) as forever:
+                endless = [record(b) for b in itertools.islice(forever, len(stream) + 5)]
+            out[key] = {"stream": stream, "resumed": after, "forever": endless}
+    with jb.Loader(ds, TRAIN_PLANNER, shard="jax", seed=5) as loader:
+        out["map"] = {e: float(v) for e, v in jb.map(example_mean, loader).outputs.items()}
+    return out
+
+
+def train(ds, out_dir, mode, process):
+    import jax
+
+    step = make_train_step()
+    params, start_state = init_params(), None
+    if mode == "resume":
+        with open(os.path.join(out_dir, f"checkpoint-{process}.json")) as f:
+            ckpt = json.load(f)
+        params = {k: np.float32(v) for k, v in ckpt["params"].items()}
+        start_state = ckpt["loader"]
+    losses, shapes, outputs = [], [], {}
+    per_example = jax.jit(jax.vmap(example_mean))
+    loader = jb.Loader(ds, TRAIN_PLANNER, seed=5, shard="jax", epochs=2, state=start_state)
+    with loader:
+        batches = jb.global_batches(loader)
+        for i, batch in enumerate(batches):
+            if mode == "die" and process == int(os.environ.get("DIE", "1")) and i == 2:
+                os._exit(17)
+            params, loss = step(params, batch)
+            losses.append(float(loss))
+            shapes.append({k: list(v.shape) for k, v in sorted(batch.items())})
+            # Per-example outputs of the global batch, back on the process
+            # that loaded those examples.
+            ids, means = jb.process_local((batch["example_index"], per_example(batch)))
+            for e, m in zip(ids.tolist(), means.tolist(), strict=True):
+                if e >= 0:
+                    outputs.setdefault(e, []).append(m)
+            if mode == "train" and i + 1 == CHECKPOINT_STEP:
+                ckpt = {"params": {k: float(v) for k, v in jax.device_get(params).items()},
+                        "loader": batches.get_state()}  # fmt: skip
+                with open(os.path.join(out_dir, f"checkpoint-{process}.json"), "w") as f:
+                    json.dump(ckpt, f)
+    return {"losses": losses, "shapes": shapes, "outputs": outputs}
+
+
+def main():
+    mode, out_dir = sys.argv[1], sys.argv[2]
+    from jaxbatch._launch import initialize_from_env
+
+    initialize_from_env(heartbeat_timeout=5 if mode == "die" else 100, init_timeout=60)
+    import jax
+
+    process = jax.process_index()
+    ds = dataset()
+    result = {
+        "process": process,
+        "count": jax.process_count(),
+        "devices": jax.device_count(),
+    }
+    result.update(streams(ds) if mode == "streams" else train(ds, out_dir, mode, process))
+    with open(os.path.join(out_dir, f"{mode}-{process}.json"), "w") as f:
+        json.dump(result, f)
+    jax.distributed.shutdown()
+
+
+if __name__ == "__main__":
+    main()

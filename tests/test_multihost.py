@@ -1,0 +1,189 @@
+"""The Loader under JAX's multi-controller runtime: 2 and 4 real
+jax.distributed CPU processes on loopback (tests/multihost_worker.py), checked
+against single-process runs of the same shards."""
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import multihost_worker as worker
+import numpy as np
+import pytest
+
+import jaxbatch as jb
+from jaxbatch._launch import launch_local
+
+WORKER = str(Path(__file__).with_name("multihost_worker.py"))
+TIMEOUT = 90
+
+
+def run_processes(mode, out_dir, num_processes, local_devices=2):
+    results = launch_local(
+        [sys.executable, WORKER, mode, str(out_dir)],
+        num_processes,
+        local_devices=local_devices,
+        timeout=TIMEOUT,
+    )
+    for r in results:
+        assert r.returncode == 0, f"process {r.process_id} ({mode}): rc={r.returncode}\n{r.output}"
+    return [json.loads((out_dir / f"{mode}-{i}.json").read_text()) for i in range(num_processes)]
+
+
+@pytest.fixture(scope="module")
+def two_process_training(tmp_path_factory):
+    """Two epochs of training on 2 processes x 2 devices, then a restore of
+    every process from the checkpoint taken at CHECKPOINT_STEP."""
+    out = tmp_path_factory.mktemp("train2")
+    trained = run_processes("train", out, 2)
+    resumed = run_processes("resume", out, 2)
+    return trained, resumed
+
+
+def reference_training(num_processes):
+    """The same steps in this one process: the global batch is every shard's
+    batch at that step, process 0's rows first."""
+    step = worker.make_train_step()
+    ds = worker.dataset()
+    loaders = [
+        jb.Loader(ds, worker.TRAIN_PLANNER, seed=5, shard=(i, num_processes), epochs=2)
+        for i in range(num_processes)
+    ]
+    params, losses, shapes = worker.init_params(), [], []
+    for parts in zip(*loaders, strict=True):
+        batch = {k: np.concatenate([p[k] for p in parts]) for k in sorted(parts[0])}
+        params, loss = step(params, batch)
+        losses.append(float(loss))
+        shapes.append({k: list(v.shape) for k, v in batch.items()})
+    for loader in loaders:
+        loader.close()
+    return losses, shapes
+
+
+def single_process_stream(planner, shuffle, shard, **kwargs):
+    args = dict(shuffle=shuffle, block_size=32, seed=3, shard=shard, num_threads=1)
+    with jb.Loader(worker.dataset(), planner, **args, **kwargs) as loader:
+        return [worker.record(b) for b in loader]
+
+
+def test_training_matches_a_single_process_run(two_process_training):
+    (p0, p1), _ = two_process_training
+    assert p0["count"] == p1["count"] == 2 and p0["devices"] == 4
+    ref_losses, ref_shapes = reference_training(2)
+    assert p0["shapes"] == p1["shapes"] == ref_shapes
+    # Every process holds the same global loss, the one a single process gets.
+    np.testing.assert_allclose(p0["losses"], ref_losses, rtol=2e-5, atol=1e-6)
+    np.testing.assert_allclose(p1["losses"], ref_losses, rtol=2e-5, atol=1e-6)
+    assert ref_losses[-1] < ref_losses[0] / 4  # it trained
+
+
+def test_restore_of_every_process_resumes_exactly(two_process_training):
+    trained, resumed = two_process_training
+    k = worker.CHECKPOINT_STEP
+    for before, after in zip(trained, resumed, strict=True):
+        assert after["shapes"] == before["shapes"][k:]
+        np.testing.assert_allclose(after["losses"], before["losses"][k:], rtol=1e-6)
+
+
+def test_per_example_outputs_go_back_to_their_process(two_process_training):
+    (p0, p1), _ = two_process_training
+    ds = worker.dataset()
+    seen = {}
+    for i, p in enumerate((p0, p1)):
+        outputs = {int(e): v for e, v in p["outputs"].items()}
+        with jb.Loader(ds, worker.TRAIN_PLANNER, seed=5, shard=(i, 2), epochs=2) as loader:
+            mine = [int(e) for b in loader for e in b["example_index"] if e >= 0]
+        # Exactly the examples this process's shard loaded, as often.
+        assert {e: len(v) for e, v in outputs.items()} == {e: mine.count(e) for e in set(mine)}
+        for e, values in outputs.items():
+            seen[e] = seen.get(e, 0) + len(values)
+            expected = ds.example(e)["tokens"].astype(np.float64).mean()
+            np.testing.assert_allclose(values, expected, rtol=1e-5, atol=1e-6)
+    assert seen == {e: 2 for e in range(worker.NUM_EXAMPLES)}  # once per epoch
+
+
+def test_four_processes_train_like_one(tmp_path):
+    results = run_processes("train", tmp_path, 4, local_devices=1)
+    ref_losses, ref_shapes = reference_training(4)
+    for r in results:
+        assert r["count"] == 4 and r["devices"] == 4
+        assert r["shapes"] == ref_shapes
+        np.testing.assert_allclose(r["losses"], ref_losses, rtol=2e-5, atol=1e-6)
+
+
+@pytest.fixture(scope="module")
+def streams(tmp_path_factory):
+    """Every planner x shuffle mode's batches on each of 2 processes."""
+    return run_processes("streams", tmp_path_factory.mktemp("streams"), 2)
+
+
+@pytest.mark.parametrize("planner", sorted(worker.PLANNERS))
+@pytest.mark.parametrize("shuffle", worker.SHUFFLES, ids=str)
+def test_shards_agree_on_steps_and_shapes(streams, planner, shuffle):
+    key = f"{planner}/{shuffle}"
+    s0, s1 = (p[key] for p in streams)
+    # Each process's stream is the single-process Loader's for its shard.
+    for i, s in enumerate((s0, s1)):
+        assert s["stream"] == single_process_stream(
+            worker.PLANNERS[planner], shuffle, (i, 2), epochs=2
+        )
+    # Same number of steps, same shapes and epoch at every step.
+    assert len(s0["stream"]) == len(s1["stream"]) > 0
+    for a, b in zip(s0["stream"], s1["stream"], strict=True):
+        assert (a["shapes"], a["epoch"]) == (b["shapes"], b["epoch"])
+    # Every example exactly once per epoch across processes (or, with
+    # remainder="drop", at most once).
+    n = worker.NUM_EXAMPLES
+    for epoch in (0, 1):
+        seen = [e for s in (s0, s1) for b in s["stream"] if b["epoch"] == epoch
+                for e in b["examples"]]  # fmt: skip
+        assert len(seen) == len(set(seen))
+        if worker.PLANNERS[planner].remainder == "pad":
+            assert sorted(seen) == list(range(n))
+        else:
+            assert set(seen) <= set(range(n)) and len(seen) > n // 2
+    # Restored after 3 batches: exactly the rest; forever: the same epochs,
+    # then more steps still alike on both processes.
+    for s in (s0, s1):
+        assert s["resumed"] == s["stream"][3:]
+        assert s["forever"][: len(s["stream"])] == s["stream"]
+    tail = len(s0["stream"])
+    for a, b in zip(s0["forever"][tail:], s1["forever"][tail:], strict=True):
+        assert a["shapes"] == b["shapes"] and a["epoch"] == b["epoch"] == 2
+
+
+def test_jb_map_over_a_shard_returns_that_process_examples(streams):
+    ds = worker.dataset()
+    seen = set()
+    for i, p in enumerate(streams):
+        with jb.Loader(ds, worker.TRAIN_PLANNER, shard=(i, 2), seed=5) as loader:
+            mine = {int(e) for b in loader for e in b["example_index"] if e >= 0}
+        outputs = {int(e): v for e, v in p["map"].items()}
+        assert set(outputs) == mine and not seen & mine
+        seen |= mine
+        for e, v in outputs.items():
+            np.testing.assert_allclose(v, ds.example(e)["tokens"].mean(), rtol=1e-5, atol=1e-6)
+    assert seen == set(range(worker.NUM_EXAMPLES))
+
+
+@pytest.mark.parametrize("dead", [1, 0], ids=["worker", "coordinator"])
+def test_a_dead_process_fails_the_others_within_the_heartbeat(tmp_path, dead):
+    start = time.monotonic()
+    results = launch_local(
+        [sys.executable, WORKER, "die", str(tmp_path)], 2, timeout=TIMEOUT, env={"DIE": str(dead)}
+    )
+    elapsed = time.monotonic() - start
+    died, survivor = results[dead], results[1 - dead]
+    assert died.returncode == 17, died.output
+    # The survivor is stopped by JAX (heartbeat 5 s), not killed at our timeout.
+    assert not survivor.timed_out and survivor.returncode != 0, survivor.output
+    assert "another task died" in survivor.output, survivor.output
+    assert elapsed < TIMEOUT / 2
+    assert not list(tmp_path.glob("die-*.json"))
+
+
+def test_launcher_kills_a_hung_process_and_reports_it():
+    start = time.monotonic()
+    (result,) = launch_local([sys.executable, "-c", "import time; time.sleep(60)"], 1, timeout=1)
+    assert result.timed_out and result.returncode is None
+    assert time.monotonic() - start < 10
