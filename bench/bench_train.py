@@ -305,6 +305,11 @@ class ShapeCache:
     def __call__(self, params, opt, tokens, positions, segments):
         key = tokens.shape
         if key not in self.compiled:
+            import jax
+
+            # Let the previous step finish first: dispatch is asynchronous,
+            # and a step running beside the compiler would be counted here.
+            jax.block_until_ready(params)
             t0 = time.perf_counter()
             lowered = self._jitted.lower(params, opt, tokens, positions, segments)
             self.compiled[key] = lowered.compile(self._options)
