@@ -146,6 +146,7 @@ bench: $(BENCH_VENV)/.deps $(VENV)/.built
 	$(BENCH_VENV)/bin/python bench/bench_execute.py
 	$(BENCH_VENV)/bin/python bench/bench_e2e.py
 	$(BENCH_VENV)/bin/python bench/bench_scale.py
+	$(BENCH_VENV)/bin/python bench/bench_train.py
 
 clean:
 	rm -rf build $(VENV) $(BENCH_VENV)

@@ -47,11 +47,13 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import harness  # noqa: E402
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 CONTENDERS = ("naive", "jaxbatch", "jaxbatch-pack", "sentence-transformers")
-RESULTS = Path(__file__).resolve().parent / "results" / "bench_e2e.json"
 
 
 def corpus(limit: int | None) -> list[str]:
@@ -177,10 +179,6 @@ def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
 
 
-def summary(values: list[float]) -> dict[str, float]:
-    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--limit", type=int, help="only the first N paragraphs")
@@ -192,11 +190,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.worker:
         worker(args.worker, args.limit, args.out)
         return 0
-    load = os.getloadavg()[0]
-    cores = os.cpu_count() or 1
-    if load > cores and not args.force:
-        print(f"bench_e2e: load average {load:.2f} is above the {cores} cores; --force to run")
+    try:
+        env = harness.check_load(args.force)
+    except harness.LoadTooHigh as e:
+        print(f"bench_e2e: {e}")
         return 1
+    load, cores = env["load_average"], env["cores"]
     texts = corpus(args.limit)
     print(
         f"bench_e2e: {len(texts)} pydoc paragraphs, {args.reps} alternating repetitions, "
@@ -205,14 +204,13 @@ def main(argv: list[str] | None = None) -> int:
     runs: dict[str, list[dict]] = {k: [] for k in CONTENDERS}
     vectors: dict[str, np.ndarray] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for rep in range(args.reps):
-            for name in CONTENDERS:
-                out = Path(tmp) / f"{name}.npy"
-                info = spawn(name, args.limit, out)
-                runs[name].append(info)
-                print(f"  rep {rep + 1} {name}: {info['seconds']:.1f} s", flush=True)
-                if rep == 0:
-                    vectors[name] = np.load(out)
+        for rep, name in harness.order(CONTENDERS, args.reps):
+            out = Path(tmp) / f"{name}.npy"
+            info = spawn(name, args.limit, out)
+            runs[name].append(info)
+            print(f"  rep {rep + 1} {name}: {info['seconds']:.1f} s", flush=True)
+            if rep == 0:
+                vectors[name] = np.load(out)
     checks = check_outputs(vectors)
     n = len(texts)
     rates = {k: [n / r["seconds"] for r in v] for k, v in runs.items()}
@@ -221,17 +219,16 @@ def main(argv: list[str] | None = None) -> int:
         "cores": cores,
         "load_average": load,
         "runs": runs,
-        "examples_per_second": {k: summary(v) for k, v in rates.items()},
+        "examples_per_second": {k: harness.summary(v) for k, v in rates.items()},
         "ratios": {
-            f"{a}/{b}": summary([x / y for x, y in zip(rates[a], rates[b], strict=True)])
+            f"{a}/{b}": harness.summary([x / y for x, y in zip(rates[a], rates[b], strict=True)])
             for a in ("jaxbatch", "jaxbatch-pack")
             for b in ("naive", "sentence-transformers")
         },
         "checks": checks,
     }
     print_table(result)
-    RESULTS.parent.mkdir(exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=1))
+    harness.write_json("bench_e2e", result)
     return 0
 
 

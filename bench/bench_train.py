@@ -1,0 +1,516 @@
+"""Training benchmark: a small byte-level language model in JAX, four ways.
+
+The model: byte embedding (256 ids) + learned positions, 2 pre-norm
+transformer layers (width 64, 2 heads, MLP 256) with causal attention, and a
+next-byte softmax; Adam written in JAX (lr 3e-3). Data: CPython's pydoc
+topics paragraphs (jaxbatch._default_data, nothing downloaded), UTF-8 bytes,
+each cut to its first 512. The last EVAL_EXAMPLES paragraphs are held out;
+training uses the first paragraphs of the rest until they hold --tokens real
+tokens, once each, in one epoch. Every way trains on exactly these examples
+(checked: real tokens seen and example ids), from the same initial
+parameters, with the same loss: the mean next-byte cross entropy over the
+batch's real targets (a target counts when it and the byte before it are in
+the same example; padding never counts).
+
+  naive    batches of 16 examples in corpus order, each padded to its longest
+           example; jax.jit compiles once per new padded length;
+  pad64    the same batches padded to a multiple of 64 (at most 8 lengths);
+  buckets  jb.Loader(jb.AutoBuckets(4, token_budget=2560)), shuffled: at most
+           4 shapes, short examples in big batches;
+  pack     jb.Loader(jb.Pack(512, 5)), shuffled: 5 rows of 512 bytes, several
+           examples per row; attention is jb.masked.attention_mask(segment_ids,
+           causal=True) and positions come from the batch: one shape.
+
+The batch sizes are chosen so a step sees a similar number of real tokens
+(measured at 100k tokens: 1.8k-2.5k) and the ways take a similar number of
+Adam steps (40-55).
+Each distinct input shape is compiled ahead of time (jit(...).lower().compile())
+and counted: compilations and compile seconds are exact. Wall time covers
+planning, loading, compiling and training; tokens/s is real tokens per wall
+second. The final loss is the mean next-byte cross entropy on the held-out
+paragraphs, computed by one evaluation function for all four ways; the ways
+must agree to LOSS_TOLERANCE (see there).
+
+Figures are medians of alternating repetitions with their min-max (bench/
+harness.py); every repetition recompiles (jax.clear_caches()), as a fresh
+job would.
+
+Run: ``.venv/bin/python bench/bench_train.py [--tokens N] [--reps R]
+[--quick] [--force]``. Writes bench/results/bench_train.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import harness  # noqa: E402
+
+WAYS = ("naive", "pad64", "buckets", "pack")
+MAX_LEN = 512  # bytes kept per paragraph (4% of them are longer)
+VOCAB = 256
+WIDTH, HEADS, MLP, LAYERS = 64, 2, 256, 2
+LEARNING_RATE = 3e-3
+NAIVE_BATCH = 16  # examples per naive / pad64 batch
+PAD_MULTIPLE = 64
+BUCKET_SHAPES, BUCKET_BUDGET = 4, 2560  # AutoBuckets: shapes, elements per batch
+PACK_ROWS = 5  # Pack: rows of MAX_LEN per batch
+EVAL_EXAMPLES = 128
+FULL_TOKENS = 100_000
+QUICK_TOKENS = 1_500
+QUICK_EVAL_EXAMPLES = 16
+# --quick checks the benchmark, not its timings: XLA's backend optimisations
+# off halve the compile time, so the smoke test stays short on 2 cores.
+QUICK_COMPILER_OPTIONS = {"xla_backend_optimization_level": 0}
+# The ways see the same examples but in different batches (and so a
+# different number of Adam steps, in a different order): their held-out
+# losses are close but not equal. Measured (README, Performance): naive and
+# pad64 agree exactly (the same batches, only more padding: padding never
+# counts), pack is 0.1% off, buckets 3.9% lower (55 steps against 40-43).
+# 5% of the median of the four admits that, and is small against what
+# training does to the loss (ln 256 = 5.55 untrained, ~2.9 after 100k
+# tokens). --quick trains one or two steps from a near-uniform start, where
+# one extra step moves the loss by several percent; QUICK_LOSS_TOLERANCE
+# only checks that the ways ran alike.
+LOSS_TOLERANCE = 0.05
+QUICK_LOSS_TOLERANCE = 0.15
+
+
+# -- data -------------------------------------------------------------------
+
+
+def byte_examples(paragraphs: list[str]) -> list[np.ndarray]:
+    """Each paragraph's UTF-8 bytes (its first MAX_LEN) as int32 ids."""
+    return [
+        np.frombuffer(p.encode("utf-8")[:MAX_LEN], np.uint8).astype(np.int32) for p in paragraphs
+    ]
+
+
+def split(tokens: int, eval_examples: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """(train, held out): the held-out slice is the corpus's last
+    ``eval_examples`` paragraphs; train is the shortest prefix of the rest
+    holding at least ``tokens`` bytes."""
+    from jaxbatch._default_data import pydoc_paragraphs
+
+    examples = byte_examples(pydoc_paragraphs())
+    rest, held_out = examples[:-eval_examples], examples[-eval_examples:]
+    total = np.cumsum([len(e) for e in rest])
+    if tokens > total[-1]:
+        raise ValueError(f"--tokens {tokens} is more than the {total[-1]} training tokens")
+    n = int(np.searchsorted(total, tokens)) + 1
+    return rest[:n], held_out
+
+
+def pad_rows(examples: list[np.ndarray], length: int) -> tuple[np.ndarray, np.ndarray]:
+    """(tokens, segment ids) [rows, length]: segment id 1 on real bytes, 0 on padding."""
+    tokens = np.zeros((len(examples), length), np.int32)
+    segments = np.zeros((len(examples), length), np.int32)
+    for row, e in enumerate(examples):
+        tokens[row, : len(e)] = e
+        segments[row, : len(e)] = 1
+    return tokens, segments
+
+
+def with_positions(tokens: np.ndarray, segments: np.ndarray, index: np.ndarray) -> dict:
+    positions = np.broadcast_to(np.arange(tokens.shape[1], dtype=np.int32), tokens.shape)
+    return {"tokens": tokens, "positions": positions, "segments": segments, "index": index}
+
+
+def hand_batches(train: list[np.ndarray], multiple: int) -> Iterator[dict]:
+    """What one writes by hand: NAIVE_BATCH examples in corpus order, padded
+    to their longest rounded up to ``multiple``."""
+    for start in range(0, len(train), NAIVE_BATCH):
+        chunk = train[start : start + NAIVE_BATCH]
+        longest = max(len(e) for e in chunk)
+        tokens, segments = pad_rows(chunk, -(-longest // multiple) * multiple)
+        yield with_positions(tokens, segments, np.arange(start, start + len(chunk)))
+
+
+def loader_batches(train: list[np.ndarray], planner) -> Iterator[dict]:
+    """jb.Loader batches (shuffled, one epoch) as the model's inputs."""
+    import jaxbatch as jb
+
+    ds = jb.Dataset.from_arrays({"tokens": train})
+    with jb.Loader(ds, planner, shuffle=True, seed=0, epochs=1, num_threads=2) as loader:
+        for b in loader:
+            if "tokens_segment_ids" in b:
+                yield {
+                    "tokens": b["tokens"],
+                    "positions": b["tokens_positions"],
+                    "segments": b["tokens_segment_ids"],
+                    "index": b["example_index"],
+                }
+            else:
+                mask = b["tokens_mask"]
+                yield with_positions(b["tokens"], mask.astype(np.int32), b["example_index"])
+
+
+def batches(way: str, train: list[np.ndarray]) -> Iterator[dict]:
+    import jaxbatch as jb
+
+    if way == "naive":
+        return hand_batches(train, 1)
+    if way == "pad64":
+        return hand_batches(train, PAD_MULTIPLE)
+    if way == "buckets":
+        return loader_batches(train, jb.AutoBuckets(BUCKET_SHAPES, token_budget=BUCKET_BUDGET))
+    if way == "pack":
+        return loader_batches(train, jb.Pack(MAX_LEN, PACK_ROWS))
+    raise ValueError(f"unknown way {way!r}; expected one of {WAYS}")
+
+
+# -- model ------------------------------------------------------------------
+
+
+def init_params(seed: int = 0) -> dict:
+    import jax
+    import jax.numpy as jnp
+
+    keys = iter(jax.random.split(jax.random.PRNGKey(seed), 4 + 4 * LAYERS))
+
+    def dense(fan_in, fan_out):
+        return jax.random.normal(next(keys), (fan_in, fan_out), jnp.float32) / math.sqrt(fan_in)
+
+    layers = [
+        {
+            "norm1": jnp.ones(WIDTH),
+            "qkv": dense(WIDTH, 3 * WIDTH),
+            "out": dense(WIDTH, WIDTH),
+            "norm2": jnp.ones(WIDTH),
+            "up": dense(WIDTH, MLP),
+            "down": dense(MLP, WIDTH),
+        }
+        for _ in range(LAYERS)
+    ]
+    return {
+        "embed": jax.random.normal(next(keys), (VOCAB, WIDTH)) * 0.02,
+        "position": jax.random.normal(next(keys), (MAX_LEN, WIDTH)) * 0.02,
+        "layers": layers,
+        "norm": jnp.ones(WIDTH),
+        "head": dense(WIDTH, VOCAB),
+    }
+
+
+def _norm(x, scale):
+    import jax.numpy as jnp
+
+    return x * scale / jnp.sqrt(jnp.mean(x * x, -1, keepdims=True) + 1e-6)
+
+
+def logits_fn(params, tokens, positions, segments):
+    """Next-byte logits [rows, L, VOCAB]; a query attends to earlier bytes of
+    its own segment only (segment 0 is padding)."""
+    import jax.numpy as jnp
+
+    import jaxbatch as jb
+
+    allowed = jb.masked.attention_mask(segments, causal=True)[:, None]  # [rows, 1, L, L]
+    x = params["embed"][tokens] + params["position"][positions]
+    rows, length = tokens.shape
+
+    for p in params["layers"]:
+        q, k, v = jnp.split(_norm(x, p["norm1"]) @ p["qkv"], 3, axis=-1)
+        q, k, v = (t.reshape(rows, length, HEADS, -1).transpose(0, 2, 1, 3) for t in (q, k, v))
+        scores = q @ k.transpose(0, 1, 3, 2) / math.sqrt(WIDTH // HEADS)
+        weights = jb.masked.softmax(scores, allowed)
+        attended = (weights @ v).transpose(0, 2, 1, 3).reshape(rows, length, WIDTH)
+        x = x + attended @ p["out"]
+        h = _norm(x, p["norm2"]) @ p["up"]
+        x = x + (h * (h > 0)) @ p["down"]
+    return _norm(x, params["norm"]) @ params["head"]
+
+
+def loss_terms(params, tokens, positions, segments):
+    """(sum of next-byte cross entropies, number of real targets): the target
+    of position t is byte t+1 when both are in the same nonzero segment."""
+    import jax
+    import jax.numpy as jnp
+
+    logits = logits_fn(params, tokens, positions, segments)[:, :-1]
+    targets = tokens[:, 1:]
+    valid = (segments[:, 1:] == segments[:, :-1]) & (segments[:, :-1] != 0)
+    logp = jax.nn.log_softmax(logits, -1)
+    nll = -jnp.take_along_axis(logp, targets[..., None], -1)[..., 0]
+    return jnp.sum(jnp.where(valid, nll, 0.0)), jnp.sum(valid)
+
+
+def train_step(params, opt, tokens, positions, segments):
+    """One Adam step on the batch's mean loss over its real targets."""
+    import jax
+    import jax.numpy as jnp
+
+    def loss(p):
+        total, count = loss_terms(p, tokens, positions, segments)
+        return total / jnp.maximum(count, 1)
+
+    value, grads = jax.value_and_grad(loss)(params)
+    step = opt["step"] + 1
+    b1, b2 = 0.9, 0.999
+    m = jax.tree.map(lambda m, g: b1 * m + (1 - b1) * g, opt["m"], grads)
+    v = jax.tree.map(lambda v, g: b2 * v + (1 - b2) * g * g, opt["v"], grads)
+    scale = LEARNING_RATE * jnp.sqrt(1 - b2**step) / (1 - b1**step)
+    params = jax.tree.map(lambda p, m, v: p - scale * m / (jnp.sqrt(v) + 1e-8), params, m, v)
+    return params, {"m": m, "v": v, "step": step}, value
+
+
+def init_opt(params) -> dict:
+    import jax
+    import jax.numpy as jnp
+
+    def zeros():
+        return jax.tree.map(jnp.zeros_like, params)
+
+    return {"m": zeros(), "v": zeros(), "step": jnp.zeros((), jnp.int32)}
+
+
+class HeldOut:
+    """Mean next-byte cross entropy over the held-out paragraphs: one padded
+    batch and one compiled function, the same for every way (compiled once,
+    outside the timings)."""
+
+    def __init__(self, held_out: list[np.ndarray]):
+        import jax
+
+        tokens, segments = pad_rows(held_out, MAX_LEN)
+        positions = np.broadcast_to(np.arange(MAX_LEN, dtype=np.int32), tokens.shape)
+        self.inputs = (tokens, positions, segments)
+        self.compiled = jax.jit(loss_terms).lower(init_params(), *self.inputs).compile()
+
+    def __call__(self, params) -> float:
+        total, count = self.compiled(params, *self.inputs)
+        return float(total) / int(count)
+
+
+# -- one training run -----------------------------------------------------------
+
+
+class ShapeCache:
+    """One ahead-of-time compiled train step per distinct input shape: the
+    number of entries is the number of compilations, exactly."""
+
+    def __init__(self, fn: Callable, compiler_options: dict | None = None):
+        import jax
+
+        self._jitted = jax.jit(fn)
+        self._options = compiler_options
+        self.compiled: dict[tuple, Any] = {}
+        self.seconds = 0.0
+
+    def __call__(self, params, opt, tokens, positions, segments):
+        key = tokens.shape
+        if key not in self.compiled:
+            import jax
+
+            # Let the previous step finish first: dispatch is asynchronous,
+            # and a step running beside the compiler would be counted here.
+            jax.block_until_ready(params)
+            t0 = time.perf_counter()
+            lowered = self._jitted.lower(params, opt, tokens, positions, segments)
+            self.compiled[key] = lowered.compile(self._options)
+            self.seconds += time.perf_counter() - t0
+        return self.compiled[key](params, opt, tokens, positions, segments)
+
+
+def train(
+    way: str,
+    train_set: list[np.ndarray],
+    initial: tuple[dict, dict],
+    held_out: HeldOut,
+    compiler_options: dict | None = None,
+) -> dict:
+    """Trains from ``initial`` (parameters, optimizer state), the same for
+    every way and repetition; returns the measurements."""
+    import jax
+
+    jax.clear_caches()
+    params, opt = initial
+    step = ShapeCache(train_step, compiler_options)
+    real = elements = steps = 0
+    seen: list[np.ndarray] = []
+    t0 = time.perf_counter()
+    for b in batches(way, train_set):
+        real += int(np.count_nonzero(b["segments"]))
+        elements += b["tokens"].size
+        seen.append(np.asarray(b["index"]).ravel())
+        params, opt, loss = step(params, opt, b["tokens"], b["positions"], b["segments"])
+        steps += 1
+    jax.block_until_ready(params)
+    wall = time.perf_counter() - t0
+    index = np.concatenate(seen)
+    index = np.sort(index[index >= 0])
+    if not np.array_equal(index, np.arange(len(train_set))):
+        raise AssertionError(f"{way}: did not train on every example exactly once")
+    return {
+        "compilations": len(step.compiled),
+        "shapes": sorted(list(s) for s in step.compiled),
+        "compile_seconds": step.seconds,
+        "wall_seconds": wall,
+        "steps": steps,
+        "real_tokens": real,
+        "elements": elements,
+        "padded_fraction": 1 - real / elements,
+        "tokens_per_second": real / wall,
+        "last_batch_loss": float(loss),
+        "held_out_loss": held_out(params),
+    }
+
+
+# -- checks and report --------------------------------------------------------
+
+
+def check(runs: dict[str, list[dict]], expected_tokens: int, tolerance: float) -> dict:
+    """Fails loudly unless every run saw the same real tokens, losses are
+    finite and agree, and the compilation counts have the structure the
+    batching implies."""
+    for way, rs in runs.items():
+        for r in rs:
+            if r["real_tokens"] != expected_tokens:
+                raise AssertionError(
+                    f"{way} trained on {r['real_tokens']} real tokens, expected {expected_tokens}"
+                )
+            if not math.isfinite(r["held_out_loss"]):
+                raise AssertionError(f"{way}: held-out loss is {r['held_out_loss']}")
+    first = {way: rs[0] for way, rs in runs.items()}
+    losses = {way: float(np.median([r["held_out_loss"] for r in rs])) for way, rs in runs.items()}
+    centre = float(np.median(list(losses.values())))
+    worst = max(abs(v - centre) / centre for v in losses.values())
+    if worst > tolerance:
+        raise AssertionError(
+            f"held-out losses disagree by {worst:.1%} (> {tolerance:.0%}) of their median "
+            f"{centre:.4f}: {losses}"
+        )
+    counts = {way: r["compilations"] for way, r in first.items()}
+    if counts["pack"] != 1:
+        raise AssertionError(f"Pack compiled {counts['pack']} shapes, expected 1")
+    if counts["buckets"] > BUCKET_SHAPES:
+        raise AssertionError(f"AutoBuckets compiled {counts['buckets']} > {BUCKET_SHAPES} shapes")
+    if not counts["naive"] >= counts["pad64"] <= MAX_LEN // PAD_MULTIPLE:
+        raise AssertionError(f"padding to a multiple of {PAD_MULTIPLE}: {counts}")
+    return {"losses": losses, "loss_median": centre, "loss_max_relative_gap": worst}
+
+
+def report(result: dict) -> str:
+    rows = [
+        (
+            "way",
+            "compiles",
+            "compile s",
+            "wall s",
+            "padded",
+            "tokens/s",
+            "steps",
+            "held-out loss",
+        )
+    ]
+    for way in WAYS:
+        rs = result["runs"][way]
+        rows.append(
+            (
+                way,
+                str(rs[0]["compilations"]),
+                harness.spread([r["compile_seconds"] for r in rs], ".1f"),
+                harness.spread([r["wall_seconds"] for r in rs], ".1f"),
+                f"{rs[0]['padded_fraction']:.1%}",
+                harness.spread([r["tokens_per_second"] for r in rs], ".0f"),
+                str(rs[0]["steps"]),
+                harness.spread([r["held_out_loss"] for r in rs], ".3f"),
+            )
+        )
+    return harness.format_table(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import jax
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--tokens", type=int, help=f"real training tokens (default {FULL_TOKENS})")
+    harness.add_arguments(p)
+    args = p.parse_args(argv)
+    try:
+        env = harness.check_load(args.force)
+    except harness.LoadTooHigh as e:
+        print(f"bench_train: {e}")
+        return 1
+    reps = harness.repetitions(args)
+    tokens = args.tokens or (QUICK_TOKENS if args.quick else FULL_TOKENS)
+    train_set, held_out = split(tokens, QUICK_EVAL_EXAMPLES if args.quick else EVAL_EXAMPLES)
+    expected = sum(len(e) for e in train_set)
+    print(
+        f"bench_train: {len(train_set)} paragraphs, {expected} real tokens, "
+        f"{len(held_out)} held out; {reps} alternating repetitions; {env['cores']} cores, "
+        f"load average {env['load_average']:.2f}"
+        + (" (--quick: timings mean nothing)" if args.quick else ""),
+        flush=True,
+    )
+
+    evaluate = HeldOut(held_out)
+    params = init_params()
+    initial = jax.block_until_ready((params, init_opt(params)))
+
+    def contender(way):
+        options = QUICK_COMPILER_OPTIONS if args.quick else None
+        return lambda: train(way, train_set, initial, evaluate, options)
+
+    def progress(rep, way, r):
+        print(
+            f"  rep {rep + 1} {way}: {r['wall_seconds']:.1f} s, {r['compilations']} compiles, "
+            f"loss {r['held_out_loss']:.4f}",
+            flush=True,
+        )
+
+    runs = harness.alternate({w: contender(w) for w in WAYS}, reps, progress)
+    tolerance = QUICK_LOSS_TOLERANCE if args.quick else LOSS_TOLERANCE
+    try:
+        checks = check(runs, expected, tolerance)
+    except AssertionError as e:
+        # Keep the measurements for diagnosis, then fail loudly.
+        harness.write_json("bench_train", {"runs": runs, "failed": str(e)})
+        raise
+    result = {
+        "config": {
+            "tokens": expected,
+            "train_examples": len(train_set),
+            "held_out_examples": len(held_out),
+            "max_len": MAX_LEN,
+            "model": f"{LAYERS}-layer transformer, width {WIDTH}, {HEADS} heads, MLP {MLP}",
+            "learning_rate": LEARNING_RATE,
+            "naive_batch": NAIVE_BATCH,
+            "bucket_shapes": BUCKET_SHAPES,
+            "bucket_token_budget": BUCKET_BUDGET,
+            "pack_rows": PACK_ROWS,
+            "reps": reps,
+            "quick": args.quick,
+            "loss_tolerance": tolerance,
+        },
+        "environment": env,
+        "runs": runs,
+        "summary": {
+            way: {
+                key: harness.summary([r[key] for r in rs])
+                for key in ("compile_seconds", "wall_seconds", "tokens_per_second", "held_out_loss")
+            }
+            for way, rs in runs.items()
+        },
+        "checks": checks,
+    }
+    print()
+    print(report(result))
+    print(
+        f"held-out losses agree within {checks['loss_max_relative_gap']:.1%} of their median "
+        f"(tolerance {tolerance:.0%}); every way trained on the same {expected} real tokens"
+    )
+    path = harness.write_json("bench_train", result)
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
