@@ -65,7 +65,12 @@ def test_rows_that_do_not_split_among_local_devices_get_a_clear_error():
     run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert run.returncode != 0
     assert "cannot build the global array 'tokens' from this process's (3, 11) rows" in run.stderr
-    assert "multiple of jax.local_device_count() = 2" in run.stderr
+    assert "rows_multiple=jax.local_device_count() = 2" in run.stderr
+    # The fix the message names works: a token budget's rows rounded to 2.
+    fixed = code.replace("jb.PadToMax(3)", "jb.AutoBuckets(3, token_budget=45, rows_multiple=2)")
+    fixed += "    print(sum(1 for _ in jb.global_batches(loader)))\n"
+    run = subprocess.run([sys.executable, "-c", fixed], env=env, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
 
 
 def test_process_local_of_scalars_and_host_values():

@@ -1,3 +1,4 @@
+import dataclasses
 import math
 
 import numpy as np
@@ -105,6 +106,36 @@ def test_every_planner_accounts_for_every_example(lengths, data):
     again = jb.plan(np.array(lengths, dtype=np.int64), planner)
     np.testing.assert_array_equal(again._core.example_ids, plan._core.example_ids)
     assert again.shapes == plan.shapes
+
+
+@given(lengths_st, st.data(), st.integers(1, 4))
+def test_rows_multiple_splits_every_batch_evenly(lengths, data, m):
+    """rows_multiple (global batches over m local devices): every planner's
+    batches have a multiple of m rows, within the token budget, and every
+    example is still accounted for exactly once."""
+    planner = data.draw(planners(max(lengths, default=1)))
+    changes = {"rows_multiple": m}
+    for name in ("batch_size", "rows_per_batch"):
+        if getattr(planner, name, None):
+            changes[name] = getattr(planner, name) * m
+    if getattr(planner, "token_budget", None):
+        longest = (
+            planner.boundaries[-1]
+            if isinstance(planner, jb.FixedBuckets)
+            else rounded(max(lengths, default=1), planner.pad_to_multiple)
+        )
+        changes["token_budget"] = max(planner.token_budget, longest * m)
+    planner = dataclasses.replace(planner, **changes)
+    plan = jb.plan(np.array(lengths, dtype=np.int64), planner)
+    check_plan_properties(lengths, planner, plan)
+    assert all(shape.rows % m == 0 for shape in plan.shapes)
+
+
+def test_rows_multiple_refuses_a_batch_size_that_cannot_split():
+    with pytest.raises(ValueError, match="batch_size=6 is not a multiple of rows_multiple=4"):
+        jb.plan([3, 5], jb.PadToMax(6, rows_multiple=4))
+    with pytest.raises(ValueError, match="rows_multiple must be a positive integer, found 0"):
+        jb.plan([3, 5], jb.AutoBuckets(2, batch_size=4, rows_multiple=0))
 
 
 @given(

@@ -36,21 +36,24 @@ void BindPlan(nb::module_& m) {
       .def(nb::init<>())
       .def_rw("batch_size", &PadToMaxOptions::batch_size)
       .def_rw("pad_to_multiple", &PadToMaxOptions::pad_to_multiple)
-      .def_rw("remainder", &PadToMaxOptions::remainder);
+      .def_rw("remainder", &PadToMaxOptions::remainder)
+      .def_rw("rows_multiple", &PadToMaxOptions::rows_multiple);
   nb::class_<FixedBucketsOptions>(m, "FixedBucketsOptions")
       .def(nb::init<>())
       .def_rw("boundaries", &FixedBucketsOptions::boundaries)
       .def_rw("batch_size", &FixedBucketsOptions::batch_size)
       .def_rw("token_budget", &FixedBucketsOptions::token_budget)
       .def_rw("remainder", &FixedBucketsOptions::remainder)
-      .def_rw("too_long", &FixedBucketsOptions::too_long);
+      .def_rw("too_long", &FixedBucketsOptions::too_long)
+      .def_rw("rows_multiple", &FixedBucketsOptions::rows_multiple);
   nb::class_<AutoBucketsOptions>(m, "AutoBucketsOptions")
       .def(nb::init<>())
       .def_rw("max_shapes", &AutoBucketsOptions::max_shapes)
       .def_rw("token_budget", &AutoBucketsOptions::token_budget)
       .def_rw("batch_size", &AutoBucketsOptions::batch_size)
       .def_rw("pad_to_multiple", &AutoBucketsOptions::pad_to_multiple)
-      .def_rw("remainder", &AutoBucketsOptions::remainder);
+      .def_rw("remainder", &AutoBucketsOptions::remainder)
+      .def_rw("rows_multiple", &AutoBucketsOptions::rows_multiple);
   nb::class_<PackOptions>(m, "PackOptions")
       .def(nb::init<>())
       .def_rw("row_length", &PackOptions::row_length)
@@ -59,7 +62,8 @@ void BindPlan(nb::module_& m) {
       .def_rw("algorithm", &PackOptions::algorithm)
       .def_rw("lookahead", &PackOptions::lookahead)
       .def_rw("too_long", &PackOptions::too_long)
-      .def_rw("remainder", &PackOptions::remainder);
+      .def_rw("remainder", &PackOptions::remainder)
+      .def_rw("rows_multiple", &PackOptions::rows_multiple);
 
   nb::class_<PlanStats>(m, "PlanStats")
       .def_ro("examples", &PlanStats::examples)

@@ -57,7 +57,7 @@ inline TooLong ConsumeTooLong(FuzzedDataProvider& in) {
 
 // One of the four planners with fuzzed options; `small_max` bounds the
 // small sizes (lengths, rows, boundaries).
-inline PlannerOptions ConsumePlanner(FuzzedDataProvider& in, int64_t small_max, bool huge) {
+inline PlannerOptions ConsumePlannerOnly(FuzzedDataProvider& in, int64_t small_max, bool huge) {
   switch (in.ConsumeIntegralInRange<int>(0, 3)) {
     case 0:
       return PadToMaxOptions{.batch_size = ConsumeSize(in, small_max, huge),
@@ -104,6 +104,32 @@ inline PlannerOptions ConsumePlanner(FuzzedDataProvider& in, int64_t small_max, 
       return o;
     }
   }
+}
+
+// A planner's options with, half the time, a rows_multiple; the batch size
+// it constrains is then mostly rounded up to a multiple (else refused).
+inline PlannerOptions ConsumePlanner(FuzzedDataProvider& in, int64_t small_max, bool huge) {
+  PlannerOptions options = ConsumePlannerOnly(in, small_max, huge);
+  if (!in.ConsumeBool()) return options;
+  const int64_t multiple = ConsumeSize(in, 4, huge);
+  const bool round = in.ConsumeProbability<float>() < 0.8f;
+  std::visit(
+      [&](auto& o) {
+        o.rows_multiple = multiple;
+        int64_t* rows = nullptr;
+        if constexpr (requires { o.rows_per_batch; }) {
+          rows = &o.rows_per_batch;
+        } else {
+          rows = &o.batch_size;
+        }
+        int64_t up = 0;
+        if (round && multiple > 0 && *rows > 0 &&
+            !__builtin_mul_overflow(*rows / multiple + (*rows % multiple != 0), multiple, &up)) {
+          *rows = up;
+        }
+      },
+      options);
+  return options;
 }
 
 }  // namespace jaxbatch::fuzz

@@ -26,6 +26,7 @@ struct Limits {
   Remainder remainder = Remainder::kPad;
   TooLong too_long = TooLong::kError;
   bool packed = false;
+  int64_t rows_multiple = 1;  // every batch's rows are a multiple
 };
 
 Limits LimitsOf(const PlannerOptions& options) {
@@ -34,6 +35,7 @@ Limits LimitsOf(const PlannerOptions& options) {
         using T = std::decay_t<decltype(o)>;
         Limits l;
         l.remainder = o.remainder;
+        l.rows_multiple = o.rows_multiple;
         if constexpr (std::is_same_v<T, PadToMaxOptions>) l.max_rows = o.batch_size;
         if constexpr (std::is_same_v<T, FixedBucketsOptions> ||
                       std::is_same_v<T, AutoBucketsOptions>) {
@@ -76,7 +78,9 @@ void CheckPadToMax(const BatchPlan& plan, const std::vector<int64_t>& lengths,
     const BatchView view = plan.batch(b++);
     FUZZ_CHECK(view.shape.length == length, "batch %ld: length %ld", long(b - 1),
                long(view.shape.length));
-    FUZZ_CHECK(view.shape.rows == (o.remainder == Remainder::kKeep ? count : o.batch_size),
+    const auto kept = static_cast<int64_t>((__int128{count} + o.rows_multiple - 1) /
+                                           o.rows_multiple * o.rows_multiple);
+    FUZZ_CHECK(view.shape.rows == (o.remainder == Remainder::kKeep ? kept : o.batch_size),
                "batch %ld: rows %ld", long(b - 1), long(view.shape.rows));
     const std::span<const int64_t> got = view.all_examples();
     FUZZ_CHECK(std::equal(got.begin(), got.end(), ids.begin() + start, ids.begin() + end),
@@ -107,6 +111,8 @@ void CheckPlan(const BatchPlan& plan, const std::vector<int64_t>& lengths,
                long(s.length));
     FUZZ_CHECK(s.rows <= limits.max_rows, "batch %ld: %ld rows, more than %ld", long(b),
                long(s.rows), long(limits.max_rows));
+    FUZZ_CHECK(s.rows % limits.rows_multiple == 0, "batch %ld: %ld rows, not a multiple of %ld",
+               long(b), long(s.rows), long(limits.rows_multiple));
     if (limits.remainder == Remainder::kPad && limits.token_budget == 0) {
       FUZZ_CHECK(s.rows == limits.max_rows, "batch %ld: %ld rows, not %ld", long(b), long(s.rows),
                  long(limits.max_rows));

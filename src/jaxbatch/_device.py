@@ -72,9 +72,9 @@ class _Prefetcher:
             raise ValueError(
                 f"device_prefetch: cannot build the global array {key!r} from this process's "
                 f"{np.shape(value)} rows with {self._sharding}: {e}. Each process's rows must "
-                f"split evenly among its devices on the sharded axis: give the planner a "
-                f"batch_size (or rows_per_batch) that is a multiple of jax.local_device_count()"
-                f" = {jax.local_device_count()}"
+                f"split evenly among its devices on the sharded axis: give the planner "
+                f"rows_multiple=jax.local_device_count() = {jax.local_device_count()} (with a "
+                f"batch_size or rows_per_batch that is a multiple of it)"
             ) from e
 
     def _pull(self) -> bool:

@@ -53,11 +53,14 @@ def _boundaries(values: Sequence[int]) -> list[int]:
 class PadToMax:
     """Consecutive batches of ``batch_size``, each padded to its longest
     example rounded up to ``pad_to_multiple``: the usual hand-written baseline.
-    Every distinct padded length is one more compilation."""
+    Every distinct padded length is one more compilation. ``batch_size``
+    must be a multiple of ``rows_multiple`` (for a kept remainder the last
+    batch's rows are rounded up to it)."""
 
     batch_size: int
     pad_to_multiple: int = 1
     remainder: str = "pad"
+    rows_multiple: int = 1
 
     def _options(self) -> _core.PadToMaxOptions:
         o = _core.PadToMaxOptions()
@@ -66,6 +69,7 @@ class PadToMax:
         o.remainder = getattr(
             _core.Remainder, _choice("PadToMax", "remainder", self.remainder, _REMAINDER)
         )
+        o.rows_multiple = _count("PadToMax", "rows_multiple", self.rows_multiple)
         return o
 
 
@@ -74,13 +78,18 @@ class FixedBuckets:
     """tf.data's ``bucket_by_sequence_length``: an example of length ``l`` goes
     to the first boundary ``>= l`` and is padded to it. Give ``batch_size``
     rows per batch, or ``token_budget`` elements per batch (a bucket of length
-    ``L`` gets ``token_budget // L`` rows), or both (the smaller wins)."""
+    ``L`` gets ``token_budget // L`` rows), or both (the smaller wins).
+    ``rows_multiple`` makes every batch's row count a multiple of it: set
+    ``jax.local_device_count()`` so each process's batch splits evenly over
+    its devices (:func:`jaxbatch.global_batches`). A token budget's rows are
+    rounded down to it, a kept remainder's rows up."""
 
     boundaries: Sequence[int]
     batch_size: int | None = None
     token_budget: int | None = None
     remainder: str = "pad"
     too_long: str = "error"
+    rows_multiple: int = 1
 
     def _options(self) -> _core.FixedBucketsOptions:
         o = _core.FixedBucketsOptions()
@@ -90,6 +99,7 @@ class FixedBuckets:
         o.remainder = getattr(
             _core.Remainder, _choice("FixedBuckets", "remainder", self.remainder, _REMAINDER)
         )
+        o.rows_multiple = _count("FixedBuckets", "rows_multiple", self.rows_multiple)
         o.too_long = getattr(
             _core.TooLong, _choice("FixedBuckets", "too_long", self.too_long, _TOO_LONG)
         )
@@ -102,13 +112,18 @@ class AutoBuckets:
     at most ``max_shapes`` distinct batch shapes (so at most that many
     compilations). Exact: dynamic programming over the length histogram.
     With ``token_budget`` each bucket of length ``L`` gets
-    ``token_budget // L`` rows, so short sequences get big batches."""
+    ``token_budget // L`` rows, so short sequences get big batches.
+    ``rows_multiple`` makes every batch's row count a multiple of it: set
+    ``jax.local_device_count()`` so each process's batch splits evenly over
+    its devices (:func:`jaxbatch.global_batches`). A token budget's rows are
+    rounded down to it, a kept remainder's rows up."""
 
     max_shapes: int
     token_budget: int | None = None
     batch_size: int | None = None
     pad_to_multiple: int = 1
     remainder: str = "pad"
+    rows_multiple: int = 1
 
     def _options(self) -> _core.AutoBucketsOptions:
         o = _core.AutoBucketsOptions()
@@ -119,6 +134,7 @@ class AutoBuckets:
         o.remainder = getattr(
             _core.Remainder, _choice("AutoBuckets", "remainder", self.remainder, _REMAINDER)
         )
+        o.rows_multiple = _count("AutoBuckets", "rows_multiple", self.rows_multiple)
         return o
 
 
@@ -133,7 +149,9 @@ class Pack:
     is the most examples a row can hold (the smallest lengths that fit one
     row), rounded up to a power of two: it depends on the lengths only, so
     every epoch and host gets the same shape. An example longer than
-    ``row_length`` follows ``too_long``."""
+    ``row_length`` follows ``too_long``. ``rows_per_batch`` must be a
+    multiple of ``rows_multiple`` (for a kept remainder the last batch's rows
+    are rounded up to it)."""
 
     row_length: int
     rows_per_batch: int
@@ -142,6 +160,7 @@ class Pack:
     lookahead: int | None = None
     too_long: str = "error"
     remainder: str = "pad"
+    rows_multiple: int = 1
 
     def _options(self) -> _core.PackOptions:
         o = _core.PackOptions()
@@ -156,6 +175,7 @@ class Pack:
         o.remainder = getattr(
             _core.Remainder, _choice("Pack", "remainder", self.remainder, _REMAINDER)
         )
+        o.rows_multiple = _count("Pack", "rows_multiple", self.rows_multiple)
         return o
 
 

@@ -231,6 +231,19 @@ int ThreadCount() {
   return count;
 }
 
+// The thread count once it reaches `expected`, or after 2 s. A joined
+// thread can linger in /proc/self/task for a moment: join() returns when the
+// kernel clears the thread's tid, slightly before the task is released.
+int SettledThreadCount(int expected) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  int count = ThreadCount();
+  while (count != expected && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    count = ThreadCount();
+  }
+  return count;
+}
+
 TEST(LoaderTest, CloseAndDestructionEndEveryThread) {
   auto ds = testing::TokensDataset(std::vector<int64_t>(100, 4));
   const int before = ThreadCount();
@@ -239,14 +252,14 @@ TEST(LoaderTest, CloseAndDestructionEndEveryThread) {
     ASSERT_TRUE(loader.Next());
     EXPECT_EQ(ThreadCount(), before + 4);
     loader.Close();
-    EXPECT_EQ(ThreadCount(), before);
+    EXPECT_EQ(SettledThreadCount(before), before);
     EXPECT_FALSE(loader.Next());
   }
   {
     Loader loader(ds, Options(PadToMaxOptions{.batch_size = 4}, 3, 0));
     ASSERT_TRUE(loader.Next());
   }  // Destroyed mid-stream with batches in flight.
-  EXPECT_EQ(ThreadCount(), before);
+  EXPECT_EQ(SettledThreadCount(before), before);
 }
 
 TEST(LoaderTest, CloseFromTwoThreadsAtOnce) {

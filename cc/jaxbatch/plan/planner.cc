@@ -39,6 +39,26 @@ void RequirePositive(int64_t value, const char* planner, const char* option) {
   }
 }
 
+// Throws unless `rows` (the option named `option`) is a multiple of
+// `rows_multiple`, which must be > 0.
+void CheckRowsMultiple(int64_t rows, int64_t rows_multiple, const char* planner,
+                       const char* option) {
+  RequirePositive(rows_multiple, planner, "rows_multiple");
+  if (rows > 0 && rows % rows_multiple != 0) {
+    const std::optional<int64_t> next = CheckedMul(rows / rows_multiple + 1, rows_multiple);
+    throw InvalidArgumentError(StrCat(
+        planner, ": ", option, "=", rows, " is not a multiple of rows_multiple=", rows_multiple,
+        next ? StrCat("; use a multiple, such as ", *next) : std::string()));
+  }
+}
+
+// The rows of a kept partial batch of `count` examples: `count` rounded up
+// to `rows_multiple`: at most a full batch, itself a multiple, so it cannot wrap.
+int64_t KeptRows(int64_t count, int64_t rows_multiple) {
+  const int64_t partial = count % rows_multiple;
+  return partial == 0 ? count : count - partial + rows_multiple;
+}
+
 // The ids to plan: `order` checked against the lengths, or 0..n-1.
 std::vector<int64_t> ResolveOrder(std::span<const int64_t> lengths,
                                   std::span<const int64_t> order) {
@@ -92,7 +112,8 @@ bool HandleTooLong(TooLong policy, int64_t id, int64_t length, int64_t limit, co
 // `rows` rows of `length`, with the last partial batch per `remainder`.
 class BucketBatcher {
  public:
-  BucketBatcher(int64_t length, int64_t rows) : length_(length), rows_(rows) {}
+  BucketBatcher(int64_t length, int64_t rows, int64_t rows_multiple)
+      : length_(length), rows_(rows), rows_multiple_(rows_multiple) {}
 
   // Adds an example; emits a batch when `rows` are collected.
   void Add(int64_t id, PlanBuilder& builder) {
@@ -107,7 +128,7 @@ class BucketBatcher {
         Flush(rows_, builder);
         break;
       case Remainder::kKeep:
-        Flush(static_cast<int64_t>(pending_.size()), builder);
+        Flush(KeptRows(static_cast<int64_t>(pending_.size()), rows_multiple_), builder);
         break;
       case Remainder::kDrop:
         for (int64_t id : pending_) builder.Drop(id);
@@ -126,20 +147,26 @@ class BucketBatcher {
 
   int64_t length_;
   int64_t rows_;
+  int64_t rows_multiple_;
   std::vector<int64_t> pending_;
 };
 
-// Rows per batch for a bucket of `length` under a batch size and/or budget.
+// Rows per batch for a bucket of `length` under a batch size and/or budget:
+// the budget's rows rounded down to `rows_multiple` (a batch_size is one).
 int64_t RowsForLength(int64_t length, int64_t batch_size, int64_t token_budget,
-                      const char* planner) {
+                      int64_t rows_multiple, const char* planner) {
   int64_t rows = batch_size > 0 ? batch_size : std::numeric_limits<int64_t>::max();
   if (token_budget > 0) {
-    if (length > token_budget) {
-      throw InvalidArgumentError(StrCat(planner, ": token_budget ", token_budget,
-                                        " is smaller than bucket length ", length,
-                                        "; raise token_budget to at least ", length));
+    const int64_t fitting = token_budget / length / rows_multiple * rows_multiple;
+    if (fitting == 0) {
+      const std::optional<int64_t> needed = CheckedMul(length, rows_multiple);
+      throw InvalidArgumentError(StrCat(
+          planner, ": token_budget ", token_budget, " is smaller than bucket length ", length,
+          rows_multiple > 1 ? StrCat(" x rows_multiple=", rows_multiple) : std::string(),
+          "; raise token_budget to at least ",
+          needed ? StrCat(*needed) : StrCat("more than ", kMaxSize)));
     }
-    rows = std::min(rows, token_budget / length);
+    rows = std::min(rows, fitting);
   }
   return rows;
 }
@@ -149,17 +176,18 @@ int64_t RowsForLength(int64_t length, int64_t batch_size, int64_t token_budget,
 // (`rounded` lengths for AutoBuckets' pad_to_multiple).
 BatchPlan PlanBuckets(std::span<const int64_t> lengths, const std::vector<int64_t>& ids,
                       const std::vector<int64_t>& boundaries, int64_t batch_size,
-                      int64_t token_budget, int64_t multiple, Remainder remainder, TooLong too_long,
-                      const char* planner) {
+                      int64_t token_budget, int64_t multiple, int64_t rows_multiple,
+                      Remainder remainder, TooLong too_long, const char* planner) {
   PlanBuilder builder(/*packed=*/false);
   std::vector<BucketBatcher> buckets;
   for (size_t k = 0; k < boundaries.size(); ++k) {
-    const int64_t rows = RowsForLength(boundaries[k], batch_size, token_budget, planner);
+    const int64_t rows =
+        RowsForLength(boundaries[k], batch_size, token_budget, rows_multiple, planner);
     CheckBatchSize(
         rows, boundaries[k], 0,
         StrCat(planner, ": batch_size=", batch_size, " with boundaries[", k, "]=", boundaries[k],
                multiple > 1 ? StrCat(" (from pad_to_multiple=", multiple, ")") : ""));
-    buckets.emplace_back(boundaries[k], rows);
+    buckets.emplace_back(boundaries[k], rows, rows_multiple);
   }
   for (int64_t id : ids) {
     const int64_t length = lengths[static_cast<size_t>(id)];
@@ -182,6 +210,7 @@ BatchPlan PlanPadToMax(std::span<const int64_t> lengths, const std::vector<int64
                        const PadToMaxOptions& o) {
   RequirePositive(o.batch_size, "PadToMax", "batch_size");
   RequirePositive(o.pad_to_multiple, "PadToMax", "pad_to_multiple");
+  CheckRowsMultiple(o.batch_size, o.rows_multiple, "PadToMax", "batch_size");
   PlanBuilder builder(/*packed=*/false);
   for (size_t start = 0; start < ids.size(); start += static_cast<size_t>(o.batch_size)) {
     const size_t end = std::min(ids.size(), start + static_cast<size_t>(o.batch_size));
@@ -194,7 +223,8 @@ BatchPlan PlanPadToMax(std::span<const int64_t> lengths, const std::vector<int64
     for (size_t k = start; k < end; ++k) {
       longest = std::max(longest, lengths[static_cast<size_t>(ids[k])]);
     }
-    const int64_t rows = o.remainder == Remainder::kKeep ? count : o.batch_size;
+    const int64_t rows =
+        o.remainder == Remainder::kKeep ? KeptRows(count, o.rows_multiple) : o.batch_size;
     const int64_t length = RoundUp(longest, o.pad_to_multiple, "PadToMax");
     CheckBatchSize(rows, length, 0,
                    StrCat("PadToMax: batch_size=", o.batch_size, " with pad_to_multiple=",
@@ -222,8 +252,9 @@ BatchPlan PlanFixedBuckets(std::span<const int64_t> lengths, const std::vector<i
   if (o.batch_size <= 0 && o.token_budget <= 0) {
     throw InvalidArgumentError("FixedBuckets: expected batch_size or token_budget, found neither");
   }
-  return PlanBuckets(lengths, ids, o.boundaries, o.batch_size, o.token_budget, 1, o.remainder,
-                     o.too_long, "FixedBuckets");
+  CheckRowsMultiple(o.batch_size, o.rows_multiple, "FixedBuckets", "batch_size");
+  return PlanBuckets(lengths, ids, o.boundaries, o.batch_size, o.token_budget, 1, o.rows_multiple,
+                     o.remainder, o.too_long, "FixedBuckets");
 }
 
 BatchPlan PlanAutoBuckets(std::span<const int64_t> lengths, const std::vector<int64_t>& ids,
@@ -233,14 +264,15 @@ BatchPlan PlanAutoBuckets(std::span<const int64_t> lengths, const std::vector<in
   if (o.batch_size <= 0 && o.token_budget <= 0) {
     throw InvalidArgumentError("AutoBuckets: expected batch_size or token_budget, found neither");
   }
+  CheckRowsMultiple(o.batch_size, o.rows_multiple, "AutoBuckets", "batch_size");
   const LengthHistogram histogram = RoundedHistogram(lengths, ids, o.pad_to_multiple);
   auto rows_for_length = [&](int64_t length) {
-    return RowsForLength(length, o.batch_size, o.token_budget, "AutoBuckets");
+    return RowsForLength(length, o.batch_size, o.token_budget, o.rows_multiple, "AutoBuckets");
   };
   const std::vector<int64_t> boundaries =
       OptimalBoundaries(histogram, o.max_shapes, rows_for_length, o.remainder == Remainder::kPad);
   return PlanBuckets(lengths, ids, boundaries, o.batch_size, o.token_budget, o.pad_to_multiple,
-                     o.remainder, TooLong::kError, "AutoBuckets");
+                     o.rows_multiple, o.remainder, TooLong::kError, "AutoBuckets");
 }
 
 // The per-segment axis when the user sets none: the most examples any row
@@ -272,6 +304,7 @@ BatchPlan PlanPack(std::span<const int64_t> lengths, const std::vector<int64_t>&
                    const PackOptions& o) {
   RequirePositive(o.row_length, "Pack", "row_length");
   RequirePositive(o.rows_per_batch, "Pack", "rows_per_batch");
+  CheckRowsMultiple(o.rows_per_batch, o.rows_multiple, "Pack", "rows_per_batch");
   if (o.max_segments_per_row < 0) {
     throw InvalidArgumentError(
         StrCat("Pack: max_segments_per_row must be >= 1 (or 0 for "
@@ -312,7 +345,8 @@ BatchPlan PlanPack(std::span<const int64_t> lengths, const std::vector<int64_t>&
       }
       break;
     }
-    const int64_t batch_rows = o.remainder == Remainder::kKeep ? count : o.rows_per_batch;
+    const int64_t batch_rows =
+        o.remainder == Remainder::kKeep ? KeptRows(count, o.rows_multiple) : o.rows_per_batch;
     builder.BeginBatch({.rows = batch_rows, .length = o.row_length, .segments = segments});
     for (int64_t r = first; r < first + count; ++r) {
       const int64_t begin = rows.row_begin[static_cast<size_t>(r)];

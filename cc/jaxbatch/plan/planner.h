@@ -10,6 +10,10 @@
 //   PackOptions         sequence packing into rows (see packer.h).
 // With a token budget T a bucket of length L gets T / L rows, so every batch
 // holds at most T elements and short sequences get big batches.
+// `rows_multiple` makes every batch's row count a multiple of it (a global
+// batch split over N local devices needs N | rows): a token budget's rows
+// are rounded down to it, a kept remainder's rows up, and a batch_size or
+// rows_per_batch that is not a multiple is refused.
 //
 // Example:
 //   BatchPlan plan = Plan(lengths, AutoBucketsOptions{.max_shapes = 8,
@@ -42,11 +46,13 @@ enum class TooLong {
 };
 
 inline constexpr int64_t kDefaultPadToMultiple = 1;
+inline constexpr int64_t kDefaultRowsMultiple = 1;
 
 struct PadToMaxOptions {
   int64_t batch_size = 0;  // required, > 0
   int64_t pad_to_multiple = kDefaultPadToMultiple;
   Remainder remainder = Remainder::kPad;
+  int64_t rows_multiple = kDefaultRowsMultiple;
 };
 
 struct FixedBucketsOptions {
@@ -55,6 +61,7 @@ struct FixedBucketsOptions {
   int64_t token_budget = 0;         // elements per batch; 0 = none
   Remainder remainder = Remainder::kPad;
   TooLong too_long = TooLong::kError;
+  int64_t rows_multiple = kDefaultRowsMultiple;
 };
 
 struct AutoBucketsOptions {
@@ -63,6 +70,7 @@ struct AutoBucketsOptions {
   int64_t batch_size = 0;
   int64_t pad_to_multiple = kDefaultPadToMultiple;
   Remainder remainder = Remainder::kPad;
+  int64_t rows_multiple = kDefaultRowsMultiple;
 };
 
 struct PackOptions {
@@ -73,6 +81,7 @@ struct PackOptions {
   int64_t lookahead = 0;  // examples packed together; 0 = all
   TooLong too_long = TooLong::kError;
   Remainder remainder = Remainder::kPad;
+  int64_t rows_multiple = kDefaultRowsMultiple;
 };
 
 using PlannerOptions =

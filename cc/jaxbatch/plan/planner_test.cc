@@ -601,6 +601,78 @@ TEST(PlanTest, TokenBudgetGivesShortSequencesBigBatches) {
   EXPECT_EQ(shapes, (std::set<std::pair<int64_t, int64_t>>{{8, 16}, {64, 4}}));
 }
 
+// rows_multiple: every batch's rows are a multiple (a global batch over N
+// devices), a budget's rows are rounded down, a kept remainder's rows up,
+// and every example is still planned exactly once.
+TEST(PlanTest, RowsMultipleMakesEveryBatchSplitEvenly) {
+  std::mt19937 rng(7);
+  std::vector<int64_t> lengths(301);
+  for (int64_t& l : lengths) l = 1 + static_cast<int64_t>(rng() % 90);
+  for (Remainder remainder : {Remainder::kPad, Remainder::kKeep, Remainder::kDrop}) {
+    const std::vector<PlannerOptions> all = {
+        PadToMaxOptions{.batch_size = 12, .remainder = remainder, .rows_multiple = 4},
+        FixedBucketsOptions{.boundaries = {16, 50, 90},
+                            .token_budget = 700,
+                            .remainder = remainder,
+                            .rows_multiple = 4},
+        AutoBucketsOptions{
+            .max_shapes = 3, .token_budget = 700, .remainder = remainder, .rows_multiple = 4},
+        PackOptions{
+            .row_length = 100, .rows_per_batch = 8, .remainder = remainder, .rows_multiple = 4},
+    };
+    for (const PlannerOptions& options : all) {
+      const BatchPlan plan = Plan(lengths, options);
+      std::vector<int64_t> seen = plan.dropped_examples;
+      for (int64_t b = 0; b < plan.num_batches(); ++b) {
+        const BatchView view = plan.batch(b);
+        EXPECT_EQ(view.shape.rows % 4, 0) << "batch " << b << " has " << view.shape.rows;
+        if (!plan.packed) {
+          EXPECT_LE(view.shape.rows, std::max<int64_t>(12, 700 / view.shape.length));
+        }
+        for (int64_t e : view.all_examples()) seen.push_back(e);
+      }
+      std::sort(seen.begin(), seen.end());
+      std::vector<int64_t> all_ids(lengths.size());
+      std::iota(all_ids.begin(), all_ids.end(), 0);
+      EXPECT_EQ(seen, all_ids);
+    }
+  }
+  // A budget's rows round down: 700 / 16 = 43 rows -> 40.
+  const BatchPlan budget =
+      Plan(std::vector<int64_t>(100, 16),
+           FixedBucketsOptions{.boundaries = {16}, .token_budget = 700, .rows_multiple = 8});
+  EXPECT_EQ(budget.shapes.at(0).rows, 40);
+  // A kept remainder of 3 examples gets 4 rows.
+  const BatchPlan keep =
+      Plan(std::vector<int64_t>(11, 5),
+           PadToMaxOptions{.batch_size = 8, .remainder = Remainder::kKeep, .rows_multiple = 4});
+  ASSERT_EQ(keep.num_batches(), 2);
+  EXPECT_EQ(keep.batch(1).shape.rows, 4);
+}
+
+TEST(PlanTest, RowsMultipleRefusesWhatCannotSplit) {
+  const std::vector<int64_t> lengths = {5, 9, 3};
+  auto message = [&](const PlannerOptions& options) {
+    return ThrownMessage<InvalidArgumentError>([&] { Plan(lengths, options); });
+  };
+  EXPECT_TRUE(Contains(message(PadToMaxOptions{.batch_size = 6, .rows_multiple = 4}),
+                       "PadToMax: batch_size=6 is not a multiple of rows_multiple=4; use a "
+                       "multiple, such as 8"));
+  EXPECT_TRUE(
+      Contains(message(PackOptions{.row_length = 10, .rows_per_batch = 3, .rows_multiple = 2}),
+               "Pack: rows_per_batch=3 is not a multiple of rows_multiple=2"));
+  EXPECT_TRUE(
+      Contains(message(AutoBucketsOptions{.max_shapes = 2, .token_budget = 30, .rows_multiple = 4}),
+               "token_budget 30 is smaller than bucket length 9 x rows_multiple=4; "
+               "raise token_budget to at least 36"));
+  EXPECT_TRUE(Contains(message(PadToMaxOptions{.batch_size = 4, .rows_multiple = 0}),
+                       "PadToMax: rows_multiple must be > 0, found 0"));
+  // Found by plan_fuzzer: the suggested multiple must not overflow.
+  const int64_t max = std::numeric_limits<int64_t>::max();
+  EXPECT_EQ(message(PadToMaxOptions{.batch_size = max, .rows_multiple = 2}),
+            StrCat("PadToMax: batch_size=", max, " is not a multiple of rows_multiple=2"));
+}
+
 TEST(FixedBucketsTest, TooLongErrorTruncateSkip) {
   const std::vector<int64_t> lengths = {3, 9, 8, 12};
   FixedBucketsOptions o{.boundaries = {4, 8}, .batch_size = 2};
