@@ -4,7 +4,8 @@ by jaxbatch._launch.launch_local as a real jax.distributed process.
     python tests/multihost_worker.py MODE OUT_DIR
 
 MODE: ``streams`` records every planner x shuffle mode's batches (shapes,
-example ids, and the stream after a restore); ``train`` runs two epochs of a
+example ids, and the stream after a restore) and runs a job (jb.run with
+shard="jax") into OUT_DIR/job; ``train`` runs two epochs of a
 jitted training step over global batches and checkpoints after CHECKPOINT_STEP
 steps; ``resume`` restores that checkpoint and trains to the end; ``die``:
 process $DIE (default 1) exits after two steps, the others keep training. Each process writes
@@ -32,7 +33,9 @@ PLANNERS = {
     "auto_drop": jb.AutoBuckets(3, batch_size=4, remainder="drop"),
 }
 SHUFFLES = (True, "block", False)
-TRAIN_PLANNER = jb.AutoBuckets(3, batch_size=4)
+# Token-budget rows (100 // length) rounded down to a multiple of 2, the
+# local device count, so each process's rows split over its devices.
+TRAIN_PLANNER = jb.AutoBuckets(3, token_budget=100, rows_multiple=2)
 
 
 def dataset() -> jb.Dataset:
@@ -88,7 +91,7 @@ def record(batch) -> dict:
     }
 
 
-def streams(ds) -> dict:
+def streams(ds, out_dir) -> dict:
     out = {}
     for name, planner in PLANNERS.items():
         for shuffle in SHUFFLES:
@@ -107,6 +110,9 @@ def streams(ds) -> dict:
             out[key] = {"stream": stream, "resumed": after, "forever": endless}
     with jb.Loader(ds, TRAIN_PLANNER, shard="jax", seed=5) as loader:
         out["map"] = {e: float(v) for e, v in jb.map(example_mean, loader).outputs.items()}
+    report = jb.run(example_mean, ds, os.path.join(out_dir, "job"), planner=TRAIN_PLANNER,
+                    shard="jax", progress=False)  # fmt: skip
+    out["job"] = {"examples": report.examples, "total": report.total, "out_dir": out_dir}
     return out
 
 
@@ -159,7 +165,7 @@ def main():
         "count": jax.process_count(),
         "devices": jax.device_count(),
     }
-    result.update(streams(ds) if mode == "streams" else train(ds, out_dir, mode, process))
+    result.update(streams(ds, out_dir) if mode == "streams" else train(ds, out_dir, mode, process))
     with open(os.path.join(out_dir, f"{mode}-{process}.json"), "w") as f:
         json.dump(result, f)
     jax.distributed.shutdown()

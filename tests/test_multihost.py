@@ -152,6 +152,18 @@ def test_shards_agree_on_steps_and_shapes(streams, planner, shuffle):
         assert a["shapes"] == b["shapes"] and a["epoch"] == b["epoch"] == 2
 
 
+def test_a_job_on_every_process_writes_each_example_once(streams):
+    """jb.run(shard="jax") on 2 jax.distributed processes: each writes its own
+    part; read together they hold every example once, equal to the reference."""
+    assert sum(p["job"]["examples"] for p in streams) == worker.NUM_EXAMPLES
+    out = jb.read_output(Path(streams[0]["job"]["out_dir"]) / "job")
+    ds = worker.dataset()
+    assert sorted(out["example_index"].tolist()) == list(range(worker.NUM_EXAMPLES))
+    for e, value in zip(out["example_index"].tolist(), out["output"].tolist(), strict=True):
+        expected = ds.example(e)["tokens"].astype(np.float64).mean()
+        np.testing.assert_allclose(value, expected, rtol=1e-5, atol=1e-6)
+
+
 def test_jb_map_over_a_shard_returns_that_process_examples(streams):
     ds = worker.dataset()
     seen = set()
