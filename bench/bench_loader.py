@@ -29,6 +29,9 @@ fastest kept for the repetitions (all tuning runs are in the JSON):
   NumPy       the vectorised collate (contract.Collate: one fancy-index gather
               of every real token and a masked store, no per-example loop) in
               a serial loop over the plan's batches (1 thread).
+  numba       the collate as compiled per-example copies, serial (1 thread):
+              what one C++-speed thread does without jaxbatch's threads or
+              prefetch hints (not one of the target's anchors).
   tf.data     Dataset.range(batches).map(gather + pad with tf ops on a
               RaggedTensor | the NumPy collate via tf.numpy_function,
               num_parallel_calls=AUTOTUNE, deterministic=True).prefetch(AUTOTUNE),
@@ -43,9 +46,14 @@ fastest kept for the repetitions (all tuning runs are in the JSON):
 
 Each figure is the median of REPS alternating repetitions (bench/harness.py)
 with its min-max; ratios are jaxbatch / anchor within each repetition. A rate
-is steady state: from the second batch to the last of the run. Also measured
-once: the machine's copy bandwidth (np.copyto of buffers of the mean output
-batch size, 1 and 2 threads), the bound on bytes written per second.
+is steady state: from the second batch to the last of the run; so is CPU per
+batch (user + system of every thread, and of worker processes via psutil),
+which, unlike wall time, holds on a machine other work shares. Bounds, to
+say what limits jaxbatch: jb.collate alone (1 thread) on the same planner's
+batches read in memory order and shuffled; cores busy (CPU seconds over wall
+seconds); and once the machine's copy bandwidth (np.copyto from the token
+values, read front to back, into rotating buffers of the mean output batch
+size, 1 and 2 threads), the bound on bytes written per second.
 
 Run: ``make bench``, or ``.venv-bench/bin/python bench/bench_loader.py
 [--quick] [--force]``. Writes bench/results/bench_loader.json.
@@ -94,7 +102,6 @@ CHECK_BATCHES = 8
 QUICK_TIMED_BATCHES = 12
 QUICK_CHECK_BATCHES = 3
 TARGET = 5.0  # jaxbatch / the best of tf.data, Grain and DataLoader
-FRAMEWORKS = ("jaxbatch", "NumPy", "tf.data", "Grain", "DataLoader")
 ANCHORS = ("tf.data", "Grain", "DataLoader")
 
 Make = Callable[[int], Iterator[Batch]]
@@ -198,6 +205,74 @@ def numpy_variant(tokens: Tokens, plan: BatchPlan) -> Variant:
             yield collate(ids)
 
     return Variant("NumPy", "NumPy", "serial loop: contract.Collate(ids) per batch", make, 1)
+
+
+def numba_variants(tokens: Tokens, plan: BatchPlan) -> list[Variant]:
+    """The collate as compiled loops (numba), serial: one copy per example,
+    what a C++ collator does in one thread, without jaxbatch's threads or
+    prefetch hints."""
+    try:
+        import numba
+    except ImportError:
+        return []
+
+    @numba.njit(cache=False)
+    def padded(values, offsets, ids, length):
+        rows = len(ids)
+        out = np.zeros((rows, length), np.int32)
+        mask = np.zeros((rows, length), np.bool_)
+        lens = np.zeros(rows, np.int32)
+        for r in range(rows):
+            e = ids[r]
+            if e >= 0:
+                a = offsets[e]
+                n = offsets[e + 1] - a
+                out[r, :n] = values[a : a + n]
+                mask[r, :n] = True
+                lens[r] = n
+        return out, mask, lens
+
+    @numba.njit(cache=False)
+    def packed(values, offsets, ids, length):
+        rows, segments = ids.shape
+        out = np.zeros((rows, length), np.int32)
+        seg = np.zeros((rows, length), np.int32)
+        pos = np.zeros((rows, length), np.int32)
+        lens = np.zeros((rows, segments), np.int32)
+        for r in range(rows):
+            used = 0
+            for s in range(segments):
+                e = ids[r, s]
+                if e < 0:
+                    continue
+                a = offsets[e]
+                n = offsets[e + 1] - a
+                out[r, used : used + n] = values[a : a + n]
+                for k in range(n):
+                    seg[r, used + k] = s + 1
+                    pos[r, used + k] = k
+                lens[r, s] = n
+                used += n
+        return out, seg, pos, lens
+
+    lengths = tokens.lengths
+
+    def collate(ids: np.ndarray) -> Batch:
+        length = plan.padded_length(lengths[ids[ids >= 0]])
+        if plan.packed:
+            out, seg, pos, lens = packed(tokens.values, tokens.offsets, ids, length)
+            return {"tokens": out, "tokens_segment_ids": seg, "tokens_positions": pos,
+                    "tokens_lengths": lens, "example_index": ids}  # fmt: skip
+        out, mask, lens = padded(tokens.values, tokens.offsets, ids, length)
+        return {"tokens": out, "tokens_mask": mask, "tokens_lengths": lens, "example_index": ids}
+
+    collate(plan.batches[0])  # compiles, outside any timing
+
+    def make(count: int) -> Iterator[Batch]:
+        for ids in plan.batches[:count]:
+            yield collate(ids)
+
+    return [Variant("numba", "numba", "serial loop: compiled per-example copies", make, 1)]
 
 
 def tf_variants(tokens: Tokens, plan: BatchPlan) -> list[Variant]:
@@ -407,6 +482,7 @@ def variants(tokens: Tokens, plan: BatchPlan, planner: Any) -> dict[str, list[Va
     out = {
         "jaxbatch": [jaxbatch_variant(tokens, planner)],
         "NumPy": [numpy_variant(tokens, plan)],
+        "numba": numba_variants(tokens, plan),
         "DataLoader": torch_variants(tokens, plan),
         "Grain": grain_variants(tokens, plan),
         "tf.data": tf_variants(tokens, plan),
@@ -417,6 +493,24 @@ def variants(tokens: Tokens, plan: BatchPlan, planner: Any) -> dict[str, list[Va
 # --------------------------------------------------------------------------- measuring
 
 
+def cpu_seconds() -> float:
+    """User + system CPU seconds of this process (all its threads) and of its
+    live child processes (worker processes; counted when psutil is installed,
+    as in .venv-bench)."""
+    total = time.process_time()
+    try:
+        import psutil
+    except ImportError:
+        return total
+    for child in psutil.Process().children(recursive=True):
+        try:
+            t = child.cpu_times()
+            total += t.user + t.system
+        except psutil.Error:
+            pass
+    return total
+
+
 def timed_run(variant: Variant, plan: BatchPlan, stats: list[dict], count: int) -> dict:
     """One run over the first `count` batches: startup is building the
     iterator and its first batch, the steady state the rest."""
@@ -424,11 +518,11 @@ def timed_run(variant: Variant, plan: BatchPlan, stats: list[dict], count: int) 
     t0 = time.perf_counter()
     it = variant.make(count)
     next(it)
-    t1 = time.perf_counter()
+    t1, c1 = time.perf_counter(), cpu_seconds()
     batches = 1
     for _ in it:
         batches += 1
-    t2 = time.perf_counter()
+    t2, c2 = time.perf_counter(), cpu_seconds()
     it.close()
     if batches != count:
         raise AssertionError(f"{variant.name}: {batches} batches, expected {count}")
@@ -444,18 +538,53 @@ def timed_run(variant: Variant, plan: BatchPlan, stats: list[dict], count: int) 
         "bytes": nbytes,
         "examples_per_s": examples / seconds,
         "bytes_per_s": nbytes / seconds,
+        "cpu_us_per_batch": 1e6 * (c2 - c1) / (count - 1),
+        "cores_busy": (c2 - c1) / seconds,
     }
 
 
-def copy_bound(batch_bytes: int, batches: int, threads: int, reps: int) -> float:
-    """Bytes per second np.copyto moves between preallocated buffers of one
-    output batch's size, `threads` threads at once (NumPy releases the GIL)."""
-    src = [np.ones(batch_bytes, np.uint8) for _ in range(threads)]
-    dst = [np.zeros(batch_bytes, np.uint8) for _ in range(threads)]
+def collate_bounds(tokens: Tokens, planner: Any, count: int, reps: int) -> dict[str, Any]:
+    """CPU microseconds per batch of jb.collate alone (1 thread, no loader, no
+    prefetch hints) over `count` batches of the planner's plan, its examples
+    read in memory order (jb.plan over index order: each batch reads nearly
+    contiguous bytes) and shuffled (as the loader reads them): what the
+    random gather costs, and what the loader adds to collation."""
+    ds = dataset(tokens)
+    order = np.random.default_rng(SEED).permutation(len(tokens))
+    out = {}
+    for label, o in (("memory order", None), ("shuffled", order)):
+        whole = jb.plan(ds, planner, order=o)
+        specs = [whole[i] for i in range(min(count, len(whole)))]
+        times = []
+        for _ in range(reps):
+            gc.collect()
+            start = time.process_time()
+            for spec in specs:
+                jb.collate(ds, spec, num_threads=1)
+            times.append(1e6 * (time.process_time() - start) / len(specs))
+        out[label] = harness.summary(times)
+    return out
+
+
+def copy_bound(
+    source: np.ndarray, batch_bytes: int, batches: int, threads: int, reps: int
+) -> float:
+    """Bytes per second np.copyto moves from `source` (the token values, far
+    larger than the caches, read front to back) into PREFETCH + 2 rotating
+    buffers of one output batch's size, `threads` threads at once (NumPy
+    releases the GIL): a bound on writing the output bytes, with none of
+    the gathering, padding or masking."""
+    flat = source.view(np.uint8)
+    per_thread = max(1, batches // threads)
+    if per_thread * threads * batch_bytes > flat.size:
+        per_thread = max(1, flat.size // (threads * batch_bytes))
+    dst = [[np.zeros(batch_bytes, np.uint8) for _ in range(PREFETCH + 2)] for _ in range(threads)]
 
     def work(t: int) -> None:
-        for _ in range(batches // threads):
-            np.copyto(dst[t], src[t])
+        base = t * per_thread * batch_bytes
+        for k in range(per_thread):
+            start = base + k * batch_bytes
+            np.copyto(dst[t][k % len(dst[t])], flat[start : start + batch_bytes])
 
     best = 0.0
     with ThreadPoolExecutor(threads) as pool:
@@ -463,7 +592,7 @@ def copy_bound(batch_bytes: int, batches: int, threads: int, reps: int) -> float
             start = time.perf_counter()
             list(pool.map(work, range(threads)))
             seconds = time.perf_counter() - start
-            best = max(best, batch_bytes * (batches // threads) * threads / seconds)
+            best = max(best, batch_bytes * per_thread * threads / seconds)
     return best
 
 
@@ -530,7 +659,13 @@ def bench_plan(
     for fw, rs in runs.items():
         result["summary"][fw] = {
             key: harness.summary([r[key] for r in rs])
-            for key in ("examples_per_s", "bytes_per_s", "startup_s")
+            for key in (
+                "examples_per_s",
+                "bytes_per_s",
+                "startup_s",
+                "cpu_us_per_batch",
+                "cores_busy",
+            )  # fmt: skip
         }
     ours = [r["examples_per_s"] for r in runs["jaxbatch"]]
     for fw, rs in runs.items():
@@ -547,9 +682,10 @@ def bench_plan(
             "target": TARGET,
             "met": ratio["median"] >= TARGET,
         }
+    result["collate_cpu_us_per_batch"] = collate_bounds(tokens, planner, count, reps)
     copies = 2 if args.quick else 5
     result["copy_bytes_per_s"] = {
-        f"{t} thread{'s' if t > 1 else ''}": copy_bound(mean_bytes, max(2, count // 4), t, copies)
+        f"{t} thread{'s' if t > 1 else ''}": copy_bound(tokens.values, mean_bytes, count, t, copies)
         for t in (1, THREADS)
     }
     return result
@@ -560,7 +696,7 @@ def bench_plan(
 
 def print_plan(name: str, r: dict[str, Any]) -> None:
     rows = [["framework (config)", "threads", "examples/s", "output MB/s", "padded/token",
-             "startup s", "jaxbatch / it"]]  # fmt: skip
+             "CPU us/batch", "cores busy", "startup s", "jaxbatch / it"]]  # fmt: skip
     for fw, s in r["summary"].items():
         ratio = ""
         if fw != "jaxbatch":
@@ -575,6 +711,8 @@ def print_plan(name: str, r: dict[str, Any]) -> None:
                 f"{ex['median']:,.0f} ({ex['min']:,.0f}-{ex['max']:,.0f})",
                 f"{mb['median'] / 1e6:,.0f} ({mb['min'] / 1e6:,.0f}-{mb['max'] / 1e6:,.0f})",
                 f"{r['padded_per_real_token']:.3f}",
+                f"{s['cpu_us_per_batch']['median']:,.0f}",
+                f"{s['cores_busy']['median']:.2f}",
                 f"{s['startup_s']['median']:.2f}",
                 ratio,
             ]
@@ -583,7 +721,12 @@ def print_plan(name: str, r: dict[str, Any]) -> None:
           f"{r['shapes']} shapes, {r['mean_batch_bytes'] / 1e6:.2f} MB a batch)")  # fmt: skip
     print(harness.format_table(rows))
     copies = ", ".join(f"{k} {v / 1e9:.1f} GB/s" for k, v in r["copy_bytes_per_s"].items())
-    print(f"   copy bound (np.copyto, batch-sized buffers): {copies}")
+    print(f"   copy bound (np.copyto from the token values into batch-sized buffers): {copies}")
+    c = r["collate_cpu_us_per_batch"]
+    print(
+        f"   jb.collate alone, 1 thread, CPU us/batch: {c['memory order']['median']:.0f} reading "
+        f"in memory order, {c['shuffled']['median']:.0f} shuffled"
+    )
     if "target" in r:
         t = r["target"]
         print(
