@@ -654,7 +654,8 @@ def bench_plan(
         },
         "runs": runs,
         "summary": {},
-        "ratios": {},
+        "ratios": {},  # jaxbatch examples/s over the anchor's, per repetition
+        "cpu_ratios": {},  # the anchor's CPU per batch over jaxbatch's, per repetition
     }
     for fw, rs in runs.items():
         result["summary"][fw] = {
@@ -668,10 +669,13 @@ def bench_plan(
             )  # fmt: skip
         }
     ours = [r["examples_per_s"] for r in runs["jaxbatch"]]
+    our_cpu = [r["cpu_us_per_batch"] for r in runs["jaxbatch"]]
     for fw, rs in runs.items():
         if fw != "jaxbatch":
             ratio = [a / r["examples_per_s"] for a, r in zip(ours, rs, strict=True)]
             result["ratios"][fw] = harness.summary(ratio)
+            cpu = [r["cpu_us_per_batch"] / a for a, r in zip(our_cpu, rs, strict=True)]
+            result["cpu_ratios"][fw] = harness.summary(cpu)
     anchors = [fw for fw in ANCHORS if fw in runs]
     if anchors:
         best = max(anchors, key=lambda fw: result["summary"][fw]["examples_per_s"]["median"])
@@ -679,6 +683,7 @@ def bench_plan(
         result["target"] = {
             "against": best,
             "ratio": ratio,
+            "cpu_ratio": result["cpu_ratios"][best],
             "target": TARGET,
             "met": ratio["median"] >= TARGET,
         }
@@ -696,12 +701,15 @@ def bench_plan(
 
 def print_plan(name: str, r: dict[str, Any]) -> None:
     rows = [["framework (config)", "threads", "examples/s", "output MB/s", "padded/token",
-             "CPU us/batch", "cores busy", "startup s", "jaxbatch / it"]]  # fmt: skip
+             "CPU us/batch", "cores busy", "startup s", "jaxbatch / it: ex/s; CPU"]]  # fmt: skip
     for fw, s in r["summary"].items():
         ratio = ""
         if fw != "jaxbatch":
-            q = r["ratios"][fw]
-            ratio = f"{q['median']:.2f}x ({q['min']:.2f}-{q['max']:.2f})"
+            q, c = r["ratios"][fw], r["cpu_ratios"][fw]
+            ratio = (
+                f"{q['median']:.2f}x ({q['min']:.2f}-{q['max']:.2f}); "
+                f"CPU {c['median']:.2f}x ({c['min']:.2f}-{c['max']:.2f})"
+            )
         ex = s["examples_per_s"]
         mb = s["bytes_per_s"]
         rows.append(
@@ -731,7 +739,8 @@ def print_plan(name: str, r: dict[str, Any]) -> None:
         t = r["target"]
         print(
             f"   target jaxbatch >= {t['target']:g}x the best anchor ({t['against']}): "
-            f"{t['ratio']['median']:.2f}x -> {'met' if t['met'] else 'NOT met'}"
+            f"{t['ratio']['median']:.2f}x -> {'met' if t['met'] else 'NOT met'} (CPU per batch: "
+            f"{t['cpu_ratio']['median']:.2f}x less)"
         )
 
 
