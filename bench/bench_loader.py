@@ -1,5 +1,5 @@
 """Loader benchmark: jb.Loader against tf.data, Grain, the PyTorch DataLoader
-and a NumPy loop, all producing the same batches.
+and NumPy and numba loops, all producing the same batches.
 
 One output contract (bench/contract.py): a jaxbatch plan decides which
 examples go into which batch, and every framework gets exactly those index
@@ -19,13 +19,13 @@ jb.Loader's shuffled epoch (seed 0):
   packed  Pack(row_length=4096, rows_per_batch=8, max_segments_per_row=64,
           algorithm="first_fit") over the whole (shuffled) data set.
 
-Configurations, every one with THREADS (2) threads or worker processes, the
-cores of the machine (the harness records them); each framework set up as
+Configurations, each with at most THREADS (2) threads or worker processes,
+the cores of the machine (the harness records them); each framework set up as
 its documentation recommends for speed, the variants tried once and the
 fastest kept for the repetitions (all tuning runs are in the JSON):
   jaxbatch    jb.Loader(ds, planner, shuffle=True, seed=0, num_threads=2,
-              prefetch=4); its time includes planning each epoch's 1M examples
-              (startup), the anchors get the plan ready-made.
+              prefetch=4); planning the epoch's 1M examples is its startup
+              (reported, not in the rates): the anchors get the plan ready-made.
   NumPy       the vectorised collate (contract.Collate: one fancy-index gather
               of every real token and a masked store, no per-example loop) in
               a serial loop over the plan's batches (1 thread).
@@ -54,6 +54,10 @@ batches read in memory order and shuffled; cores busy (CPU seconds over wall
 seconds); and once the machine's copy bandwidth (np.copyto from the token
 values, read front to back, into rotating buffers of the mean output batch
 size, 1 and 2 threads), the bound on bytes written per second.
+
+Packing (bench/packers.py): jb.plan's packers against numba ports that
+rebuild the same rows (checked), whole data set and a bounded window; and
+jaxbatch's streaming loader against Grain's streaming packers.
 
 Run: ``make bench``, or ``.venv-bench/bin/python bench/bench_loader.py
 [--quick] [--force]``. Writes bench/results/bench_loader.json.
@@ -93,9 +97,12 @@ VOCAB = 32_000
 THREADS = 2
 PREFETCH = 4
 TOKEN_BUDGET = 32_768
-ROW_LENGTH = 4096
-ROWS_PER_BATCH = 8
-MAX_SEGMENTS = 64
+# The packed plan's shape is the packing section's (bench/packers.py).
+ROW_LENGTH, ROWS_PER_BATCH, MAX_SEGMENTS = (
+    packers.ROW_LENGTH,
+    packers.ROWS_PER_BATCH,
+    packers.MAX_SEGMENTS,
+)
 TIMED_BATCHES = 2000
 TUNE_BATCHES = 500
 CHECK_BATCHES = 8
