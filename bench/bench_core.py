@@ -1,9 +1,9 @@
-"""Core benchmark: planning, collation and packing, reported as ratios.
+"""Core benchmark: planning and collation, reported as ratios.
 
 The machine running this is usually shared and noisy, so every result is
 also given as a ratio against an anchor measured in the same run on the same
-data (np.argsort, a hand-written NumPy collator, a single-thread memcpy,
-Grain's packers): ratios hold where absolute times vary. Each timing is the
+data (np.argsort, a hand-written NumPy collator, a single-thread memcpy):
+ratios hold where absolute times vary. Each timing is the
 best of a few repeats (time.perf_counter).
 
 Two length distributions of 1M examples each:
@@ -16,8 +16,8 @@ Sections:
      targets on the plain 2608 pydoc lengths);
   2. collation throughput of large batches against a NumPy per-example loop
      and a memcpy of the same number of output bytes;
-  3. packing against Grain's FirstFitPackIterDataset / BestFitPackIterDataset
-     (Grain on a subset: it is slow; throughput is compared per example).
+Packing against Grain's packers and compiled (numba) first-fit / best-fit
+packers is in bench_loader.py, beside the loaders.
 
 Run: ``make bench`` (installs the anchors into .venv-bench), or
 ``.venv-bench/bin/python bench/bench_core.py [--quick]``. Writes
@@ -27,10 +27,8 @@ bench/results/bench_core.json.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import gc
 import json
-import logging
 import math
 import os
 import platform
@@ -51,8 +49,6 @@ ROW_LENGTH = 2048  # >= every example: packing never truncates.
 PLAN_TOKEN_BUDGET = 65536  # elements per batch for the planning section
 PAD_TO_MAX_BATCH = 128
 COLLATE_TOKEN_BUDGET = 1 << 22  # 4M elements: padded batches ~20 MB, packed ~100 MB
-GRAIN_BINS = PLAN_TOKEN_BUDGET // ROW_LENGTH  # num_packing_bins = rows_per_batch = 32
-GRAIN_DEFAULT_READ_EXAMPLES = 20_000
 POW2 = [1 << k for k in range(12)]  # 1 .. 2048
 RESULTS = Path(__file__).resolve().parent / "results" / "bench_core.json"
 
@@ -422,188 +418,6 @@ def bench_collation(datasets: dict[str, tuple], repeats: int) -> dict[str, Any]:
     return out
 
 
-# --------------------------------------------------------------------------- 3. Grain
-
-
-def import_grain():
-    logging.getLogger("absl").setLevel(logging.ERROR)  # "no module named jax" noise
-    import grain
-    import grain.experimental
-
-    return grain
-
-
-def grain_version() -> str:
-    from importlib.metadata import version
-
-    return version("grain")
-
-
-def grain_source(grain, items: list[dict], default_read: bool = False):
-    """Grain's source over in-memory dicts. Reading in the calling thread
-    (num_threads=0, no prefetch) is far faster here than the default
-    ReadOptions (16 threads + prefetch): Grain's best case is the anchor."""
-    source = grain.MapDataset.source(items)
-    if default_read:
-        return source.to_iter_dataset()
-    return source.to_iter_dataset(grain.ReadOptions(num_threads=0, prefetch_buffer_size=0))
-
-
-def grain_pack(grain, items: list[dict], algorithm: str, default_read: bool = False):
-    """Packs `items` with Grain, consumes every row; returns (rows, real tokens)."""
-    cls = {
-        "first_fit": grain.experimental.FirstFitPackIterDataset,
-        "best_fit": grain.experimental.BestFitPackIterDataset,
-    }[algorithm]
-    ds = cls(
-        grain_source(grain, items, default_read),
-        length_struct={"tokens": ROW_LENGTH},
-        num_packing_bins=GRAIN_BINS,
-        shuffle_bins=False,
-    )
-    rows = real = 0
-    for row in ds:
-        rows += 1
-        real += int(np.count_nonzero(row["tokens_segment_ids"]))
-    return rows, real
-
-
-def grain_source_only(grain, items: list[dict]) -> int:
-    return sum(1 for _ in grain_source(grain, items))
-
-
-def jaxbatch_pack(ds: jb.Dataset, planner: jb.Pack, collate: bool) -> jb.BatchPlan:
-    plan = jb.plan(ds, planner)
-    if collate:
-        for spec in plan:
-            jb.collate(ds, spec)
-    return plan
-
-
-def jaxbatch_pack_case(ds: jb.Dataset, planner: jb.Pack, collate: bool, repeats: int) -> dict:
-    seconds, plan = best_of(lambda: jaxbatch_pack(ds, planner, collate), repeats)
-    return {
-        "planner": repr(planner),
-        "collate": collate,
-        "examples": ds.num_examples,
-        "seconds": seconds,
-        "examples_per_s": ds.num_examples / seconds,
-        "rows": plan.stats.padded_elements // ROW_LENGTH,
-        "efficiency": plan.stats.efficiency,
-    }
-
-
-def grain_case(grain, dataset: tuple, n_sub: int, repeats: int) -> dict[str, Any]:
-    """Grain and jaxbatch packing on the first n_sub examples of one distribution."""
-    values, offsets, full_ds = dataset
-    sub_ds = jb.Dataset.from_arrays({"tokens": (values[: offsets[n_sub]], offsets[: n_sub + 1])})
-    items = [{"tokens": values[offsets[i] : offsets[i + 1]]} for i in range(n_sub)]
-    tokens = int(offsets[n_sub])
-    src_s, _ = best_of(lambda: grain_source_only(grain, items), repeats)
-    # Grain with its default ReadOptions, on fewer examples (it is slower still).
-    n_default = min(n_sub, GRAIN_DEFAULT_READ_EXAMPLES)
-    default_s, _ = best_of(
-        lambda: grain_pack(grain, items[:n_default], "first_fit", default_read=True), 1
-    )
-    # About as many examples as fill Grain's open bins once: a streaming window.
-    window = max(1, int(GRAIN_BINS * ROW_LENGTH * n_sub / tokens))
-    out: dict[str, Any] = {
-        "grain_source_only_examples_per_s": n_sub / src_s,
-        "grain_first_fit_default_read_options": {
-            "examples": n_default,
-            "examples_per_s": n_default / default_s,
-        },
-        "window": window,
-    }
-    for algorithm in ("first_fit", "best_fit"):
-        g_s, (g_rows, g_real) = best_of(lambda a=algorithm: grain_pack(grain, items, a), repeats)
-        assert g_real == tokens, (g_real, tokens)
-        pack = jb.Pack(ROW_LENGTH, GRAIN_BINS, algorithm=algorithm, remainder="keep")
-        jbx = {
-            "plan+collate": jaxbatch_pack_case(sub_ds, pack, True, repeats),
-            "plan only": jaxbatch_pack_case(sub_ds, pack, False, repeats),
-            "plan+collate, all examples": jaxbatch_pack_case(full_ds, pack, True, repeats),
-        }
-        if algorithm == "first_fit":
-            local = dataclasses.replace(pack, lookahead=window)
-            jbx[f"plan+collate, lookahead {window}"] = jaxbatch_pack_case(
-                sub_ds, local, True, repeats
-            )
-        g_rate = n_sub / g_s
-        for r in jbx.values():
-            r["ratio_vs_grain"] = r["examples_per_s"] / g_rate
-        out[algorithm] = {
-            "grain_seconds": g_s,
-            "grain_examples_per_s": g_rate,
-            "grain_rows": g_rows,
-            "grain_efficiency": g_real / (g_rows * ROW_LENGTH),
-            "jaxbatch": jbx,
-        }
-    return out
-
-
-def bench_grain(grain, datasets: dict[str, tuple], n_sub: int, repeats: int) -> dict[str, Any]:
-    version = grain_version()
-    out: dict[str, Any] = {
-        "version": version,
-        "api": "grain.experimental.FirstFitPackIterDataset / BestFitPackIterDataset",
-        "subset_examples": n_sub,
-    }
-    rows, ratio_rows = [], []
-    for dist, dataset in datasets.items():
-        r = out[dist] = grain_case(grain, dataset, n_sub, repeats)
-        src_rate = r["grain_source_only_examples_per_s"]
-        rows.append([dist, "Grain source only (no packing)", n_sub, src_rate, "", "", ""])
-        d = r["grain_first_fit_default_read_options"]
-        rows.append(
-            [dist, "Grain first_fit, default ReadOptions", d["examples"], d["examples_per_s"]]
-            + ["", "", ""]
-        )
-        for algorithm in ("first_fit", "best_fit"):
-            g = r[algorithm]
-            rows.append(
-                [dist, f"Grain {algorithm}", n_sub, g["grain_examples_per_s"]]
-                + [pct(g["grain_efficiency"]), g["grain_rows"], "1x"]
-            )
-            for name, j in g["jaxbatch"].items():
-                rows.append(
-                    [dist, f"jaxbatch {algorithm} {name}", j["examples"], j["examples_per_s"]]
-                    + [pct(j["efficiency"]), j["rows"], f"{j['ratio_vs_grain']:.0f}x"]
-                )
-            main, plan_only = g["jaxbatch"]["plan+collate"], g["jaxbatch"]["plan only"]
-            ratio_rows.append(
-                [f"{dist} {algorithm}", f"{main['ratio_vs_grain']:.0f}x"]
-                + [f"{plan_only['ratio_vs_grain']:.0f}x"]
-                + [pct(main["efficiency"]), pct(g["grain_efficiency"])]
-            )
-    table(
-        f"3. packing vs Grain {version} (row_length {ROW_LENGTH}, num_packing_bins = "
-        f"rows_per_batch = {GRAIN_BINS}; Grain on the first {n_sub:,} examples)",
-        ["data", "packer", "examples", "examples/s", "real elements", "rows", "vs Grain"],
-        rows,
-        "   Grain: MapDataset.source(list of {'tokens': np.ndarray}).to_iter_dataset(\n"
-        "   ReadOptions(num_threads=0, prefetch_buffer_size=0)) ->\n"
-        "   grain.experimental.{FirstFit,BestFit}PackIterDataset(length_struct={'tokens': "
-        f"{ROW_LENGTH}}},\n"
-        f"   num_packing_bins={GRAIN_BINS}, shuffle_bins=False); every row consumed. Reading in\n"
-        "   the caller's thread is Grain's fastest setting here; the 'default ReadOptions' row\n"
-        "   (16 read threads, prefetch; one run) is what a default pipeline gets.\n"
-        "   jaxbatch: jb.plan(Pack(..., remainder='keep')) + jb.collate of every batch (the same\n"
-        "   tokens/segment_ids/positions, plus lengths and example_index). Best of repeats.\n"
-        "   jaxbatch best_fit is best-fit decreasing over all examples given and first_fit\n"
-        f"   keeps every row open; Grain's packers see only the {GRAIN_BINS} open bins.\n"
-        "   'lookahead N' closes rows every N examples (about one Grain window): a streaming\n"
-        "   first fit like Grain's. real elements = real tokens / (rows * row_length).",
-    )
-    table(
-        "3b. packing ratios (jaxbatch examples/s / Grain examples/s on the same examples)",
-        ["data / algorithm", "plan+collate", "plan only", "jaxbatch real", "Grain real"],
-        ratio_rows,
-        "   target: jaxbatch >= 20x Grain's throughput at equal or better padding efficiency.",
-    )
-    return out
-
-
 # --------------------------------------------------------------------------- main
 
 
@@ -611,15 +425,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="100k examples, a smoke run")
     parser.add_argument("--examples", type=int, help="examples per distribution (default 1M)")
-    parser.add_argument("--grain-examples", type=int, help="Grain's subset (default 100k)")
     parser.add_argument("--repeats", type=int, help="timing repeats, best kept (default 3)")
-    parser.add_argument("--skip-grain", action="store_true", help="leave out section 3")
     parser.add_argument("--out", type=Path, default=RESULTS, help="JSON results file")
     args = parser.parse_args(argv)
     n = args.examples or (100_000 if args.quick else 1_000_000)
-    n_grain = min(n, args.grain_examples or (10_000 if args.quick else 100_000))
     repeats = args.repeats or (2 if args.quick else 3)
-    grain = None if args.skip_grain else import_grain()
 
     start = time.perf_counter()
     print(
@@ -636,14 +446,12 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, Any] = {
         "config": {
             "examples": n,
-            "grain_examples": n_grain,
             "repeats": repeats,
             "quick": args.quick,
             "seed": SEED,
             "row_length": ROW_LENGTH,
             "plan_token_budget": PLAN_TOKEN_BUDGET,
             "collate_token_budget": COLLATE_TOKEN_BUDGET,
-            "grain_num_packing_bins": GRAIN_BINS,
             "cpus": os.cpu_count(),
             "python": platform.python_version(),
             "numpy": np.__version__,
@@ -658,10 +466,6 @@ def main(argv: list[str] | None = None) -> int:
     results["planning"] = bench_planning(all_lengths, repeats)
     results["pydoc_targets"] = pydoc_targets()
     results["collation"] = bench_collation(datasets, repeats)
-    if grain is not None:
-        results["grain"] = bench_grain(grain, datasets, n_grain, repeats)
-    else:
-        print("\n== 3. packing vs Grain: skipped (--skip-grain)")
     results["total_seconds"] = time.perf_counter() - start
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2) + "\n")

@@ -1,50 +1,66 @@
-"""Loader benchmark: jb.Loader against tf.data, Grain and the PyTorch DataLoader.
+"""Loader benchmark: jb.Loader against tf.data, Grain, the PyTorch DataLoader
+and NumPy and numba loops, all producing the same batches.
 
-One workload for every loader, built once outside any timing: 1M token
-sequences whose lengths are the embedded pydoc paragraph lengths resampled
-with replacement (fixed seed) and scaled by 4 (minus 0..3, so lengths are not
-all multiples of 4): mean ~99 tokens, max 3120. Values are int32 token ids in
-[1, 32000), stored once as (values, offsets). Every loader shuffles, batches
-128 examples and pads them with 0, yielding ``tokens`` [rows, L] int32,
-``tokens_mask`` [rows, L] bool and ``tokens_lengths`` [rows] as numpy arrays
-(torch tensors are turned into numpy views, as a JAX user would).
+One output contract (bench/contract.py): a jaxbatch plan decides which
+examples go into which batch, and every framework gets exactly those index
+lists and must produce the same arrays from them; the first CHECK_BATCHES
+batches of every configuration are checked byte-equal (names, dtypes, shapes,
+values) to a per-example reference before any timing counts. So padding,
+batch shapes and output bytes are the same for everyone, and what is timed
+is the loading: gathering each batch's examples, padding or packing them,
+and handing the arrays to the consumer.
 
-Loaders (each gets the machine's 2 cores: 2 threads, workers or processes):
-  jaxbatch      jb.Loader(FixedBuckets(BOUNDARIES, batch_size=128), shuffle=True,
-                num_threads=2, prefetch=4); also with 1 thread, and with
-                AutoBuckets(max_shapes=len(BOUNDARIES)).
-  tf.data       from_tensor_slices(RaggedTensor) -> shuffle(10_000) -> map to
-                {tokens, length} -> bucket_by_sequence_length(same boundaries,
-                batch 128, pad_to_bucket_boundary) -> map(mask) ->
-                prefetch(AUTOTUNE) -> as_numpy_iterator.
-  grain         MapDataset.source(...).shuffle(seed).batch(128, batch_fn=pad to
-                the smallest boundary >= the batch's longest example) ->
-                to_iter_dataset, read with 2 threads, or mp_prefetch with 2
-                worker processes (Grain has no bucketing).
-  DataLoader    torch Dataset over the arrays, shuffle=True, batch_size=128,
-                collate_fn using pad_sequence (pads to the batch's longest),
-                num_workers=2; also num_workers=0 for reference; torch runs
-                with 1 intra-op thread (see torch_loader).
+Workload: NUM_EXAMPLES token sequences whose lengths are the embedded pydoc
+paragraph lengths resampled with replacement (fixed seed), times 4 minus
+0..3 (mean ~99 tokens, max 3120); int32 token ids in [1, 32000), stored once
+as (values, offsets). Two plans, each the first TIMED_BATCHES batches of
+jb.Loader's shuffled epoch (seed 0):
+  padded  AutoBuckets(max_shapes=8, token_budget=32768): ~300 examples a batch;
+  packed  Pack(row_length=4096, rows_per_batch=8, max_segments_per_row=64,
+          algorithm="first_fit") over the whole (shuffled) data set.
 
-Measured per loader (time.perf_counter; CPU is user+system of this process,
-its live descendants and reaped children, from psutil, else getrusage):
-  startup      building the iterator and getting its first batch;
-  ex/s         examples per second after the first batch (steady state), and
-               end to end (startup included); jaxbatch reads all 1M examples,
-               the slower anchors the first ANCHOR_BATCHES batches of the same
-               1M-example pipeline; rates are per example, so they compare;
-  CPU/batch    CPU seconds per batch in the steady state, all processes;
-  pad          padded elements per real token;
-  wait         the fraction of wall time a consumer spends waiting in next()
-               when each step does 5 ms of work: time.sleep(0.005) (the GIL and
-               the core are free, as while an accelerator runs) and a 5 ms busy
-               loop in Python (holds the GIL and one core).
+Configurations, each with at most THREADS (2) threads or worker processes,
+the cores of the machine (the harness records them); each framework set up as
+its documentation recommends for speed, the variants tried once and the
+fastest kept for the repetitions (all tuning runs are in the JSON):
+  jaxbatch    jb.Loader(ds, planner, shuffle=True, seed=0, num_threads=2,
+              prefetch=4); planning the epoch's 1M examples is its startup
+              (reported, not in the rates): the anchors get the plan ready-made.
+  NumPy       the vectorised collate (contract.Collate: one fancy-index gather
+              of every real token and a masked store, no per-example loop) in
+              a serial loop over the plan's batches (1 thread).
+  numba       the collate as compiled per-example copies, serial (1 thread):
+              what one C++-speed thread does without jaxbatch's threads or
+              prefetch hints (not one of the target's anchors).
+  tf.data     Dataset.range(batches).map(gather + pad with tf ops on a
+              RaggedTensor | the NumPy collate via tf.numpy_function,
+              num_parallel_calls=AUTOTUNE, deterministic=True).prefetch(AUTOTUNE),
+              options.threading.private_threadpool_size=2.
+  Grain       MapDataset.source(plan batches).map(NumPy collate): a batch-level
+              source, read with ReadOptions(num_threads=2, prefetch_buffer_size=8),
+              with ReadOptions(num_threads=0) (Grain's advice for in-memory
+              data), or .mp_prefetch(MultiprocessingOptions(num_workers=2)).
+  DataLoader  a Dataset whose __getitems__ runs the NumPy collate, batch_sampler
+              = the plan's batches, collate_fn = identity, num_workers 0, 1
+              or 2 (prefetch_factor 4), torch.set_num_threads(1).
 
-Throughput runs are repeated and the best kept, for every loader alike. The
-machine is shared and noisy: compare ratios within one run.
+Each figure is the median of REPS alternating repetitions (bench/harness.py)
+with its min-max; ratios are jaxbatch / anchor within each repetition. A rate
+is steady state: from the second batch to the last of the run; so is CPU per
+batch (user + system of every thread, and of worker processes via psutil),
+which, unlike wall time, holds on a machine other work shares. Bounds, to
+say what limits jaxbatch: jb.collate alone (1 thread) on the same planner's
+batches read in memory order and shuffled; cores busy (CPU seconds over wall
+seconds); and once the machine's copy bandwidth (np.copyto from the token
+values, read front to back, into rotating buffers of the mean output batch
+size, 1 and 2 threads), the bound on bytes written per second.
 
-Run: ``make bench``, or ``.venv-bench/bin/python bench/bench_loader.py [--quick]``.
-Writes bench/results/bench_loader.json.
+Packing (bench/packers.py): jb.plan's packers against numba ports that
+rebuild the same rows (checked), whole data set and a bounded window; and
+jaxbatch's streaming loader against Grain's streaming packers.
+
+Run: ``make bench``, or ``.venv-bench/bin/python bench/bench_loader.py
+[--quick] [--force]``. Writes bench/results/bench_loader.json.
 """
 
 from __future__ import annotations
@@ -52,58 +68,53 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import gc
-import json
 import logging
 import os
-import platform
-import resource
 import sys
 import time
 import warnings
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-import jaxbatch as jb
-from jaxbatch._default_data import pydoc_lengths
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import contract  # noqa: E402
+import harness  # noqa: E402
+import packers  # noqa: E402
+from contract import Batch, BatchPlan, Collate, Tokens  # noqa: E402
+
+import jaxbatch as jb  # noqa: E402
+from jaxbatch._default_data import pydoc_lengths  # noqa: E402
 
 SEED = 0
 NUM_EXAMPLES = 1_000_000
+QUICK_EXAMPLES = 20_000
 LENGTH_SCALE = 4
 VOCAB = 32_000
-BATCH_SIZE = 128
-BOUNDARIES = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
-WORKERS = 2  # threads / worker processes per loader: the machine's cores
+THREADS = 2
 PREFETCH = 4
-TF_SHUFFLE_BUFFER = 10_000
-ANCHOR_BATCHES = 1500  # ~192k examples per anchor throughput run
-CONSUMER_STEPS = 600
-STEP_SECONDS = 0.005
-REPEATS = 2
-RESULTS = Path(__file__).resolve().parent / "results" / "bench_loader.json"
-TARGETS = {"tf.data": 2.0, "grain": 10.0, "DataLoader": 10.0}
-MAX_WAIT_FRACTION = 0.01
+TOKEN_BUDGET = 32_768
+# The packed plan's shape is the packing section's (bench/packers.py).
+ROW_LENGTH, ROWS_PER_BATCH, MAX_SEGMENTS = (
+    packers.ROW_LENGTH,
+    packers.ROWS_PER_BATCH,
+    packers.MAX_SEGMENTS,
+)
+TIMED_BATCHES = 2000
+TUNE_BATCHES = 500
+CHECK_BATCHES = 8
+QUICK_TIMED_BATCHES = 12
+QUICK_CHECK_BATCHES = 3
+TARGET = 5.0  # jaxbatch / the best of tf.data, Grain and DataLoader
+ANCHORS = ("tf.data", "Grain", "DataLoader")
 
-Batch = dict[str, np.ndarray]
+Make = Callable[[int], Iterator[Batch]]
 
 
 # --------------------------------------------------------------------------- data
-
-
-@dataclasses.dataclass(frozen=True)
-class Tokens:
-    """A ragged int32 column: example i is values[offsets[i]:offsets[i + 1]]."""
-
-    values: np.ndarray
-    offsets: np.ndarray
-
-    def __len__(self) -> int:
-        return len(self.offsets) - 1
-
-    def __getitem__(self, i: int) -> np.ndarray:
-        return self.values[self.offsets[i] : self.offsets[i + 1]]
 
 
 def make_tokens(num_examples: int, seed: int = SEED) -> Tokens:
@@ -117,498 +128,627 @@ def make_tokens(num_examples: int, seed: int = SEED) -> Tokens:
     return Tokens(values, offsets)
 
 
-def bucket_length(longest: int) -> int:
-    return BOUNDARIES[int(np.searchsorted(BOUNDARIES, longest))]
+def planners() -> dict[str, Any]:
+    return {
+        "padded": jb.AutoBuckets(max_shapes=8, token_budget=TOKEN_BUDGET),
+        # First fit: on shuffled input it fills rows as well as best-fit
+        # decreasing without segment cap (0.02% padding here), while
+        # best-fit decreasing under a 64-segment cap leaves the shortest
+        # examples for last and pads ~20%.
+        "packed": jb.Pack(
+            ROW_LENGTH, ROWS_PER_BATCH, max_segments_per_row=MAX_SEGMENTS, algorithm="first_fit"
+        ),
+    }
 
 
-# --------------------------------------------------------------------------- loaders
-# Each loader is a function (tokens, seed) -> an iterator of Batch dicts that
-# releases its threads or processes when closed (generator .close()).
+def dataset(tokens: Tokens) -> jb.Dataset:
+    return jb.Dataset.from_arrays({"tokens": (tokens.values, tokens.offsets)})
 
 
-def jaxbatch_loader(planner: Any, num_threads: int) -> Callable[[Tokens, int], Iterator[Batch]]:
-    def make(tokens: Tokens, seed: int) -> Iterator[Batch]:
-        ds = jb.Dataset.from_arrays({"tokens": (tokens.values, tokens.offsets)})
-        loader = jb.Loader(
-            ds, planner, shuffle=True, seed=seed, num_threads=num_threads, prefetch=PREFETCH
-        )
-        try:
-            yield from loader
-        finally:
-            loader.close()
-
-    return make
-
-
-def tf_data_loader(tokens: Tokens, seed: int) -> Iterator[Batch]:
-    import tensorflow as tf
-
-    ragged = tf.RaggedTensor.from_row_splits(tokens.values, tokens.offsets, validate=False)
-    ds = tf.data.Dataset.from_tensor_slices(ragged)
-    ds = ds.shuffle(TF_SHUFFLE_BUFFER, seed=seed)
-    # A ragged tensor's slices are ragged_rank-0 RaggedTensors, which
-    # padded_batch refuses: this map makes them dense and adds the length.
-    ds = ds.map(lambda x: {"tokens": x, "tokens_lengths": tf.shape(x)[0]})
-    # tf.data pads bucket i to boundaries[i] - 1 and puts l in [b[i-1], b[i]):
-    # boundaries + 1 give jaxbatch's buckets (l <= B goes to B, padded to B).
-    ds = ds.bucket_by_sequence_length(
-        lambda e: e["tokens_lengths"],
-        [b + 1 for b in BOUNDARIES],
-        [BATCH_SIZE] * (len(BOUNDARIES) + 1),
-        pad_to_bucket_boundary=True,
+def jaxbatch_loader(tokens: Tokens, planner: Any) -> jb.Loader:
+    return jb.Loader(
+        dataset(tokens), planner, shuffle=True, seed=SEED, num_threads=THREADS, prefetch=PREFETCH
     )
-    ds = ds.map(
-        lambda e: dict(
-            e, tokens_mask=tf.sequence_mask(e["tokens_lengths"], tf.shape(e["tokens"])[1])
-        )
+
+
+def capture_plan(tokens: Tokens, name: str, planner: Any, count: int) -> BatchPlan:
+    """The first `count` batches of jb.Loader's epoch as index lists: the plan
+    every framework gets."""
+    batches = []
+    with jaxbatch_loader(tokens, planner) as loader:
+        for batch in loader:
+            batches.append(np.array(batch["example_index"], copy=True))
+            if len(batches) == count:
+                break
+    whole = jb.plan(dataset(tokens), planner)
+    return BatchPlan(
+        name=name,
+        planner=repr(planner),
+        packed=whole.packed,
+        boundaries=np.asarray(whole.boundaries, np.int64),
+        batches=batches,
     )
-    ds = ds.prefetch(tf.data.AUTOTUNE)
-    yield from ds.as_numpy_iterator()
 
 
-def grain_pad(examples: list[np.ndarray]) -> Batch:
-    """Grain's batch_fn: pads to the smallest boundary that holds the longest
-    example (vectorised: one concatenate and a masked store, faster than a
-    per-row copy loop)."""
-    lengths = np.fromiter(map(len, examples), np.int32, len(examples))
-    padded = bucket_length(int(lengths.max()))
-    mask = np.arange(padded, dtype=np.int32) < lengths[:, None]
-    out = np.zeros((len(examples), padded), np.int32)
-    out[mask] = np.concatenate(examples)
-    return {"tokens": out, "tokens_mask": mask, "tokens_lengths": lengths}
-
-
-def grain_loader(multiprocess: bool) -> Callable[[Tokens, int], Iterator[Batch]]:
-    def make(tokens: Tokens, seed: int) -> Iterator[Batch]:
-        import grain
-
-        ds = grain.MapDataset.source(tokens).shuffle(seed=seed)
-        ds = ds.batch(BATCH_SIZE, batch_fn=grain_pad)
-        if multiprocess:
-            # Grain 0.2.18's mp_prefetch reads absl flags, which a script that
-            # does not go through absl.app has not parsed.
-            from absl import flags
-
-            if not flags.FLAGS.is_parsed():
-                flags.FLAGS.mark_as_parsed()
-            # Each worker reads in its main thread: the default (16 threads
-            # per worker) ran ~3x slower on 2 cores.
-            it_ds = ds.to_iter_dataset(grain.ReadOptions(num_threads=0)).mp_prefetch(
-                grain.MultiprocessingOptions(num_workers=WORKERS)
-            )
-        else:
-            options = grain.ReadOptions(num_threads=WORKERS, prefetch_buffer_size=PREFETCH * 2)
-            it_ds = ds.to_iter_dataset(options)
-        it = iter(it_ds)
-        try:
-            yield from it
-        finally:
-            it.close()
-
-    return make
-
-
-class TorchTokens:
-    """A map-style torch Dataset over the token arrays (zero-copy views)."""
-
-    def __init__(self, tokens: Tokens):
-        self.tokens = tokens
-
-    def __len__(self) -> int:
-        return len(self.tokens)
-
-    def __getitem__(self, i: int):
-        import torch
-
-        return torch.from_numpy(self.tokens[i])
-
-
-def torch_collate(examples: list) -> dict:
-    import torch
-    from torch.nn.utils.rnn import pad_sequence
-
-    lengths = torch.tensor([len(e) for e in examples], dtype=torch.int32)
-    out = pad_sequence(examples, batch_first=True)
-    mask = torch.arange(out.shape[1]) < lengths[:, None]
-    return {"tokens": out, "tokens_mask": mask, "tokens_lengths": lengths}
-
-
-def torch_loader(num_workers: int) -> Callable[[Tokens, int], Iterator[Batch]]:
-    def make(tokens: Tokens, seed: int) -> Iterator[Batch]:
-        import torch
-
-        # One intra-op thread, as in the workers (torch sets it there): with
-        # 2 on this 2-core machine pad_sequence in the main process ran up to
-        # 25x slower (OpenMP threads spinning against the other work).
-        threads = torch.get_num_threads()
-        torch.set_num_threads(1)
-        generator = torch.Generator()
-        generator.manual_seed(seed)
-        loader = torch.utils.data.DataLoader(
-            TorchTokens(tokens),
-            batch_size=BATCH_SIZE,
-            shuffle=True,
-            collate_fn=torch_collate,
-            num_workers=num_workers,
-            generator=generator,
-        )
-        it = iter(loader)
-        try:
-            for batch in it:
-                yield {k: v.numpy() for k, v in batch.items()}
-        finally:
-            del it  # joins the workers
-            torch.set_num_threads(threads)
-
-    return make
+# --------------------------------------------------------------------------- configurations
+# Each configuration is a function count -> an iterator over the first `count`
+# batches of the plan that releases its threads or processes when closed.
 
 
 @dataclasses.dataclass(frozen=True)
-class Config:
+class Variant:
+    framework: str
     name: str
-    framework: str  # jaxbatch, tf.data, grain, DataLoader
-    make: Callable[[Tokens, int], Iterator[Batch]]
     describe: str
-    all_batches: bool = False  # read the whole epoch (else ANCHOR_BATCHES)
-    bucketed: bool = True  # padded lengths are BOUNDARIES
+    make: Make
+    threads: int = THREADS  # threads or processes that load
 
 
-def configs() -> list[Config]:
-    fixed = jb.FixedBuckets(BOUNDARIES, batch_size=BATCH_SIZE)
-    auto = jb.AutoBuckets(max_shapes=len(BOUNDARIES), batch_size=BATCH_SIZE)
-    return [
-        Config(
-            "jaxbatch FixedBuckets",
-            "jaxbatch",
-            jaxbatch_loader(fixed, WORKERS),
-            f"jb.Loader({fixed}, shuffle=True, num_threads={WORKERS}, prefetch={PREFETCH})",
-            all_batches=True,
-        ),
-        Config(
-            "jaxbatch FixedBuckets 1 thread",
-            "jaxbatch",
-            jaxbatch_loader(fixed, 1),
-            f"jb.Loader({fixed}, shuffle=True, num_threads=1, prefetch={PREFETCH})",
-            all_batches=True,
-        ),
-        Config(
-            "jaxbatch AutoBuckets",
-            "jaxbatch",
-            jaxbatch_loader(auto, WORKERS),
-            f"jb.Loader({auto}, shuffle=True, num_threads={WORKERS}, prefetch={PREFETCH})",
-            all_batches=True,
-            bucketed=False,
-        ),
-        Config(
-            "grain threads",
-            "grain",
-            grain_loader(multiprocess=False),
-            f"MapDataset.source(src).shuffle(seed).batch({BATCH_SIZE}, batch_fn=pad to bucket)"
-            f".to_iter_dataset(ReadOptions(num_threads={WORKERS}, "
-            f"prefetch_buffer_size={PREFETCH * 2}))",
-        ),
-        Config(
-            "grain mp_prefetch",
-            "grain",
-            grain_loader(multiprocess=True),
-            f"MapDataset.source(src).shuffle(seed).batch({BATCH_SIZE}, batch_fn=pad to bucket)"
-            ".to_iter_dataset(ReadOptions(num_threads=0))"
-            f".mp_prefetch(MultiprocessingOptions(num_workers={WORKERS}))",
-        ),
-        Config(
-            "DataLoader 2 workers",
-            "DataLoader",
-            torch_loader(WORKERS),
-            f"DataLoader(Dataset, batch_size={BATCH_SIZE}, shuffle=True, "
-            f"collate_fn=pad_sequence+mask, num_workers={WORKERS})",
-            bucketed=False,
-        ),
-        Config(
-            "DataLoader 0 workers",
-            "DataLoader",
-            torch_loader(0),
-            f"DataLoader(Dataset, batch_size={BATCH_SIZE}, shuffle=True, "
-            "collate_fn=pad_sequence+mask, num_workers=0) (reference: in-process)",
-            bucketed=False,
-        ),
-        Config(
-            "tf.data bucket_by_seq_len",
+def jaxbatch_variant(tokens: Tokens, planner: Any) -> Variant:
+    def make(count: int) -> Iterator[Batch]:
+        loader = jaxbatch_loader(tokens, planner)
+        try:
+            for k, batch in enumerate(loader):
+                yield batch
+                if k + 1 == count:
+                    break
+        finally:
+            loader.close()
+
+    return Variant(
+        "jaxbatch",
+        "jaxbatch",
+        f"jb.Loader(ds, {planner!r}, shuffle=True, seed={SEED}, num_threads={THREADS}, "
+        f"prefetch={PREFETCH})",
+        make,
+    )
+
+
+def numpy_variant(tokens: Tokens, plan: BatchPlan) -> Variant:
+    collate = Collate(tokens, plan)
+
+    def make(count: int) -> Iterator[Batch]:
+        for ids in plan.batches[:count]:
+            yield collate(ids)
+
+    return Variant("NumPy", "NumPy", "serial loop: contract.Collate(ids) per batch", make, 1)
+
+
+def numba_variants(tokens: Tokens, plan: BatchPlan) -> list[Variant]:
+    """The collate as compiled loops (numba), serial: one copy per example,
+    what a C++ collator does in one thread, without jaxbatch's threads or
+    prefetch hints."""
+    try:
+        import numba
+    except ImportError:
+        return []
+
+    @numba.njit(cache=False)
+    def padded(values, offsets, ids, length):
+        rows = len(ids)
+        out = np.zeros((rows, length), np.int32)
+        mask = np.zeros((rows, length), np.bool_)
+        lens = np.zeros(rows, np.int32)
+        for r in range(rows):
+            e = ids[r]
+            if e >= 0:
+                a = offsets[e]
+                n = offsets[e + 1] - a
+                out[r, :n] = values[a : a + n]
+                mask[r, :n] = True
+                lens[r] = n
+        return out, mask, lens
+
+    @numba.njit(cache=False)
+    def packed(values, offsets, ids, length):
+        rows, segments = ids.shape
+        out = np.zeros((rows, length), np.int32)
+        seg = np.zeros((rows, length), np.int32)
+        pos = np.zeros((rows, length), np.int32)
+        lens = np.zeros((rows, segments), np.int32)
+        for r in range(rows):
+            used = 0
+            for s in range(segments):
+                e = ids[r, s]
+                if e < 0:
+                    continue
+                a = offsets[e]
+                n = offsets[e + 1] - a
+                out[r, used : used + n] = values[a : a + n]
+                for k in range(n):
+                    seg[r, used + k] = s + 1
+                    pos[r, used + k] = k
+                lens[r, s] = n
+                used += n
+        return out, seg, pos, lens
+
+    lengths = tokens.lengths
+
+    def collate(ids: np.ndarray) -> Batch:
+        length = plan.padded_length(lengths[ids[ids >= 0]])
+        if plan.packed:
+            out, seg, pos, lens = packed(tokens.values, tokens.offsets, ids, length)
+            return {"tokens": out, "tokens_segment_ids": seg, "tokens_positions": pos,
+                    "tokens_lengths": lens, "example_index": ids}  # fmt: skip
+        out, mask, lens = padded(tokens.values, tokens.offsets, ids, length)
+        return {"tokens": out, "tokens_mask": mask, "tokens_lengths": lens, "example_index": ids}
+
+    collate(plan.batches[0])  # compiles, outside any timing
+
+    def make(count: int) -> Iterator[Batch]:
+        for ids in plan.batches[:count]:
+            yield collate(ids)
+
+    return [Variant("numba", "numba", "serial loop: compiled per-example copies", make, 1)]
+
+
+def tf_variants(tokens: Tokens, plan: BatchPlan) -> list[Variant]:
+    try:
+        import tensorflow as tf
+    except ImportError:
+        return []
+    n = len(tokens)
+    # Index n is an empty example: where a row or segment has id -1.
+    splits = np.append(tokens.offsets, tokens.offsets[-1])
+    rt = tf.RaggedTensor.from_row_splits(
+        tf.constant(tokens.values), tf.constant(splits), validate=False
+    )
+    lengths32 = tf.constant(np.append(tokens.lengths, 0).astype(np.int32))
+    boundaries = tf.constant(plan.boundaries.astype(np.int32))
+    empty = tf.constant(n, tf.int64)
+    sizes = [b.size for b in plan.batches]
+    starts = tf.constant(np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64))
+    shape = plan.batches[0].shape[1:]
+    flat_ids = tf.constant(np.concatenate([b.reshape(-1) for b in plan.batches]))
+
+    def batch_ids(b):
+        ids = flat_ids[starts[b] : starts[b + 1]]
+        return tf.reshape(ids, [-1, *shape]) if plan.packed else ids
+
+    def padded(b):
+        ids = batch_ids(b)
+        g = tf.gather(rt, tf.where(ids < 0, empty, ids))
+        lens = tf.cast(g.row_lengths(), tf.int32)
+        length = tf.gather(boundaries, tf.searchsorted(boundaries, [tf.reduce_max(lens)]))[0]
+        rows = tf.shape(ids)[0]
+        return {
+            "tokens": g.to_tensor(0, shape=tf.stack([rows, length])),
+            "tokens_mask": tf.sequence_mask(lens, length),
+            "tokens_lengths": lens,
+            "example_index": ids,
+        }
+
+    def packed(b):
+        ids = batch_ids(b)
+        real = ids >= 0
+        flat = tf.boolean_mask(ids, real)
+        g = tf.gather(rt, flat)
+        ex_lens = g.row_lengths()
+        segs = tf.reduce_sum(tf.cast(real, tf.int64), axis=1)
+        row_tokens = tf.reduce_sum(tf.RaggedTensor.from_row_lengths(ex_lens, segs), axis=1)
+        rows_rt = tf.RaggedTensor.from_row_lengths(g.flat_values, row_tokens)
+        dense = [ids.shape[0], int(plan.boundaries[0])]
+        seg_of_example = tf.cast(tf.ragged.range(segs).flat_values + 1, tf.int32)
+        seg = rows_rt.with_flat_values(tf.repeat(seg_of_example, ex_lens))
+        pos = rows_rt.with_flat_values(tf.cast(tf.ragged.range(ex_lens).flat_values, tf.int32))
+        return {
+            "tokens": rows_rt.to_tensor(0, shape=dense),
+            "tokens_segment_ids": seg.to_tensor(0, shape=dense),
+            "tokens_positions": pos.to_tensor(0, shape=dense),
+            "tokens_lengths": tf.where(real, tf.gather(lengths32, tf.where(real, ids, empty)), 0),
+            "example_index": ids,
+        }
+
+    collate = Collate(tokens, plan)
+    keys = sorted(collate(plan.batches[0]))
+    dtypes = [tf.as_dtype(collate(plan.batches[0])[k].dtype) for k in keys]
+
+    def numpy_function(b):
+        def run(b):
+            out = collate(plan.batches[int(b)])
+            return tuple(out[k] for k in keys)
+
+        return dict(zip(keys, tf.numpy_function(run, [b], dtypes, stateful=False), strict=True))
+
+    def variant(fn, label: str) -> Variant:
+        def make(count: int) -> Iterator[Batch]:
+            ds = tf.data.Dataset.range(count).map(
+                fn, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
+            )
+            ds = ds.prefetch(tf.data.AUTOTUNE)
+            options = tf.data.Options()
+            options.threading.private_threadpool_size = THREADS
+            ds = ds.with_options(options)
+            yield from ds.as_numpy_iterator()
+
+        return Variant(
             "tf.data",
-            tf_data_loader,
-            "from_tensor_slices(RaggedTensor).shuffle("
-            f"{TF_SHUFFLE_BUFFER}).map(dense+length).bucket_by_sequence_length(boundaries+1, "
-            f"[{BATCH_SIZE}]*{len(BOUNDARIES) + 1}, pad_to_bucket_boundary=True).map(mask)"
-            ".prefetch(AUTOTUNE).as_numpy_iterator()",
-        ),
+            f"tf.data {label}",
+            f"Dataset.range(batches).map({label}, num_parallel_calls=AUTOTUNE, "
+            f"deterministic=True).prefetch(AUTOTUNE), private_threadpool_size={THREADS}",
+            make,
+        )
+
+    ops = packed if plan.packed else padded
+    return [
+        variant(ops, "gather+pad in tf ops (RaggedTensor)"),
+        variant(numpy_function, "tf.numpy_function(NumPy collate)"),
     ]
+
+
+def grain_variants(tokens: Tokens, plan: BatchPlan) -> list[Variant]:
+    try:
+        import grain
+    except ImportError:
+        return []
+    logging.getLogger("absl").setLevel(logging.ERROR)
+    collate = Collate(tokens, plan)
+
+    def variant(label: str, read: dict[str, int], workers: int) -> Variant:
+        def make(count: int) -> Iterator[Batch]:
+            ds = grain.MapDataset.source(plan.batches[:count]).map(collate)
+            it_ds = ds.to_iter_dataset(grain.ReadOptions(**read))
+            if workers:
+                # Grain 0.2.18's mp_prefetch reads absl flags, which a script
+                # not started by absl.app has not parsed.
+                from absl import flags
+
+                if not flags.FLAGS.is_parsed():
+                    flags.FLAGS.mark_as_parsed()
+                it_ds = it_ds.mp_prefetch(
+                    grain.MultiprocessingOptions(num_workers=workers, per_worker_buffer_size=4)
+                )
+            it = iter(it_ds)
+            try:
+                yield from it
+            finally:
+                if hasattr(it, "close"):
+                    it.close()
+
+        read_text = ", ".join(f"{k}={v}" for k, v in read.items())
+        mp = f".mp_prefetch(MultiprocessingOptions(num_workers={workers}))" if workers else ""
+        return Variant(
+            "Grain",
+            f"Grain {label}",
+            f"MapDataset.source(batches).map(collate).to_iter_dataset(ReadOptions({read_text})){mp}",
+            make,
+            max(1, workers, read["num_threads"]),
+        )
+
+    return [
+        variant(f"{THREADS} read threads", {"num_threads": THREADS, "prefetch_buffer_size": 8}, 0),
+        variant("in the caller's thread", {"num_threads": 0, "prefetch_buffer_size": 0}, 0),
+        variant(f"mp_prefetch {THREADS} workers", {"num_threads": 0}, THREADS),
+    ]
+
+
+class TorchBatches:
+    """A torch map-style Dataset whose __getitems__ gets a whole batch's ids
+    (from the batch sampler) and collates them at once."""
+
+    def __init__(self, collate: Collate, size: int):
+        self.collate = collate
+        self.size = size
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, i: int):
+        raise NotImplementedError("batches only: __getitems__")
+
+    def __getitems__(self, ids: np.ndarray) -> dict:
+        import torch
+
+        return {k: torch.from_numpy(v) for k, v in self.collate(np.asarray(ids)).items()}
+
+
+def identity(batch):
+    return batch
+
+
+def torch_variants(tokens: Tokens, plan: BatchPlan) -> list[Variant]:
+    try:
+        import torch
+    except ImportError:
+        return []
+    collate = Collate(tokens, plan)
+
+    def variant(workers: int) -> Variant:
+        def make(count: int) -> Iterator[Batch]:
+            threads = torch.get_num_threads()
+            torch.set_num_threads(1)
+            loader = torch.utils.data.DataLoader(
+                TorchBatches(collate, len(tokens)),
+                batch_sampler=plan.batches[:count],
+                collate_fn=identity,
+                num_workers=workers,
+                prefetch_factor=4 if workers else None,
+            )
+            it = iter(loader)
+            try:
+                for batch in it:
+                    yield {k: v.numpy() for k, v in batch.items()}
+            finally:
+                del it  # joins the workers
+                torch.set_num_threads(threads)
+
+        extra = ", prefetch_factor=4" if workers else ""
+        return Variant(
+            "DataLoader",
+            f"DataLoader {workers} workers",
+            f"DataLoader(Dataset with __getitems__ = NumPy collate, batch_sampler=plan, "
+            f"collate_fn=identity, num_workers={workers}{extra})",
+            make,
+            max(1, workers),
+        )
+
+    return [variant(w) for w in range(THREADS + 1)]
+
+
+def variants(tokens: Tokens, plan: BatchPlan, planner: Any) -> dict[str, list[Variant]]:
+    out = {
+        "jaxbatch": [jaxbatch_variant(tokens, planner)],
+        "NumPy": [numpy_variant(tokens, plan)],
+        "numba": numba_variants(tokens, plan),
+        "DataLoader": torch_variants(tokens, plan),
+        "Grain": grain_variants(tokens, plan),
+        "tf.data": tf_variants(tokens, plan),
+    }
+    return {k: v for k, v in out.items() if v}
 
 
 # --------------------------------------------------------------------------- measuring
 
 
 def cpu_seconds() -> float:
-    """User + system seconds of this process, its reaped children and its live
-    descendants (worker processes)."""
+    """User + system CPU seconds of this process (all its threads) and of its
+    live child processes (worker processes; counted when psutil is installed,
+    as in .venv-bench)."""
+    total = time.process_time()
     try:
         import psutil
     except ImportError:
-        total = 0.0
-        for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
-            r = resource.getrusage(who)
-            total += r.ru_utime + r.ru_stime
         return total
-    me = psutil.Process()
-    t = me.cpu_times()
-    total = t.user + t.system + t.children_user + t.children_system
-    for child in me.children(recursive=True):
+    for child in psutil.Process().children(recursive=True):
         try:
-            c = child.cpu_times()
-            total += c.user + c.system
+            t = child.cpu_times()
+            total += t.user + t.system
         except psutil.Error:
             pass
     return total
 
 
-def check_batch(name: str, batch: Batch, bucketed: bool) -> None:
-    """The first batch of every run: shapes, dtypes, mask and padding agree."""
-    tokens, mask, lengths = batch["tokens"], batch["tokens_mask"], batch["tokens_lengths"]
-    rows, padded = tokens.shape
-    problems = []
-    if tokens.dtype != np.int32 or mask.dtype != np.bool_:
-        problems.append(f"dtypes {tokens.dtype}, {mask.dtype}")
-    if mask.shape != tokens.shape or lengths.shape != (rows,):
-        problems.append(f"shapes {tokens.shape}, {mask.shape}, {lengths.shape}")
-    elif not np.array_equal(mask, np.arange(padded) < lengths[:, None]):
-        problems.append("mask != arange < lengths")
-    elif tokens[~mask].any() or (tokens[mask] == 0).any():
-        problems.append("padding is not 0 or a token is 0")
-    if bucketed and padded not in BOUNDARIES:
-        problems.append(f"padded length {padded} is not a boundary")
-    if problems:
-        raise AssertionError(f"{name}: bad first batch: {'; '.join(problems)}")
-
-
-@dataclasses.dataclass
-class Throughput:
-    examples: int  # after the first batch
-    batches: int
-    first_examples: int
-    startup_s: float
-    startup_cpu_s: float
-    steady_s: float
-    total_s: float
-    steady_cpu_s: float
-    real_tokens: int
-    padded_elements: int
-    shapes: int
-
-    @property
-    def steady_rate(self) -> float:
-        return self.examples / self.steady_s
-
-    @property
-    def e2e_rate(self) -> float:
-        return (self.first_examples + self.examples) / self.total_s
-
-    @property
-    def cpu_ms_per_batch(self) -> float:
-        return 1e3 * self.steady_cpu_s / self.batches
-
-
-def measure_throughput(cfg: Config, tokens: Tokens, max_batches: int | None) -> Throughput:
-    """One run: the first batch is startup; the next batches (all, or at most
-    max_batches) the steady state."""
+def timed_run(variant: Variant, plan: BatchPlan, stats: list[dict], count: int) -> dict:
+    """One run over the first `count` batches: startup is building the
+    iterator and its first batch, the steady state the rest."""
     gc.collect()
-    c0, t0 = cpu_seconds(), time.perf_counter()
-    it = cfg.make(tokens, SEED)
-    first = next(it)
+    t0 = time.perf_counter()
+    it = variant.make(count)
+    next(it)
     t1, c1 = time.perf_counter(), cpu_seconds()
-    check_batch(cfg.name, first, cfg.bucketed)
-    first_examples = int(np.count_nonzero(first["tokens_lengths"]))
-    examples = batches = real = padded = 0
-    shapes = {first["tokens"].shape}
-    t1b = time.perf_counter()  # the check above is not the loader's time
-    for batch in it:
-        lengths = batch["tokens_lengths"]
-        examples += int(np.count_nonzero(lengths))
-        real += int(lengths.sum())
-        padded += batch["tokens"].size
-        shapes.add(batch["tokens"].shape)
+    batches = 1
+    for _ in it:
         batches += 1
-        if max_batches is not None and batches >= max_batches:
-            break
     t2, c2 = time.perf_counter(), cpu_seconds()
     it.close()
-    if not batches:
-        raise RuntimeError(f"{cfg.name}: produced a single batch; nothing to time")
-    steady_s = t2 - t1b
-    return Throughput(
-        examples=examples,
-        batches=batches,
-        first_examples=first_examples,
-        startup_s=t1 - t0,
-        startup_cpu_s=c1 - c0,
-        steady_s=steady_s,
-        total_s=(t1 - t0) + steady_s,
-        steady_cpu_s=c2 - c1,
-        real_tokens=real,
-        padded_elements=padded,
-        shapes=len(shapes),
-    )
+    if batches != count:
+        raise AssertionError(f"{variant.name}: {batches} batches, expected {count}")
+    steady = stats[1:count]
+    seconds = t2 - t1
+    examples = sum(s["examples"] for s in steady)
+    nbytes = sum(s["bytes"] for s in steady)
+    return {
+        "startup_s": t1 - t0,
+        "steady_s": seconds,
+        "batches": count - 1,
+        "examples": examples,
+        "bytes": nbytes,
+        "examples_per_s": examples / seconds,
+        "bytes_per_s": nbytes / seconds,
+        "cpu_us_per_batch": 1e6 * (c2 - c1) / (count - 1),
+        "cores_busy": (c2 - c1) / seconds,
+    }
 
 
-def work_sleep(seconds: float) -> None:
-    time.sleep(seconds)
+def collate_bounds(tokens: Tokens, planner: Any, count: int, reps: int) -> dict[str, Any]:
+    """CPU microseconds per batch of jb.collate alone (1 thread, no loader, no
+    prefetch hints) over `count` batches of the planner's plan, its examples
+    read in memory order (jb.plan over index order: each batch reads nearly
+    contiguous bytes) and shuffled (as the loader reads them): what the
+    random gather costs, and what the loader adds to collation."""
+    ds = dataset(tokens)
+    order = np.random.default_rng(SEED).permutation(len(tokens))
+    out = {}
+    for label, o in (("memory order", None), ("shuffled", order)):
+        whole = jb.plan(ds, planner, order=o)
+        specs = [whole[i] for i in range(min(count, len(whole)))]
+        times = []
+        for _ in range(reps):
+            gc.collect()
+            start = time.process_time()
+            for spec in specs:
+                jb.collate(ds, spec, num_threads=1)
+            times.append(1e6 * (time.process_time() - start) / len(specs))
+        out[label] = harness.summary(times)
+    return out
 
 
-def work_busy(seconds: float) -> None:
-    end = time.perf_counter() + seconds
-    while time.perf_counter() < end:
-        pass
+def copy_bound(
+    source: np.ndarray, batch_bytes: int, batches: int, threads: int, reps: int
+) -> float:
+    """Bytes per second np.copyto moves from `source` (the token values, far
+    larger than the caches, read front to back) into PREFETCH + 2 rotating
+    buffers of one output batch's size, `threads` threads at once (NumPy
+    releases the GIL): a bound on writing the output bytes, with none of
+    the gathering, padding or masking."""
+    flat = source.view(np.uint8)
+    per_thread = max(1, batches // threads)
+    if per_thread * threads * batch_bytes > flat.size:
+        per_thread = max(1, flat.size // (threads * batch_bytes))
+    dst = [[np.zeros(batch_bytes, np.uint8) for _ in range(PREFETCH + 2)] for _ in range(threads)]
+
+    def work(t: int) -> None:
+        base = t * per_thread * batch_bytes
+        for k in range(per_thread):
+            start = base + k * batch_bytes
+            np.copyto(dst[t][k % len(dst[t])], flat[start : start + batch_bytes])
+
+    best = 0.0
+    with ThreadPoolExecutor(threads) as pool:
+        for _ in range(reps):
+            start = time.perf_counter()
+            list(pool.map(work, range(threads)))
+            seconds = time.perf_counter() - start
+            best = max(best, batch_bytes * per_thread * threads / seconds)
+    return best
 
 
-def measure_wait(
-    cfg: Config, tokens: Tokens, steps: int, work: Callable[[float], None]
-) -> dict[str, float]:
-    """A consumer that works STEP_SECONDS per batch: the fraction of its wall
-    time spent in next(), after the first batch (startup is reported apart)."""
-    gc.collect()
-    it = cfg.make(tokens, SEED)
-    next(it)
-    waited = 0.0
-    done = 0
-    start = time.perf_counter()
-    for _ in range(steps):
-        t = time.perf_counter()
-        try:
-            next(it)
-        except StopIteration:
-            break
-        waited += time.perf_counter() - t
-        work(STEP_SECONDS)
-        done += 1
-    total = time.perf_counter() - start
-    it.close()
-    return {"steps": done, "wait_s": waited, "total_s": total, "wait_fraction": waited / total}
-
-
-def verify_jaxbatch_epoch(tokens: Tokens) -> None:
-    """Untimed: one jaxbatch epoch yields every example exactly once, with its
-    own tokens."""
-    planner = jb.FixedBuckets(BOUNDARIES, batch_size=BATCH_SIZE)
-    ds = jb.Dataset.from_arrays({"tokens": (tokens.values, tokens.offsets)})
-    indices = []
-    with jb.Loader(ds, planner, shuffle=True, seed=SEED, num_threads=WORKERS) as loader:
-        for k, batch in enumerate(loader):
-            index = batch["example_index"]
-            real = index >= 0
-            indices.append(index[real])
-            if k % 997 == 0:  # spot-check contents
-                row = int(np.argmax(real))
-                ex = tokens[int(index[row])]
-                if not np.array_equal(batch["tokens"][row, : len(ex)], ex):
-                    raise AssertionError(f"jaxbatch: batch {k} row {row} has the wrong tokens")
-    seen = np.bincount(np.concatenate(indices), minlength=len(tokens))
-    if len(seen) != len(tokens) or not (seen == 1).all():
-        raise AssertionError(
-            f"jaxbatch: {int((seen == 0).sum())} examples missing, "
-            f"{int((seen > 1).sum())} repeated in one epoch"
+def bench_plan(
+    tokens: Tokens, name: str, planner: Any, args: argparse.Namespace, reps: int
+) -> dict[str, Any]:
+    count = QUICK_TIMED_BATCHES if args.quick else TIMED_BATCHES
+    tune = count if args.quick else TUNE_BATCHES
+    checks = QUICK_CHECK_BATCHES if args.quick else CHECK_BATCHES
+    plan = capture_plan(tokens, name, planner, count)
+    if len(plan.batches) < count:
+        raise RuntimeError(f"{name}: the plan has {len(plan.batches)} batches, fewer than {count}")
+    stats = [contract.batch_stats(plan, tokens.lengths, ids) for ids in plan.batches]
+    reference = [contract.reference_batch(tokens, plan, ids) for ids in plan.batches[:checks]]
+    found = variants(tokens, plan, planner)
+    # The contract first: every configuration's first batches equal the reference.
+    for vs in found.values():
+        for v in vs:
+            it = v.make(checks)
+            try:
+                contract.check_stream(v.name, it, reference)
+            finally:
+                it.close()
+    print(f"  {name}: {len(found)} frameworks, first {checks} batches byte-equal to the reference")
+    # Tuning: one run per variant, the fastest kept.
+    tuning: dict[str, Any] = {}
+    chosen: dict[str, Variant] = {}
+    for framework, vs in found.items():
+        if len(vs) == 1:
+            chosen[framework] = vs[0]
+            continue
+        runs = {v.name: timed_run(v, plan, stats, tune) for v in vs}
+        tuning[framework] = {k: r["examples_per_s"] for k, r in runs.items()}
+        best = max(vs, key=lambda v: runs[v.name]["examples_per_s"])
+        chosen[framework] = best
+        print(
+            f"  {name} tuning {framework}: "
+            + ", ".join(f"{k} {r:,.0f} ex/s" for k, r in tuning[framework].items())
         )
+    runs = harness.alternate(
+        {fw: (lambda v=v: timed_run(v, plan, stats, count)) for fw, v in chosen.items()}, reps
+    )
+    real = sum(s["tokens"] for s in stats)
+    padded = sum(s["padded"] for s in stats)
+    mean_bytes = sum(s["bytes"] for s in stats) // len(stats)
+    result: dict[str, Any] = {
+        "planner": plan.planner,
+        "batches": count,
+        "examples": sum(s["examples"] for s in stats),
+        "padded_per_real_token": padded / real,
+        "shapes": len(
+            {(len(b), plan.padded_length(tokens.lengths[b[b >= 0]])) for b in plan.batches}
+        ),
+        "mean_batch_bytes": mean_bytes,
+        "tuning": tuning,
+        "configs": {
+            fw: {"name": v.name, "describe": v.describe, "threads": v.threads}
+            for fw, v in chosen.items()
+        },
+        "runs": runs,
+        "summary": {},
+        "ratios": {},  # jaxbatch examples/s over the anchor's, per repetition
+        "cpu_ratios": {},  # the anchor's CPU per batch over jaxbatch's, per repetition
+    }
+    for fw, rs in runs.items():
+        result["summary"][fw] = {
+            key: harness.summary([r[key] for r in rs])
+            for key in (
+                "examples_per_s",
+                "bytes_per_s",
+                "startup_s",
+                "cpu_us_per_batch",
+                "cores_busy",
+            )  # fmt: skip
+        }
+    ours = [r["examples_per_s"] for r in runs["jaxbatch"]]
+    our_cpu = [r["cpu_us_per_batch"] for r in runs["jaxbatch"]]
+    for fw, rs in runs.items():
+        if fw != "jaxbatch":
+            ratio = [a / r["examples_per_s"] for a, r in zip(ours, rs, strict=True)]
+            result["ratios"][fw] = harness.summary(ratio)
+            cpu = [r["cpu_us_per_batch"] / a for a, r in zip(our_cpu, rs, strict=True)]
+            result["cpu_ratios"][fw] = harness.summary(cpu)
+    anchors = [fw for fw in ANCHORS if fw in runs]
+    if anchors:
+        best = max(anchors, key=lambda fw: result["summary"][fw]["examples_per_s"]["median"])
+        ratio = result["ratios"][best]
+        result["target"] = {
+            "against": best,
+            "ratio": ratio,
+            "cpu_ratio": result["cpu_ratios"][best],
+            "target": TARGET,
+            "met": ratio["median"] >= TARGET,
+        }
+    result["collate_cpu_us_per_batch"] = collate_bounds(tokens, planner, count, reps)
+    copies = 2 if args.quick else 5
+    result["copy_bytes_per_s"] = {
+        f"{t} thread{'s' if t > 1 else ''}": copy_bound(tokens.values, mean_bytes, count, t, copies)
+        for t in (1, THREADS)
+    }
+    return result
 
 
 # --------------------------------------------------------------------------- report
 
 
-def versions() -> dict[str, str]:
-    """Installed versions, read without importing (TensorFlow stays out of the
-    process until its row runs, after the DataLoader has forked its workers)."""
-    from importlib import metadata
-
-    out = {"python": platform.python_version(), "numpy": np.__version__}
-    out["jaxbatch"] = jb.__version__
-    for dist in ("tensorflow-cpu", "tensorflow", "grain", "torch"):
-        try:
-            out[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            pass
-    return out
-
-
-def fmt_rate(x: float) -> str:
-    return f"{x:,.0f}"
-
-
-def print_table(rows: list[dict[str, Any]]) -> None:
-    head = (
-        f"{'loader':<31}{'examples':>9}{'startup s':>10}{'steady ex/s':>13}{'e2e ex/s':>12}"
-        f"{'CPU ms/b':>9}{'pad x':>7}{'shapes':>7}{'wait sleep':>11}{'wait busy':>10}"
-    )
-    print(head)
-    print("-" * len(head))
-    for r in rows:
-        print(
-            f"{r['name']:<31}{r['examples']:>9}{r['startup_s']:>10.2f}"
-            f"{fmt_rate(r['steady_examples_per_s']):>13}{fmt_rate(r['e2e_examples_per_s']):>12}"
-            f"{r['cpu_ms_per_batch']:>9.2f}{r['padded_per_token']:>7.2f}{r['shapes']:>7}"
-            f"{100 * r['wait_sleep']['wait_fraction']:>10.2f}%"
-            f"{100 * r['wait_busy']['wait_fraction']:>9.2f}%"
-        )
-
-
-def ratios(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """jaxbatch (FixedBuckets, 2 threads) over each framework's fastest
-    configuration: steady over steady, and jaxbatch's end-to-end epoch rate
-    (its per-epoch planning included) over the anchors' steady rate."""
-    ours = next(r for r in rows if r["name"] == "jaxbatch FixedBuckets")
-    out = {}
-    for framework, target in TARGETS.items():
-        best = max(
-            (r for r in rows if r["framework"] == framework),
-            key=lambda r: r["steady_examples_per_s"],
-        )
-        steady = ours["steady_examples_per_s"] / best["steady_examples_per_s"]
-        e2e = ours["e2e_examples_per_s"] / best["steady_examples_per_s"]
-        cpu = best["cpu_ms_per_batch"] / ours["cpu_ms_per_batch"]
-        out[framework] = {
-            "against": best["name"],
-            "throughput_ratio_steady": steady,
-            "throughput_ratio_e2e_vs_steady": e2e,
-            "cpu_per_batch_ratio": cpu,
-            "target": target,
-            "meets_target": min(steady, e2e) >= target,
-        }
-    return out
-
-
-def print_ratios(r: dict[str, Any], rows: list[dict[str, Any]]) -> None:
-    print("\nRATIOS (jaxbatch FixedBuckets, 2 threads, over each framework's fastest config):")
-    for framework, v in r.items():
-        print(
-            f"  jaxbatch / {framework:<10} throughput {v['throughput_ratio_steady']:6.1f}x "
-            f"steady, {v['throughput_ratio_e2e_vs_steady']:6.1f}x jaxbatch end-to-end epoch; "
-            f"CPU/batch {v['cpu_per_batch_ratio']:5.1f}x less   [vs {v['against']}; target "
-            f">= {v['target']:g}x: {'met' if v['meets_target'] else 'NOT met'}]"
-        )
-    ours = next(row for row in rows if row["name"] == "jaxbatch FixedBuckets")
-    print("  per configuration (steady ex/s; CPU ms/batch):")
-    for row in rows:
-        if row["framework"] == "jaxbatch":
-            continue
-        print(
-            f"    jaxbatch / {row['name']:<27} "
-            f"{ours['steady_examples_per_s'] / row['steady_examples_per_s']:7.1f}x throughput, "
-            f"{row['cpu_ms_per_batch'] / ours['cpu_ms_per_batch']:6.1f}x less CPU per batch"
-        )
-    for row in rows:
-        if row["framework"] != "jaxbatch":
-            continue
-        for mode in ("sleep", "busy"):
-            w = row[f"wait_{mode}"]["wait_fraction"]
-            ok = "met" if w < MAX_WAIT_FRACTION else "NOT met"
-            print(
-                f"  {row['name']}: consumer wait ({mode}) {100 * w:.3f}% "
-                f"[target < {100 * MAX_WAIT_FRACTION:g}%: {ok}]"
+def print_plan(name: str, r: dict[str, Any]) -> None:
+    rows = [["framework (config)", "threads", "examples/s", "output MB/s", "padded/token",
+             "CPU us/batch", "cores busy", "startup s", "jaxbatch / it: ex/s; CPU"]]  # fmt: skip
+    for fw, s in r["summary"].items():
+        ratio = ""
+        if fw != "jaxbatch":
+            q, c = r["ratios"][fw], r["cpu_ratios"][fw]
+            ratio = (
+                f"{q['median']:.2f}x ({q['min']:.2f}-{q['max']:.2f}); "
+                f"CPU {c['median']:.2f}x ({c['min']:.2f}-{c['max']:.2f})"
             )
+        ex = s["examples_per_s"]
+        mb = s["bytes_per_s"]
+        rows.append(
+            [
+                r["configs"][fw]["name"],
+                str(r["configs"][fw]["threads"]),
+                f"{ex['median']:,.0f} ({ex['min']:,.0f}-{ex['max']:,.0f})",
+                f"{mb['median'] / 1e6:,.0f} ({mb['min'] / 1e6:,.0f}-{mb['max'] / 1e6:,.0f})",
+                f"{r['padded_per_real_token']:.3f}",
+                f"{s['cpu_us_per_batch']['median']:,.0f}",
+                f"{s['cores_busy']['median']:.2f}",
+                f"{s['startup_s']['median']:.2f}",
+                ratio,
+            ]
+        )
+    print(f"\n== {name}: {r['planner']}, first {r['batches']} batches ({r['examples']:,} examples, "
+          f"{r['shapes']} shapes, {r['mean_batch_bytes'] / 1e6:.2f} MB a batch)")  # fmt: skip
+    print(harness.format_table(rows))
+    copies = ", ".join(f"{k} {v / 1e9:.1f} GB/s" for k, v in r["copy_bytes_per_s"].items())
+    print(f"   copy bound (np.copyto from the token values into batch-sized buffers): {copies}")
+    c = r["collate_cpu_us_per_batch"]
+    print(
+        f"   jb.collate alone, 1 thread, CPU us/batch: {c['memory order']['median']:.0f} reading "
+        f"in memory order, {c['shuffled']['median']:.0f} shuffled"
+    )
+    if "target" in r:
+        t = r["target"]
+        print(
+            f"   target jaxbatch >= {t['target']:g}x the best anchor ({t['against']}): "
+            f"{t['ratio']['median']:.2f}x -> {'met' if t['met'] else 'NOT met'} (CPU per batch: "
+            f"{t['cpu_ratio']['median']:.2f}x less)"
+        )
 
 
 # --------------------------------------------------------------------------- main
@@ -616,120 +756,60 @@ def print_ratios(r: dict[str, Any], rows: list[dict[str, Any]]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="a small smoke run (~1 minute)")
-    parser.add_argument("--out", type=Path, default=RESULTS, help="JSON results file")
-    parser.add_argument("--only", nargs="*", help="run only configs whose name has one of these")
+    harness.add_arguments(parser)
+    parser.add_argument("--skip-packing", action="store_true", help="leave out the packers")
     args = parser.parse_args(argv)
-
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     logging.getLogger("absl").setLevel(logging.ERROR)
     warnings.filterwarnings("ignore", category=DeprecationWarning)
-    num_examples = 50_000 if args.quick else NUM_EXAMPLES
-    anchor_batches = 60 if args.quick else ANCHOR_BATCHES
-    steps = 60 if args.quick else CONSUMER_STEPS
-    repeats = 1 if args.quick else REPEATS
+    env = harness.check_load(args.force)
+    reps = harness.repetitions(args)
     started = time.perf_counter()
-    load_start = os.getloadavg()
-
-    t = time.perf_counter()
-    tokens = make_tokens(num_examples)
-    lengths = np.diff(tokens.offsets)
+    tokens = make_tokens(QUICK_EXAMPLES if args.quick else NUM_EXAMPLES)
+    lengths = tokens.lengths
     print(
-        f"workload: {len(tokens):,} sequences, {lengths.sum():,} int32 tokens, length mean "
-        f"{lengths.mean():.1f}, median {np.median(lengths):.0f}, max {lengths.max()} "
-        f"(built in {time.perf_counter() - t:.1f}s); batch {BATCH_SIZE}, boundaries "
-        f"{list(BOUNDARIES)}; {os.cpu_count()} CPUs, load average {load_start[0]:.2f}"
+        f"workload: {len(tokens):,} sequences, {int(lengths.sum()):,} int32 tokens, length "
+        f"mean {lengths.mean():.1f}, max {lengths.max()}; {THREADS} threads each; {reps} "
+        f"alternating repetitions; load average {env['load_average']:.2f} on {env['cores']} "
+        f"cores{' (forced)' if env['forced'] else ''}"
     )
-    t = time.perf_counter()
-    verify_jaxbatch_epoch(tokens)
-    print(f"jaxbatch epoch verified: every example once (untimed, {time.perf_counter() - t:.1f}s)")
-    vers = versions()
-    print("versions: " + ", ".join(f"{k} {v}" for k, v in vers.items()))
-
-    rows = []
-    for cfg in configs():
-        if args.only and not any(s in cfg.name for s in args.only):
-            continue
-        max_batches = None if cfg.all_batches else anchor_batches
-        runs = [measure_throughput(cfg, tokens, max_batches) for _ in range(repeats)]
-        best = max(runs, key=lambda r: r.steady_rate)
-        row = {
-            "name": cfg.name,
-            "framework": cfg.framework,
-            "config": cfg.describe,
-            "examples": best.examples,
-            "batches": best.batches,
-            "startup_s": min(r.startup_s for r in runs),
-            "steady_examples_per_s": best.steady_rate,
-            "e2e_examples_per_s": max(r.e2e_rate for r in runs),
-            "cpu_ms_per_batch": best.cpu_ms_per_batch,
-            "cpu_us_per_example": 1e6 * best.steady_cpu_s / best.examples,
-            "padded_per_token": best.padded_elements / best.real_tokens,
-            "shapes": best.shapes,
-            "runs": [dataclasses.asdict(r) for r in runs],
-            "wait_sleep": measure_wait(cfg, tokens, steps, work_sleep),
-            "wait_busy": measure_wait(cfg, tokens, steps, work_busy),
-        }
-        rows.append(row)
-        print(
-            f"  {cfg.name}: {fmt_rate(row['steady_examples_per_s'])} ex/s steady, "
-            f"wait {100 * row['wait_sleep']['wait_fraction']:.2f}% (sleep) / "
-            f"{100 * row['wait_busy']['wait_fraction']:.2f}% (busy)",
-            flush=True,
-        )
-
-    print()
-    print_table(rows)
-    names = {r["name"] for r in rows}
-    result_ratios = {}
-    if "jaxbatch FixedBuckets" in names and all(
-        any(r["framework"] == f for r in rows) for f in TARGETS
-    ):
-        result_ratios = ratios(rows)
-        print_ratios(result_ratios, rows)
-    elapsed = time.perf_counter() - started
-    print(
-        f"\nAnchors read the first {anchor_batches} batches of the same {len(tokens):,}-example "
-        f"pipeline, jaxbatch the whole epoch; ex/s are per example. Consumer: "
-        f"{steps} steps of {1e3 * STEP_SECONDS:g} ms (time.sleep, or a Python busy loop). "
-        f"Best of {repeats} throughput runs. Total {elapsed:.0f}s; load average "
-        f"{load_start[0]:.2f} -> {os.getloadavg()[0]:.2f}."
-    )
-
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    report = {
+    result: dict[str, Any] = {
         "benchmark": "bench_loader",
         "quick": args.quick,
+        "env": env,
+        "reps": reps,
+        "threads": THREADS,
         "workload": {
             "num_examples": len(tokens),
             "tokens": int(lengths.sum()),
             "length_mean": float(lengths.mean()),
-            "length_median": float(np.median(lengths)),
             "length_max": int(lengths.max()),
-            "length_source": f"pydoc_lengths() resampled with replacement (seed {SEED}) "
-            f"x{LENGTH_SCALE} minus 0..{LENGTH_SCALE - 1}",
-            "batch_size": BATCH_SIZE,
-            "boundaries": list(BOUNDARIES),
-            "anchor_batches": anchor_batches,
-            "consumer_steps": steps,
-            "step_seconds": STEP_SECONDS,
-            "repeats": repeats,
         },
-        "machine": {
-            "cpus": os.cpu_count(),
-            "platform": platform.platform(),
-            "load_average_start": load_start,
-            "load_average_end": os.getloadavg(),
-        },
-        "versions": vers,
-        "rows": rows,
-        "ratios": result_ratios,
-        "wait_target": MAX_WAIT_FRACTION,
-        "elapsed_s": elapsed,
+        "versions": versions(),
+        "plans": {},
     }
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"wrote {args.out}")
+    for name, planner in planners().items():
+        result["plans"][name] = bench_plan(tokens, name, planner, args, reps)
+        print_plan(name, result["plans"][name])
+    if not args.skip_packing:
+        result["packing"] = packers.bench_packing(tokens.lengths, args, reps)
+    result["load_average_end"] = os.getloadavg()[0]
+    result["elapsed_s"] = time.perf_counter() - started
+    path = harness.write_json("bench_loader", result)
+    print(f"\nwrote {path} ({result['elapsed_s']:.0f} s)")
     return 0
+
+
+def versions() -> dict[str, str]:
+    from importlib import metadata
+
+    out = {"numpy": np.__version__, "jaxbatch": jb.__version__}
+    for dist in ("tensorflow-cpu", "grain", "torch", "numba"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            pass
+    return out
 
 
 if __name__ == "__main__":

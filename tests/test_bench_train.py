@@ -2,7 +2,6 @@
 tokens, and their compilation counts have the structure their batching
 implies. Nothing here depends on timing."""
 
-import json
 import math
 import os
 import sys
@@ -13,18 +12,12 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 import bench_train  # noqa: E402
 import harness  # noqa: E402
+from conftest import run_bench_quick  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def quick_result(tmp_path_factory):
-    results = tmp_path_factory.mktemp("results")
-    patch = pytest.MonkeyPatch()
-    patch.setattr(harness, "RESULTS_DIR", results)
-    try:
-        assert bench_train.main(["--quick", "--force"]) == 0
-    finally:
-        patch.undo()
-    return json.loads((results / "bench_train.json").read_text())
+    return run_bench_quick(bench_train, "bench_train", tmp_path_factory.mktemp("results"))
 
 
 def test_quick_run_reports_every_way_with_finite_losses(quick_result):

@@ -8,6 +8,7 @@
 #include "jaxbatch/base/checked.h"
 #include "jaxbatch/base/error.h"
 #include "jaxbatch/base/threads.h"
+#include "jaxbatch/load/prefetch.h"
 
 namespace jaxbatch {
 namespace {
@@ -322,6 +323,7 @@ void Loader::WorkerLoop() {
       BatchLayout layout = layout_;
       layout.allow_truncate = schedule->plan.allow_truncate;
       result.examples = static_cast<int64_t>(view.all_examples().size());
+      PrefetchExamples(*dataset_, view.all_examples());  // overlaps the gather's misses
       result.arrays = CollateView(*dataset_, view, layout, options_.collate);
     } catch (...) {
       result.error = std::current_exception();
