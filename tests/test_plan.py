@@ -39,14 +39,16 @@ def planners(draw, max_length):
             else draw(st.one_of(st.none(), st.integers(1, 9)))
         )
         return jb.AutoBuckets(draw(st.integers(1, 6)), budget, batch, multiple, remainder)
+    lookahead = draw(st.one_of(st.none(), st.integers(1, 20)))
     return jb.Pack(
         draw(st.integers(1, 48)),
         draw(st.integers(1, 5)),
         draw(st.one_of(st.none(), st.integers(1, 5))),
         draw(st.sampled_from(["first_fit", "best_fit"])),
-        draw(st.one_of(st.none(), st.integers(1, 20))),
+        lookahead,
         draw(st.sampled_from(["truncate", "skip"])),
         remainder,
+        open_rows=None if lookahead else draw(st.one_of(st.none(), st.integers(1, 6))),
     )
 
 
@@ -186,6 +188,27 @@ def test_pack_best_fit_beats_first_fit_on_adversarial_order():
     bf = jb.plan(lengths, jb.Pack(10, 1, algorithm="best_fit"))
     assert bf.stats.batches == 3 and bf.stats.efficiency == 1.0
     assert ff.stats.batches == 4
+
+
+def test_streaming_pack_keeps_rows_open_across_windows():
+    """open_rows: at most that many rows open, examples in input order; on a
+    long stream it pads less than closing every row at each window's end
+    (Grain's flush-all with as many bins), and the option is validated."""
+    rng = np.random.default_rng(0)
+    lengths = np.minimum(rng.lognormal(3.5, 1.0, 5000).astype(np.int64) + 1, 512)
+    window = int(8 * 512 / lengths.mean())
+    streamed = jb.plan(lengths, jb.Pack(512, 8, algorithm="first_fit", open_rows=8))
+    windows = jb.plan(lengths, jb.Pack(512, 8, algorithm="first_fit", lookahead=window))
+    check_plan_properties(lengths, jb.Pack(512, 8, open_rows=8), streamed)
+    assert streamed.stats.efficiency > windows.stats.efficiency
+    # Input order within a row: each row's examples are increasing positions.
+    for spec in streamed:
+        for row in spec.rows:
+            assert list(row) == sorted(row)
+    with pytest.raises(ValueError, match=r"give lookahead \(4\) or open_rows \(2\), not both"):
+        jb.plan(lengths, jb.Pack(512, 8, lookahead=4, open_rows=2))
+    with pytest.raises(ValueError, match="open_rows must be a positive integer"):
+        jb.plan(lengths, jb.Pack(512, 8, open_rows=0))
 
 
 def test_pydoc_autobuckets_is_better_than_powers_of_two():

@@ -61,6 +61,7 @@ void BindPlan(nb::module_& m) {
       .def_rw("max_segments_per_row", &PackOptions::max_segments_per_row)
       .def_rw("algorithm", &PackOptions::algorithm)
       .def_rw("lookahead", &PackOptions::lookahead)
+      .def_rw("open_rows", &PackOptions::open_rows)
       .def_rw("too_long", &PackOptions::too_long)
       .def_rw("remainder", &PackOptions::remainder)
       .def_rw("rows_multiple", &PackOptions::rows_multiple);

@@ -99,6 +99,8 @@ inline PlannerOptions ConsumePlannerOnly(FuzzedDataProvider& in, int64_t small_m
       o.max_segments_per_row = in.ConsumeBool() ? 0 : ConsumeSize(in, 8, huge);
       o.algorithm = in.ConsumeBool() ? PackAlgorithm::kBestFit : PackAlgorithm::kFirstFit;
       o.lookahead = in.ConsumeBool() ? 0 : ConsumeSize(in, 16, false);
+      // Streaming instead of windows (both together are refused).
+      if (in.ConsumeBool()) o.open_rows = ConsumeSize(in, 8, huge);
       o.too_long = ConsumeTooLong(in);
       o.remainder = ConsumeRemainder(in);
       return o;

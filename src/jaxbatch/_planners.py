@@ -143,7 +143,11 @@ class Pack:
     """Sequence packing: several examples per row of ``row_length``, marked by
     segment ids and positions. ``algorithm="best_fit"`` is best-fit decreasing
     (longest first, into the fullest row that fits), ``"first_fit"`` keeps
-    input order. Rows stay open for ``lookahead`` examples (None: all).
+    input order. Rows stay open for ``lookahead`` examples (None: all). Or
+    stream with ``open_rows``: at most that many rows open at once, examples
+    in input order (best fit is then online, without sorting), and when an
+    example fits no open row the fullest closes, so rows never close all at
+    once at a window's end (Grain's ``num_packing_bins`` flush every bin).
     ``max_segments_per_row`` sizes the per-segment outputs
     (``example_index``, ``<column>_lengths``: ``[rows, S]``); by default S
     is the most examples a row can hold (the smallest lengths that fit one
@@ -161,6 +165,7 @@ class Pack:
     too_long: str = "error"
     remainder: str = "pad"
     rows_multiple: int = 1
+    open_rows: int | None = None
 
     def _options(self) -> _core.PackOptions:
         o = _core.PackOptions()
@@ -171,6 +176,7 @@ class Pack:
             _core.PackAlgorithm, _choice("Pack", "algorithm", self.algorithm, _ALGORITHMS)
         )
         o.lookahead = _count("Pack", "lookahead", self.lookahead)
+        o.open_rows = _count("Pack", "open_rows", self.open_rows)
         o.too_long = getattr(_core.TooLong, _choice("Pack", "too_long", self.too_long, _TOO_LONG))
         o.remainder = getattr(
             _core.Remainder, _choice("Pack", "remainder", self.remainder, _REMAINDER)

@@ -84,7 +84,99 @@ void BestFitWindow(std::span<const int64_t> lengths, std::span<const int64_t> id
   }
 }
 
+// Open rows of a stream: their examples, their room, and two indexes over
+// them — by room (best fit, and the fullest to close) and, for first fit,
+// a RoomTree by opening sequence.
+class OpenRows {
+ public:
+  OpenRows(size_t max_rows, int64_t row_length, int64_t max_segments, PackedRows& out)
+      : tree_(max_rows), row_length_(row_length), max_segments_(max_segments), out_(out) {}
+
+  // The open row `algorithm` picks for `length`, or -1.
+  int64_t Find(int64_t length, PackAlgorithm algorithm) const {
+    if (algorithm == PackAlgorithm::kFirstFit) return tree_.FirstFit(length);
+    const auto it = by_room_.lower_bound({length, -1});
+    return it == by_room_.end() ? -1 : it->second;
+  }
+
+  int64_t Open() {
+    const auto row = static_cast<int64_t>(examples_.size());
+    examples_.emplace_back();
+    room_.push_back(row_length_);
+    by_room_.insert({row_length_, row});
+    tree_.Set(static_cast<size_t>(row), row_length_);
+    return row;
+  }
+
+  void Add(int64_t row, int64_t id, int64_t length) {
+    const auto r = static_cast<size_t>(row);
+    by_room_.erase({room_[r], row});
+    examples_[r].push_back(id);
+    room_[r] -= length;
+    if (static_cast<int64_t>(examples_[r].size()) >= max_segments_) {
+      Emit(row);
+      return;
+    }
+    by_room_.insert({room_[r], row});
+    tree_.Set(r, room_[r]);
+  }
+
+  size_t size() const { return by_room_.size(); }
+
+  // Closes the open row with the least room (the earliest opened on ties).
+  void CloseFullest() {
+    const int64_t row = by_room_.begin()->second;
+    by_room_.erase(by_room_.begin());
+    Emit(row);
+  }
+
+  // Emits every row still open, in opening order.
+  void Finish() {
+    std::vector<int64_t> rows;
+    for (const auto& [room, row] : by_room_) rows.push_back(row);
+    std::sort(rows.begin(), rows.end());
+    by_room_.clear();
+    for (int64_t row : rows) Emit(row);
+  }
+
+ private:
+  void Emit(int64_t row) {
+    const auto r = static_cast<size_t>(row);
+    tree_.Set(r, -1);
+    out_.example_ids.insert(out_.example_ids.end(), examples_[r].begin(), examples_[r].end());
+    out_.row_begin.push_back(static_cast<int64_t>(out_.example_ids.size()));
+    std::vector<int64_t>().swap(examples_[r]);
+  }
+
+  RoomTree tree_;
+  int64_t row_length_;
+  int64_t max_segments_;
+  PackedRows& out_;
+  std::vector<std::vector<int64_t>> examples_;  // by opening sequence
+  std::vector<int64_t> room_;
+  std::set<std::pair<int64_t, int64_t>> by_room_;  // (room, row) of open rows
+};
+
 }  // namespace
+
+PackedRows PackRowsStreaming(std::span<const int64_t> lengths, std::span<const int64_t> ids,
+                             int64_t row_length, int64_t max_segments, PackAlgorithm algorithm,
+                             int64_t open_rows) {
+  PackedRows packed;
+  packed.example_ids.reserve(ids.size());
+  OpenRows open(std::max<size_t>(ids.size(), 1), row_length, max_segments, packed);
+  for (int64_t id : ids) {
+    const int64_t length = std::min(lengths[static_cast<size_t>(id)], row_length);
+    int64_t row = open.Find(length, algorithm);
+    if (row < 0) {
+      if (static_cast<int64_t>(open.size()) >= open_rows) open.CloseFullest();
+      row = open.Open();
+    }
+    open.Add(row, id, length);
+  }
+  open.Finish();
+  return packed;
+}
 
 PackedRows PackRows(std::span<const int64_t> lengths, std::span<const int64_t> ids,
                     int64_t row_length, int64_t max_segments, PackAlgorithm algorithm,

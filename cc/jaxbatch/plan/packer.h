@@ -9,6 +9,15 @@
 //               set keyed by room: O(n log n)).
 // Rows stay open for a window of `lookahead` examples (0 = all), then close;
 // a smaller window keeps rows close to the input order.
+//
+// PackRowsStreaming keeps at most `open_rows` rows open across the whole
+// stream instead (Grain's bins, but rows never close all at once): examples
+// come in input order; each goes to the first open row that fits it (first
+// fit, rows in the order they opened) or the open row with the least room
+// that fits it (best fit, online: no sort); when none fits and `open_rows`
+// are open, the fullest closes. Rows are emitted as they close (a row with
+// `max_segments` examples closes at once), the rest at the end in opening
+// order.
 #ifndef JAXBATCH_PLAN_PACKER_H_
 #define JAXBATCH_PLAN_PACKER_H_
 
@@ -30,6 +39,11 @@ struct PackedRows {
 PackedRows PackRows(std::span<const int64_t> lengths, std::span<const int64_t> ids,
                     int64_t row_length, int64_t max_segments, PackAlgorithm algorithm,
                     int64_t lookahead);
+
+// Packs `ids` in order with at most `open_rows` (> 0) rows open at once.
+PackedRows PackRowsStreaming(std::span<const int64_t> lengths, std::span<const int64_t> ids,
+                             int64_t row_length, int64_t max_segments, PackAlgorithm algorithm,
+                             int64_t open_rows);
 
 }  // namespace jaxbatch
 

@@ -253,5 +253,87 @@ TEST(PackRowsTest, BestFitDecreasingNeedsNoMoreRowsThanFirstFitInTotal) {
   EXPECT_LE(best_fit_rows, first_fit_rows);
 }
 
+// Streaming with at most `open_rows` open rows, by scanning them: open rows
+// in opening order, each with its examples and room.
+PackedRows NaiveStreaming(const std::vector<int64_t>& lengths, const std::vector<int64_t>& ids,
+                          int64_t row_length, int64_t max_segments, PackAlgorithm algorithm,
+                          int64_t open_rows) {
+  std::vector<NaiveRow> open, closed;
+  for (int64_t id : ids) {
+    const int64_t length = lengths[static_cast<size_t>(id)];
+    int64_t pick = -1;
+    for (size_t r = 0; r < open.size(); ++r) {
+      if (open[r].room < length) continue;
+      if (algorithm == PackAlgorithm::kFirstFit) {
+        pick = static_cast<int64_t>(r);
+        break;
+      }
+      if (pick < 0 || open[r].room < open[static_cast<size_t>(pick)].room) {
+        pick = static_cast<int64_t>(r);
+      }
+    }
+    if (pick < 0) {
+      if (static_cast<int64_t>(open.size()) >= open_rows) {
+        size_t fullest = 0;  // least room, earliest opened on ties
+        for (size_t r = 1; r < open.size(); ++r) {
+          if (open[r].room < open[fullest].room) fullest = r;
+        }
+        closed.push_back(open[fullest]);
+        open.erase(open.begin() + static_cast<std::ptrdiff_t>(fullest));
+      }
+      open.push_back({{}, row_length});
+      pick = static_cast<int64_t>(open.size()) - 1;
+    }
+    NaiveRow& row = open[static_cast<size_t>(pick)];
+    row.ids.push_back(id);
+    row.room -= length;
+    if (static_cast<int64_t>(row.ids.size()) >= max_segments) {
+      closed.push_back(row);
+      open.erase(open.begin() + pick);
+    }
+  }
+  closed.insert(closed.end(), open.begin(), open.end());
+  return Flatten(closed);
+}
+
+TEST(PackRowsStreamingTest, EqualsNaiveStreamingForBothAlgorithms) {
+  std::mt19937 rng(10);
+  for (int trial = 0; trial < 500; ++trial) {
+    const Case c = RandomCase(rng);
+    const int64_t open_rows = std::uniform_int_distribution<int64_t>(1, 6)(rng);
+    for (PackAlgorithm algorithm : {PackAlgorithm::kFirstFit, PackAlgorithm::kBestFit}) {
+      SCOPED_TRACE(::testing::Message()
+                   << "trial " << trial << " row_length=" << c.row_length
+                   << " max_segments=" << c.max_segments << " open_rows=" << open_rows
+                   << " algorithm " << static_cast<int>(algorithm));
+      const PackedRows got =
+          PackRowsStreaming(c.lengths, c.ids, c.row_length, c.max_segments, algorithm, open_rows);
+      CheckInvariants(got, c.lengths, c.ids, c.row_length, c.max_segments, 0);
+      const PackedRows want =
+          NaiveStreaming(c.lengths, c.ids, c.row_length, c.max_segments, algorithm, open_rows);
+      ASSERT_EQ(got.row_begin, want.row_begin);
+      ASSERT_EQ(got.example_ids, want.example_ids);
+    }
+  }
+}
+
+TEST(PackRowsStreamingTest, TheFullestRowClosesWhenNothingFits) {
+  // Rows of 10, one open row at most: 6 | 7 closes [6] | 3 joins [7] | 5
+  // closes [7, 3] | 4 joins [5].
+  const std::vector<int64_t> lengths = {6, 7, 3, 5, 4};
+  const std::vector<int64_t> ids = {0, 1, 2, 3, 4};
+  PackedRows one = PackRowsStreaming(lengths, ids, 10, 10, PackAlgorithm::kFirstFit, 1);
+  EXPECT_EQ(one.row_begin, (std::vector<int64_t>{0, 1, 3, 5}));
+  EXPECT_EQ(one.example_ids, (std::vector<int64_t>{0, 1, 2, 3, 4}));
+  // Two open rows: [6] [7]; 3 -> first fit [6, 3], best fit [7, 3]; then 5
+  // fits none: the fullest closes.
+  PackedRows ff = PackRowsStreaming(lengths, ids, 10, 10, PackAlgorithm::kFirstFit, 2);
+  EXPECT_EQ(ff.example_ids, (std::vector<int64_t>{0, 2, 1, 3, 4}));
+  EXPECT_EQ(ff.row_begin, (std::vector<int64_t>{0, 2, 3, 5}));
+  PackedRows bf = PackRowsStreaming(lengths, ids, 10, 10, PackAlgorithm::kBestFit, 2);
+  EXPECT_EQ(bf.example_ids, (std::vector<int64_t>{1, 2, 0, 4, 3}));
+  EXPECT_EQ(bf.row_begin, (std::vector<int64_t>{0, 2, 4, 5}));
+}
+
 }  // namespace
 }  // namespace jaxbatch

@@ -315,6 +315,14 @@ BatchPlan PlanPack(std::span<const int64_t> lengths, const std::vector<int64_t>&
     throw InvalidArgumentError(
         StrCat("Pack: lookahead must be >= 1 (or 0 for all), found ", o.lookahead));
   }
+  if (o.open_rows < 0) {
+    throw InvalidArgumentError(StrCat(
+        "Pack: open_rows must be >= 1 (or 0 for windows of lookahead), found ", o.open_rows));
+  }
+  if (o.open_rows > 0 && o.lookahead > 0) {
+    throw InvalidArgumentError(StrCat("Pack: give lookahead (", o.lookahead, ") or open_rows (",
+                                      o.open_rows, "), not both"));
+  }
   // The largest segment axis this plan could have (the default is at most
   // row_length): every size product below fits in int64.
   const int64_t max_segments = o.max_segments_per_row > 0 ? o.max_segments_per_row : o.row_length;
@@ -335,7 +343,10 @@ BatchPlan PlanPack(std::span<const int64_t> lengths, const std::vector<int64_t>&
   const int64_t segments = o.max_segments_per_row > 0
                                ? o.max_segments_per_row
                                : DefaultSegments(lengths, kept, o.row_length);
-  const PackedRows rows = PackRows(lengths, kept, o.row_length, segments, o.algorithm, o.lookahead);
+  const PackedRows rows =
+      o.open_rows > 0
+          ? PackRowsStreaming(lengths, kept, o.row_length, segments, o.algorithm, o.open_rows)
+          : PackRows(lengths, kept, o.row_length, segments, o.algorithm, o.lookahead);
   const int64_t num_rows = rows.num_rows();
   for (int64_t first = 0; first < num_rows; first += o.rows_per_batch) {
     const int64_t count = std::min(o.rows_per_batch, num_rows - first);

@@ -79,6 +79,9 @@ struct PackOptions {
   int64_t max_segments_per_row = 0;  // 0 = row_length
   PackAlgorithm algorithm = PackAlgorithm::kBestFit;
   int64_t lookahead = 0;  // examples packed together; 0 = all
+  // > 0: stream with at most this many rows open (PackRowsStreaming), in
+  // input order; excludes lookahead.
+  int64_t open_rows = 0;
   TooLong too_long = TooLong::kError;
   Remainder remainder = Remainder::kPad;
   int64_t rows_multiple = kDefaultRowsMultiple;
