@@ -120,11 +120,12 @@ class Loader:
         always streams (it needs ``host_memory_limit``), False never. Opening
         reads the file once for lengths and bad records, keeping one row
         group at a time; batches then read the row groups they touch, and
-        the stream is identical to reading the file whole. ``shuffle=False``,
-        or ``"block"`` with ``block_size`` a multiple of the row-group size,
+        the stream is identical to reading the file whole. ``shuffle=False``
         reads each row group about once per epoch; a global shuffle touches
-        most row groups in every batch and reads them many times over
-        (``stats.chunk_reads`` counts reads).
+        most row groups in every batch, and ``"block"`` still shuffles the
+        batches' order across the epoch, so with a cache smaller than the
+        file both read row groups many times over (``stats.chunk_reads``
+        counts reads). See docs/data-loading.md.
     """
 
     def __init__(
