@@ -302,3 +302,19 @@ def test_streaming_rss_stays_under_the_limit_plus_a_fixed_overhead(tmp_path):
     assert result["rows"] == 200_000
     assert result["reads"] == 200  # shuffle=False: each row group read once.
     assert result["growth"] < limit + FIXED_OVERHEAD, result
+
+
+def test_map_over_a_streaming_loader_equals_map_over_the_whole_file(tmp_path):
+    path = write_parquet(tmp_path / "data.parquet")
+
+    def total(example):
+        return example["tokens"].sum() + example["label"]
+
+    whole = jb.map(total, jb.Loader(path, jb.PadToMax(8), shuffle=False))
+    streamed = jb.Loader(path, jb.PadToMax(8), shuffle=False, stream=True, host_memory_limit=LIMIT)
+    got = jb.map(total, streamed)
+    assert sorted(got.outputs) == sorted(whole.outputs) == list(range(600))
+    table = pq.read_table(path)
+    for e in range(600):
+        expected = sum(table["tokens"][e].as_py()) + 7 * e
+        assert int(got.outputs[e]) == int(whole.outputs[e]) == expected
