@@ -245,22 +245,31 @@ def test_streams_by_itself_when_the_file_exceeds_the_limit(tmp_path):
 RSS_SCRIPT = textwrap.dedent(
     """
     import json, resource, sys
+    import numpy as np
     import pyarrow.parquet  # noqa: F401 - its memory belongs to the baseline
     import jaxbatch as jb
+    from jaxbatch import _core
 
     def rss():
         with open("/proc/self/status") as f:
             return next(int(l.split()[1]) * 1024 for l in f if l.startswith("VmRSS"))
 
-    big, small, limit = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    options = dict(stream=True, host_memory_limit=limit, shuffle=False, num_threads=2)
+    big, small, limit, stream = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4] == "1"
+    options = dict(shuffle=False, num_threads=2)
+    if stream:
+        options.update(stream=True, host_memory_limit=limit)
     for _ in jb.Loader(small, jb.PadToMax(64), **options):  # Threads, reader, pools: warm.
         pass
     baseline = rss()
     loader = jb.Loader(big, jb.PadToMax(64), **options)
-    rows = sum(int(b["tokens_lengths"].astype(bool).sum()) for b in loader)
+    digest = 0
+    for batch in loader:
+        for name in sorted(batch):
+            digest = _core.hash64(np.ascontiguousarray(batch[name]).tobytes(), digest)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    print(json.dumps({"growth": peak - baseline, "rows": rows, "reads": loader.stats.chunk_reads}))
+    stats = loader.stats
+    print(json.dumps({"growth": peak - baseline, "examples": stats.examples,
+                      "reads": stats.chunk_reads, "digest": digest}))
     """
 )
 
@@ -287,21 +296,27 @@ def write_big(path, groups, per_group, length):
 FIXED_OVERHEAD = 64 << 20
 
 
-def test_streaming_rss_stays_under_the_limit_plus_a_fixed_overhead(tmp_path):
+def test_streaming_equals_reading_whole_with_rss_under_the_limit_plus_overhead(tmp_path):
     big, small = tmp_path / "big.parquet", tmp_path / "small.parquet"
     write_big(big, groups=200, per_group=1000, length=500)  # ~400 MB of tokens decoded
     write_big(small, groups=2, per_group=100, length=500)
     limit = 64 << 20
     decoded = pq.ParquetFile(big).metadata.row_group(0).column(0).num_values * 4 * 200
     assert decoded > 5 * limit  # int32 tokens alone, about 400 MB
-    out = subprocess.run(
-        [sys.executable, "-c", RSS_SCRIPT, str(big), str(small), str(limit)],
-        capture_output=True, text=True, check=True, timeout=300,
-    )  # fmt: skip
-    result = json.loads(out.stdout)
-    assert result["rows"] == 200_000
-    assert result["reads"] == 200  # shuffle=False: each row group read once.
-    assert result["growth"] < limit + FIXED_OVERHEAD, result
+
+    def run(stream):
+        out = subprocess.run(
+            [sys.executable, "-c", RSS_SCRIPT, str(big), str(small), str(limit), str(int(stream))],
+            capture_output=True, text=True, check=True, timeout=300,
+        )  # fmt: skip
+        return json.loads(out.stdout)
+
+    streamed, whole = run(stream=True), run(stream=False)
+    assert streamed["digest"] == whole["digest"]  # Every batch, byte for byte.
+    assert streamed["examples"] == whole["examples"] == 200_000
+    assert streamed["reads"] == 200  # shuffle=False: each row group read once.
+    assert whole["growth"] > 5 * limit  # Read whole, it does not fit the limit.
+    assert streamed["growth"] < limit + FIXED_OVERHEAD, (streamed, whole)
 
 
 def test_map_over_a_streaming_loader_equals_map_over_the_whole_file(tmp_path):
