@@ -333,3 +333,16 @@ def test_map_over_a_streaming_loader_equals_map_over_the_whole_file(tmp_path):
     for e in range(600):
         expected = sum(table["tokens"][e].as_py()) + 7 * e
         assert int(got.outputs[e]) == int(whole.outputs[e]) == expected
+
+
+def test_keeping_more_batches_than_the_buffers_share_is_named(tmp_path):
+    path = write_parquet(tmp_path / "data.parquet")
+    loader = jb.Loader(
+        path, jb.PadToMax(8), shuffle=False, stream=True, host_memory_limit=LIMIT, prefetch=2
+    )
+    kept = []
+    with pytest.raises(RuntimeError, match=r"\(\d+ for batch buffers, the rest for row groups\)"):
+        for batch in loader:
+            kept.append(batch)  # Never released: the buffers' share runs out.
+    assert len(kept) >= 4  # prefetch + 2 batches fit.
+    loader.close()

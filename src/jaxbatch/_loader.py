@@ -125,7 +125,8 @@ class Loader:
         most row groups in every batch, and ``"block"`` still shuffles the
         batches' order across the epoch, so with a cache smaller than the
         file both read row groups many times over (``stats.chunk_reads``
-        counts reads). See docs/data-loading.md.
+        counts reads). ``loader.dataset`` is then a ``StreamedParquet``:
+        column names and lengths, no values. See docs/data-loading.md.
     """
 
     def __init__(
