@@ -19,6 +19,7 @@ import jaxbatch as jb
 
 PLANNERS = {
     "pad": lambda: jb.PadToMax(8),
+    "fixed": lambda: jb.FixedBuckets([8, 16, 32], batch_size=6),
     "auto": lambda: jb.AutoBuckets(3, token_budget=256),
 }
 
@@ -83,6 +84,26 @@ def test_stream_equals_the_whole_file(tmp_path, planner, shuffle):
         # Every row group at least once per epoch: 15 groups, 2 epochs.
         assert loader.stats.chunk_reads >= 30
         assert loader.stats.examples == 1200
+
+
+def test_sharded_stream_with_aligned_columns_equals_the_whole_file(tmp_path):
+    rng = np.random.default_rng(4)
+    tokens = [np.arange(k, dtype=np.int32) for k in rng.integers(1, 30, 300)]
+    table = pa.table({
+        "tokens": pa.array(tokens, pa.list_(pa.int32())),
+        "labels": pa.array([t[::-1].astype(np.int64) for t in tokens], pa.list_(pa.int64())),
+    })  # fmt: skip
+    path = tmp_path / "aligned.parquet"
+    pq.write_table(table, path, row_group_size=25)
+    for shard in [(0, 3), (2, 3)]:
+        options = dict(aligned=[["tokens", "labels"]], shard=shard, seed=3, prefetch=2)
+        whole = batches(jb.Loader(path, jb.AutoBuckets(3, token_budget=256), **options))
+        streamed = jb.Loader(
+            path, jb.AutoBuckets(3, token_budget=256), stream=True, host_memory_limit=48_000,
+            **options,
+        )  # fmt: skip
+        assert_same_stream(whole, batches(streamed))
+        streamed.close()
 
 
 def test_packed_stream_equals_the_whole_file(tmp_path):
