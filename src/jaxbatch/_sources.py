@@ -268,6 +268,9 @@ class StreamedParquet(_Columns):
                 raise ValueError(f"Loader: {self.path}, row group {g}: {e}") from e
             del chunk
         self._source = builder.finish()
+        # pyarrow's allocator keeps the pages of the row groups just decoded
+        # (some 20 MB): give them back before the loader fills its cache.
+        pa.default_memory_pool().release_unused()
         self._core = self._source.prototype  # Columns, dtypes, shapes: what planning asks.
         self._mapped_files = (str(self.path),)  # Checked before each batch for changes.
 
