@@ -61,14 +61,14 @@ Loader::Loader(std::shared_ptr<const Dataset> dataset, LoaderOptions options,
 
 Loader::Loader(std::shared_ptr<const ChunkedSource> source, LoaderOptions options,
                std::optional<LoaderState> start)
-    : Loader(source ? source->prototype : nullptr, source, std::move(options), start) {
-  if (!source) throw InvalidArgumentError("Loader: expected a chunked source, found none");
-}
+    : Loader(source ? source->prototype : nullptr, source, std::move(options), start) {}
 
 Loader::Loader(std::shared_ptr<const Dataset> dataset, std::shared_ptr<const ChunkedSource> source,
                LoaderOptions options, std::optional<LoaderState> start)
     : dataset_(std::move(dataset)), chunked_(std::move(source)), options_(std::move(options)) {
-  if (!dataset_) throw InvalidArgumentError("Loader: expected a dataset, found none");
+  if (!dataset_) {
+    throw InvalidArgumentError("Loader: expected a dataset or a chunked source, found none");
+  }
   if (chunked_) {
     if (!options_.schema.columns.empty()) {
       throw InvalidArgumentError(
