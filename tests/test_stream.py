@@ -3,6 +3,7 @@ memory stays bounded by host_memory_limit, and failures name the row group."""
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -372,3 +373,36 @@ def test_keeping_more_batches_than_the_buffers_share_is_named(tmp_path):
             kept.append(batch)  # Never released: the buffers' share runs out.
     assert len(kept) >= 4  # prefetch + 2 batches fit.
     loader.close()
+
+
+EXIT_SCRIPT = textwrap.dedent(
+    """
+    import os, signal, sys, threading
+    import jaxbatch as jb
+
+    loader = jb.Loader(sys.argv[1], jb.PadToMax(8), stream=True, host_memory_limit=32_000,
+                       epochs=None)
+    next(loader)
+    if sys.argv[2] == "interrupt":  # Ctrl-C while the stream runs, never caught.
+        threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
+        for batch in loader:
+            pass
+    print("left without close")  # The feeder still runs: closed at exit.
+    """
+)
+
+
+@pytest.mark.parametrize("how", ["exit", "interrupt"])
+def test_ctrl_c_and_exit_without_close_end_the_feeder_cleanly(tmp_path, how):
+    path = write_parquet(tmp_path / "data.parquet")
+    out = subprocess.run(
+        [sys.executable, "-c", EXIT_SCRIPT, str(path), how],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert "terminate called" not in out.stderr and "Fatal Python error" not in out.stderr
+    if how == "exit":
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.strip() == "left without close"
+    else:
+        assert "KeyboardInterrupt" in out.stderr, out.stderr
+        assert out.returncode in (1, -signal.SIGINT), out.stderr
