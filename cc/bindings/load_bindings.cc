@@ -1,8 +1,10 @@
-// Binds load/: the Loader, its options, state and schema.
+// Binds load/: the Loader, its options, state and schema, and the chunked
+// source a streaming loader reads.
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/string_view.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/variant.h>
 #include <nanobind/stl/vector.h>
@@ -73,13 +75,40 @@ void BindLoad(nb::module_& m) {
       .def_rw("padding_batches", &LoaderState::padding_batches)
       .def_rw("truncated", &LoaderState::truncated);
 
+  nb::class_<ChunkedSource>(m, "ChunkedSource")
+      .def_prop_ro("num_examples", &ChunkedSource::num_examples)
+      .def_prop_ro("num_chunks", &ChunkedSource::num_chunks)
+      .def_prop_ro("length_column", [](const ChunkedSource& s) { return s.length_column; })
+      .def_prop_ro("prototype", [](const ChunkedSource& s) { return s.prototype; })
+      .def_prop_ro("chunk_begin", [](const ChunkedSource& s) { return ToNumpy(s.chunk_begin); })
+      .def_prop_ro("chunk_bytes", [](const ChunkedSource& s) { return ToNumpy(s.chunk_bytes); })
+      .def("lengths", [](const ChunkedSource& s, std::string_view column) {
+        return ToNumpy(s.lengths(column));
+      });
+
+  nb::class_<ChunkedSourceBuilder>(m, "ChunkedSourceBuilder")
+      .def(
+          "__init__",
+          [](ChunkedSourceBuilder* self, std::string length_column,
+             std::vector<ColumnSchema> schema) {
+            new (self) ChunkedSourceBuilder(std::move(length_column), Schema{std::move(schema)});
+          },
+          nb::arg("length_column"), nb::arg("schema"))
+      .def("add", &ChunkedSourceBuilder::Add, nb::arg("chunk"),
+           nb::call_guard<nb::gil_scoped_release>())
+      .def("finish", [](ChunkedSourceBuilder& b) {
+        nb::gil_scoped_release release;
+        return std::make_shared<const ChunkedSource>(std::move(b).Finish());
+      });
+
+  using Source = std::variant<std::shared_ptr<const Dataset>, std::shared_ptr<const ChunkedSource>>;
   nb::class_<Loader>(m, "Loader")
       .def(
           "__init__",
-          [](Loader* self, std::shared_ptr<const Dataset> dataset, const PlannerOptions& planner,
-             std::string length_column, ShuffleMode shuffle, int64_t block_size, uint64_t seed,
-             int64_t shard_index, int64_t shard_count, int64_t num_threads, int64_t prefetch,
-             int64_t epochs, ErrorPolicy on_error, int64_t max_errors, double max_error_fraction,
+          [](Loader* self, Source data, const PlannerOptions& planner, std::string length_column,
+             ShuffleMode shuffle, int64_t block_size, uint64_t seed, int64_t shard_index,
+             int64_t shard_count, int64_t num_threads, int64_t prefetch, int64_t epochs,
+             ErrorPolicy on_error, int64_t max_errors, double max_error_fraction,
              std::vector<ColumnSchema> schema,
              std::vector<std::pair<std::string, Scalar>> pad_values, Scalar default_pad_value,
              int64_t host_memory_limit, std::string quarantine_path, std::string source,
@@ -106,7 +135,8 @@ void BindLoad(nb::module_& m) {
             o.source = std::move(source);
             o.mapped_files = std::move(mapped_files);
             nb::gil_scoped_release release;
-            new (self) Loader(std::move(dataset), std::move(o), state);
+            std::visit([&](auto& data) { new (self) Loader(std::move(data), std::move(o), state); },
+                       data);
           },
           nb::arg("dataset"), nb::arg("planner"), nb::arg("length_column"), nb::arg("shuffle"),
           nb::arg("block_size"), nb::arg("seed"), nb::arg("shard_index"), nb::arg("shard_count"),
@@ -133,6 +163,20 @@ void BindLoad(nb::module_& m) {
              return nb::make_tuple(ToPython(batch->arrays), batch->epoch, batch->step,
                                    batch->examples);
            })
+      .def(
+          "next_chunk_request",
+          [](Loader& loader, int64_t timeout_ms) {
+            return loader.NextChunkRequest(std::chrono::milliseconds(timeout_ms));
+          },
+          nb::arg("timeout_ms"), nb::call_guard<nb::gil_scoped_release>())
+      .def("provide_chunk", &Loader::ProvideChunk, nb::arg("chunk"), nb::arg("decoded"),
+           nb::call_guard<nb::gil_scoped_release>())
+      .def("fail_chunk", &Loader::FailChunk, nb::arg("chunk"), nb::arg("message"),
+           nb::call_guard<nb::gil_scoped_release>())
+      .def_prop_ro("chunk_reads", &Loader::chunk_reads)
+      .def_prop_ro("chunk_cache_bytes", &Loader::chunk_cache_bytes)
+      .def_ro_static("NO_CHUNK_REQUEST", &ChunkCache::kNoRequest)
+      .def_ro_static("CHUNKS_CLOSED", &ChunkCache::kClosed)
       .def("state", &Loader::state)
       .def("quarantine",
            [](const Loader& loader) {

@@ -18,6 +18,7 @@
 #include "jaxbatch/base/error.h"
 #include "jaxbatch/collate/collator.h"
 #include "jaxbatch/data/dataset.h"
+#include "jaxbatch/data/dataset_builder.h"
 #include "jaxbatch/data/dtype.h"
 #include "jaxbatch/data/ragged_column.h"
 #include "jaxbatch/plan/batch_plan.h"

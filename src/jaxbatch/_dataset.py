@@ -11,7 +11,23 @@ from jaxbatch import _core
 from jaxbatch._dtypes import as_bytes, dtype_name, numpy_dtype
 
 
-class Dataset:
+class _Columns:
+    """The column names a Loader asks of its data, from a core dataset
+    (`_core`): a Dataset's own, or a streamed file's one-example prototype."""
+
+    _core: Any
+
+    @property
+    def column_names(self) -> list[str]:
+        return self._core.column_names()
+
+    @property
+    def default_length_column(self) -> str:
+        """The first ragged column: what planners look at unless told."""
+        return self._core.default_length_column
+
+
+class Dataset(_Columns):
     """Named columns with the same number of examples.
 
     A ragged column stores every example's rows back to back with int64
@@ -100,15 +116,6 @@ class Dataset:
 
     def __len__(self) -> int:
         return self._core.num_examples
-
-    @property
-    def column_names(self) -> list[str]:
-        return self._core.column_names()
-
-    @property
-    def default_length_column(self) -> str:
-        """The first ragged column: what planners look at unless told."""
-        return self._core.default_length_column
 
     def lengths(self, column: str | None = None) -> np.ndarray:
         """Per-example lengths (int64) of a ragged column."""

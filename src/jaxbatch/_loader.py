@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import os
+import threading
+import weakref
 from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -63,6 +67,9 @@ class LoaderStats:
     padding_batches: int
     epoch: int
     truncated: int
+    #: Row groups a streaming loader read since it started (or set_state):
+    #: more than the file's row groups per epoch means some were read again.
+    chunk_reads: int = 0
 
 
 class Loader:
@@ -103,7 +110,23 @@ class Loader:
         back when your arrays are freed); must hold ``prefetch + 2`` batches
         plus any you keep. Keeping every batch it holds makes ``next()``
         raise RuntimeError (instead of waiting forever for memory only you
-        can give back).
+        can give back). When the loader streams (below) it bounds everything
+        the loader holds: ``prefetch + 2`` batch buffers, one gather of up
+        to a batch per thread, one row group being decoded, and a cache of
+        decoded row groups (the rest, at least one row group).
+      stream: read a Parquet file one row group at a time instead of whole.
+        None (default) streams a ``.parquet`` path when ``host_memory_limit``
+        is set and the file's columns decode to more bytes than it; True
+        always streams (it needs ``host_memory_limit``), False never. Opening
+        reads the file once for lengths and bad records, keeping one row
+        group at a time; batches then read the row groups they touch, and
+        the stream is identical to reading the file whole. ``shuffle=False``
+        reads each row group about once per epoch; a global shuffle touches
+        most row groups in every batch, and ``"block"`` still shuffles the
+        batches' order across the epoch, so with a cache smaller than the
+        file both read row groups many times over (``stats.chunk_reads``
+        counts reads). ``loader.dataset`` is then a ``StreamedParquet``:
+        column names and lengths, no values. See docs/data-loading.md.
     """
 
     def __init__(
@@ -127,19 +150,42 @@ class Loader:
         quarantine_file: str | os.PathLike | None = None,
         pad_value: int | float | Mapping[str, int | float] = 0,
         host_memory_limit: int | None = None,
+        stream: bool | None = None,
         state: Mapping[str, Any] | None = None,
     ):
         if not isinstance(planner, PadToMax | FixedBuckets | AutoBuckets | Pack):
             raise TypeError(f"Loader: expected a planner, found {type(planner).__name__}")
+        if stream not in (None, True, False):
+            raise ValueError(f"Loader: stream must be None, True or False, found {stream!r}")
+        self._feeder: threading.Thread | None = None
+        self._stream = None
         if isinstance(source, Dataset):
             if columns is not None:
                 raise ValueError("Loader: columns= selects columns of a file; got a Dataset")
+            if stream:
+                raise ValueError("Loader: stream=True reads a Parquet file; got a Dataset")
             self.dataset, self.source = source, "dataset"
+            core_schema = self._schema(schema or {})
+        elif _should_stream(source, stream, host_memory_limit, columns):
+            from jaxbatch._sources import StreamedParquet, parquet_column_names
+
+            if not host_memory_limit:
+                raise ValueError(
+                    "Loader: stream=True needs host_memory_limit (bytes) to size the cache of "
+                    "row groups"
+                )
+            names = parquet_column_names(source, columns)
+            self._stream = StreamedParquet(
+                source, columns, column, aligned, self._schema(schema or {}, names)
+            )
+            self.dataset, self.source = self._stream, str(source)
+            core_schema = []  # Applied per row group while opening.
         else:
             from jaxbatch._sources import open_source
 
             self.dataset = open_source(source, columns, column, aligned)
             self.source = str(source)
+            core_schema = self._schema(schema or {})
         mapped = list(self.dataset._mapped_files)
         self.planner = planner
         self._core_loader = None
@@ -187,7 +233,7 @@ class Loader:
             on_error=_ON_ERROR[on_error],
             max_errors=errors,
             max_error_fraction=fraction,
-            schema=self._schema(schema or {}),
+            schema=core_schema,
             pad_values=pads,
             default_pad_value=default_pad,
             host_memory_limit=int(host_memory_limit or 0),
@@ -208,13 +254,12 @@ class Loader:
         self._length_column = column or self.dataset.default_length_column
         self._start(state)
 
-    def _schema(self, schema: Mapping[str, ColumnSchema]) -> list:
+    def _schema(self, schema: Mapping[str, ColumnSchema], names: list[str] | None = None) -> list:
+        names = self.dataset.column_names if names is None else names
         out = []
         for name, spec in schema.items():
-            if name not in self.dataset.column_names:
-                raise ValueError(
-                    f"Loader: schema names column {name!r}; columns are {self.dataset.column_names}"
-                )
+            if name not in names:
+                raise ValueError(f"Loader: schema names column {name!r}; columns are {names}")
             s = _core.ColumnSchema()
             s.name = name
             if spec.dtype is not None:
@@ -235,7 +280,21 @@ class Loader:
 
     def _start(self, state: Mapping[str, Any] | None) -> None:
         core_state = None if state is None else self._parse_state(state)
-        self._core_loader = _core.Loader(self.dataset._core, state=core_state, **self._args)
+        self._start_core(core_state)
+
+    def _start_core(self, core_state) -> None:
+        if self._stream is None:
+            self._core_loader = _core.Loader(self.dataset._core, state=core_state, **self._args)
+            return
+        self._core_loader = _core.Loader(self._stream._source, state=core_state, **self._args)
+        # The feeder holds the core loader and the file, never this Loader, so
+        # dropping the Loader still closes it (and so ends the feeder).
+        self._feeder = threading.Thread(
+            target=_feed, args=(self._core_loader, self._stream), daemon=True,
+            name=f"jaxbatch-feeder:{self._stream.path.name}",
+        )  # fmt: skip
+        self._feeder.start()
+        _STREAMING.add(self)
 
     def _parse_state(self, state: Mapping[str, Any]):
         if not isinstance(state, Mapping):
@@ -309,7 +368,8 @@ class Loader:
                 kind = "fixed" if col.is_fixed else "ragged"
                 h = _core.hash64(f"{name}:{col.dtype}:{list(col.inner_shape)}:{kind}".encode(), h)
                 if not col.is_fixed:
-                    h = _core.hash64(np.ascontiguousarray(col.lengths()).tobytes(), h)
+                    lengths = self.dataset.lengths(name)
+                    h = _core.hash64(np.ascontiguousarray(lengths).tobytes(), h)
             self._fingerprint_cache = f"{h:016x}"
         return self._fingerprint_cache
 
@@ -340,12 +400,14 @@ class Loader:
         batches an uninterrupted run would have produced."""
         core_state = self._parse_state(state)
         self.close()
-        self._core_loader = _core.Loader(self.dataset._core, state=core_state, **self._args)
+        self._start_core(core_state)
 
     @property
     def stats(self) -> LoaderStats:
-        s = self._live().state()
-        return LoaderStats(**{f.name: getattr(s, f.name) for f in dataclasses.fields(LoaderStats)})
+        live = self._live()
+        s = live.state()
+        counts = {f.name: getattr(s, f.name) for f in dataclasses.fields(LoaderStats)[:-1]}
+        return LoaderStats(**counts, chunk_reads=live.chunk_reads)
 
     @property
     def quarantine(self) -> list[dict[str, Any]]:
@@ -387,6 +449,9 @@ class Loader:
         if self._core_loader is not None:
             self._core_loader.close()
             self._core_loader = None
+        if self._feeder is not None:
+            self._feeder.join()  # Sees the core closed within its next wait.
+            self._feeder = None
 
     def __enter__(self) -> Loader:
         return self
@@ -398,6 +463,66 @@ class Loader:
         try:
             self.close()
         except Exception:  # noqa: BLE001 - never raise from a finaliser
+            pass
+
+
+def _should_stream(source, stream, host_memory_limit, columns) -> bool:
+    """Whether a path is read by row group: see the Loader's ``stream``."""
+    if stream is not None:
+        return stream
+    if not host_memory_limit or Path(source).suffix.lower() != ".parquet":
+        return False
+    if not Path(source).is_file():
+        return False  # open_source names what is wrong with it.
+    from jaxbatch._sources import parquet_decoded_bytes
+
+    try:
+        return parquet_decoded_bytes(source, columns) > host_memory_limit
+    except Exception:  # noqa: BLE001 - a corrupt file: open_source raises a clear error
+        return False
+
+
+# How long the feeder waits for a request before it checks for close again.
+_FEED_WAIT_MS = 50
+# Streaming loaders whose feeder may run: closed at exit, before the
+# interpreter freezes daemon threads (a feeder frozen while it takes the GIL
+# back from C++ would abort the process).
+_STREAMING: weakref.WeakSet = weakref.WeakSet()
+
+
+@atexit.register
+def _close_streaming_loaders() -> None:
+    for loader in list(_STREAMING):
+        loader.close()
+
+
+def _feed(core_loader, stream) -> None:
+    """The feeder thread of a streaming Loader: reads the row groups the
+    core's workers ask for and hands them over (the core copies them, so no
+    Python object reaches a C++ worker). An error ends the stream with a
+    message naming the file and row group, raised by the consumer's next()."""
+    try:
+        reader = stream.open_reader()
+        while True:
+            chunk = core_loader.next_chunk_request(_FEED_WAIT_MS)
+            if chunk == _core.Loader.CHUNKS_CLOSED:
+                return
+            if chunk < 0:
+                continue
+            try:
+                decoded = stream.read_chunk(reader, chunk)
+            except (OSError, ValueError) as e:
+                core_loader.fail_chunk(chunk, str(e))
+                continue
+            try:
+                core_loader.provide_chunk(chunk, decoded._core)
+            except (OSError, ValueError):
+                pass  # The core failed this row group with the message.
+            del decoded
+    except BaseException as e:  # noqa: BLE001 - every failure must reach the consumer
+        try:
+            core_loader.fail_chunk(-1, f"Loader: the reader of {stream.path} stopped: {e!r}")
+        except Exception:  # noqa: BLE001 - closed already
             pass
 
 

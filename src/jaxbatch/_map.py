@@ -463,7 +463,8 @@ def _batches(fun, data, planner, batch_size, memory_budget):
     if isinstance(data, Loader):
         if planner is not None:
             raise ValueError("jb.map: planner= is for a Dataset; the Loader has its own")
-        shapes = _plan_shapes(data.dataset, data.planner)
+        # From the lengths alone: a streamed file's too (it keeps no values).
+        shapes = _plan_shapes(data.dataset.lengths(data._length_column), data.planner)
         return data, shapes, data._length_column
     if isinstance(data, Dataset):
         rows = _rows_for(fun, data, batch_size, memory_budget)

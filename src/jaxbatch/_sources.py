@@ -10,7 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
-from jaxbatch._dataset import Dataset
+from jaxbatch import _core
+from jaxbatch._dataset import Dataset, _Columns
 
 
 def open_source(
@@ -173,3 +174,152 @@ def _load_npy(f: Path) -> np.ndarray:
     if array.dtype == object:
         raise ValueError(f"Loader: {f} holds objects; expected a numeric .npy array")
     return array
+
+
+def _parquet_path(path) -> Path:
+    p = Path(path)
+    _check_path(p)
+    if p.suffix.lower() != ".parquet":
+        raise ValueError(
+            f"Loader: stream=True reads Parquet files by row group; {p} is not a .parquet file"
+        )
+    return p
+
+
+def _stamp(p: Path) -> tuple[int, int]:
+    st = p.stat()
+    return st.st_size, st.st_mtime_ns
+
+
+def parquet_column_names(path: str | os.PathLike, columns: Sequence[str] | None) -> list[str]:
+    """The columns a Loader reads from a Parquet file: `columns`, or all."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    p = _parquet_path(path)
+    try:
+        names = list(pq.read_schema(p).names)
+    except (pa.ArrowException, OSError) as e:
+        raise OSError(f"Loader: cannot read {p} as Parquet (corrupt or truncated?): {e}") from e
+    return list(columns) if columns else names
+
+
+# Bytes per value of Parquet's fixed-width physical types once decoded.
+_PHYSICAL_WIDTH = {"BOOLEAN": 1, "INT32": 4, "FLOAT": 4, "INT64": 8, "DOUBLE": 8, "INT96": 12}
+
+
+def parquet_decoded_bytes(path: str | os.PathLike, columns: Sequence[str] | None) -> int:
+    """About the bytes the Parquet file's columns (all, or `columns`) take
+    decoded, from its footer: values x width for fixed-width types (a
+    dictionary-encoded column is far smaller on disk, even uncompressed),
+    the uncompressed size for others."""
+    import pyarrow.parquet as pq
+
+    meta = pq.ParquetFile(path).metadata
+    wanted = set(columns) if columns else None
+    total = 0
+    for g in range(meta.num_row_groups):
+        group = meta.row_group(g)
+        for j in range(group.num_columns):
+            chunk = group.column(j)
+            if wanted is None or chunk.path_in_schema.split(".")[0] in wanted:
+                width = _PHYSICAL_WIDTH.get(chunk.physical_type)
+                total += chunk.num_values * width if width else chunk.total_uncompressed_size
+    return total
+
+
+class StreamedParquet(_Columns):
+    """A Parquet file read one row group at a time, for a Loader whose data
+    does not fit in memory.
+
+    Opening reads every row group once (only `columns`) and keeps what
+    planning needs: every ragged column's lengths, the row groups' example
+    boundaries and decoded sizes, and the bad records `schema` finds. Each
+    row group is checked by the core as a whole (``ChunkedSourceBuilder``),
+    with no loop over examples here; memory holds one row group at a time.
+    The Loader's feeder thread reads row groups again (:meth:`read_chunk`)
+    as batches need them.
+    """
+
+    def __init__(self, path, columns, length_column, aligned, schema: list):
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        self.path = _parquet_path(path)
+        self.columns = list(columns) if columns else None
+        self.aligned = aligned
+        self._stamp = _stamp(self.path)
+        try:
+            reader = pq.ParquetFile(self.path)
+            _check_columns(self.path, reader.schema_arrow, columns, length_column)
+        except (pa.ArrowException, OSError) as e:
+            raise OSError(
+                f"Loader: cannot read {self.path} as Parquet (corrupt or truncated?): {e}"
+            ) from e
+        self.num_row_groups = reader.metadata.num_row_groups
+        if self.num_row_groups == 0:
+            raise ValueError(f"Loader: {self.path} has no row groups to stream; it holds no data")
+        builder = _core.ChunkedSourceBuilder(length_column or "", schema)
+        for g in range(self.num_row_groups):
+            chunk = self.read_chunk(reader, g)
+            try:
+                builder.add(chunk._core)
+            except ValueError as e:
+                raise ValueError(f"Loader: {self.path}, row group {g}: {e}") from e
+            del chunk
+        self._source = builder.finish()
+        # pyarrow's allocator keeps the pages of the row groups just decoded
+        # (some 20 MB): give them back before the loader fills its cache.
+        pa.default_memory_pool().release_unused()
+        self._core = self._source.prototype  # Columns, dtypes, shapes: what planning asks.
+        self._mapped_files = (str(self.path),)  # Checked before each batch for changes.
+
+    def open_reader(self):
+        import pyarrow.parquet as pq
+
+        return pq.ParquetFile(self.path)
+
+    def read_chunk(self, reader, group: int) -> Dataset:
+        """Row group `group` decoded into a Dataset (pyarrow releases the GIL
+        while it decodes). OSError naming the file and row group when it
+        cannot be read; ValueError for data the core refuses (nulls)."""
+        import pyarrow as pa
+
+        # Reading a replaced file through the old footer fails as if corrupt:
+        # say what happened instead (checked again after a failed read, which
+        # a file rewritten meanwhile causes).
+        self._check_unchanged()
+        try:
+            table = reader.read_row_group(group, columns=self.columns)
+        except (pa.ArrowException, OSError) as e:
+            self._check_unchanged()
+            raise OSError(
+                f"Loader: cannot read row group {group} of {self.path} (corrupt or truncated?): {e}"
+            ) from e
+        try:
+            return Dataset.from_arrow(table, aligned=self.aligned)
+        except ValueError as e:
+            raise ValueError(f"Loader: {self.path}, row group {group}: {e}") from e
+
+    @property
+    def num_examples(self) -> int:
+        return self._source.num_examples
+
+    def _check_unchanged(self) -> None:
+        stamp = _stamp(self.path)
+        if stamp != self._stamp:
+            raise OSError(
+                f"Loader: {self.path} changed while the loader reads it (size and modification "
+                f"time {stamp}, were {self._stamp}); files must not be changed while a Loader "
+                f"reads them: write new data to a new path or close the Loader first"
+            )
+
+    def lengths(self, column: str | None = None) -> np.ndarray:
+        """Per-example lengths (int64) of a ragged column, over the whole file."""
+        return self._source.lengths(column if column is not None else self.default_length_column)
+
+    def __repr__(self) -> str:
+        return (
+            f"StreamedParquet({self.path}: {self.num_examples} examples in "
+            f"{self.num_row_groups} row groups; columns {self.column_names})"
+        )

@@ -58,10 +58,37 @@ std::pair<uintmax_t, std::filesystem::file_time_type> FileStamp(const std::strin
 
 Loader::Loader(std::shared_ptr<const Dataset> dataset, LoaderOptions options,
                std::optional<LoaderState> start)
-    : dataset_(std::move(dataset)),
-      options_(std::move(options)),
-      arena_(options_.host_memory_limit) {
-  if (!dataset_) throw InvalidArgumentError("Loader: expected a dataset, found none");
+    : Loader(std::move(dataset), nullptr, std::move(options), start) {}
+
+Loader::Loader(std::shared_ptr<const ChunkedSource> source, LoaderOptions options,
+               std::optional<LoaderState> start)
+    : Loader(source ? source->prototype : nullptr, source, std::move(options), start) {}
+
+Loader::Loader(std::shared_ptr<const Dataset> dataset, std::shared_ptr<const ChunkedSource> source,
+               LoaderOptions options, std::optional<LoaderState> start)
+    : dataset_(std::move(dataset)), chunked_(std::move(source)), options_(std::move(options)) {
+  if (!dataset_) {
+    throw InvalidArgumentError("Loader: expected a dataset or a chunked source, found none");
+  }
+  if (chunked_) {
+    if (!options_.schema.columns.empty()) {
+      throw InvalidArgumentError(
+          "Loader: a chunked source's schema is applied when it is built "
+          "(ChunkedSourceBuilder); expected an empty LoaderOptions::schema");
+    }
+    if (!options_.length_column.empty() && options_.length_column != chunked_->length_column) {
+      throw InvalidArgumentError(StrCat("Loader: length_column '", options_.length_column,
+                                        "' differs from the chunked source's '",
+                                        chunked_->length_column, "'"));
+    }
+    options_.length_column = chunked_->length_column;
+    if (options_.host_memory_limit <= 0) {
+      throw InvalidArgumentError(
+          StrCat("Loader: streaming ", options_.source,
+                 " chunk by chunk needs host_memory_limit > 0 to size its cache, found ",
+                 options_.host_memory_limit));
+    }
+  }
   if (options_.prefetch < 1) {
     throw InvalidArgumentError(StrCat("Loader: prefetch must be >= 1, found ", options_.prefetch));
   }
@@ -86,7 +113,9 @@ Loader::Loader(std::shared_ptr<const Dataset> dataset, LoaderOptions options,
                                       "column, such as '",
                                       dataset_->default_length_column(), "'"));
   }
-  lengths_ = dataset_->column(length_column).Lengths();
+  lengths_ =
+      chunked_ ? chunked_->lengths(length_column) : dataset_->column(length_column).Lengths();
+  num_examples_ = static_cast<int64_t>(lengths_.size());
   layout_ = BatchLayout{.packed = std::holds_alternative<PackOptions>(options_.schedule.planner),
                         .allow_truncate = false,
                         .length_column = length_column};
@@ -105,7 +134,7 @@ Loader::Loader(std::shared_ptr<const Dataset> dataset, LoaderOptions options,
     const auto [size, modified] = FileStamp(path, "when the loader starts");
     mapped_files_.push_back(MappedFile{path, size, modified});
   }
-  bad_records_ = FindBadRecords(*dataset_, options_.schema);
+  bad_records_ = chunked_ ? chunked_->bad_records : FindBadRecords(*dataset_, options_.schema);
   excluded_.assign(lengths_.size(), 0);
   for (const BadRecord& r : bad_records_) excluded_[static_cast<size_t>(r.example)] = 1;
 
@@ -121,14 +150,19 @@ Loader::Loader(std::shared_ptr<const Dataset> dataset, LoaderOptions options,
   }
   claim_epoch_ = state_.epoch;
   claim_step_ = state_.step;
-  if (options_.host_memory_limit > 0) CheckMemoryLimit();
-  options_.collate.allocator = [this](size_t bytes, uint8_t** data) {
-    return arena_.Acquire(bytes, data);
-  };
   int64_t threads = options_.num_threads;
   if (threads == 0) {
     threads = std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, kMaxDefaultThreads);
   }
+  if (options_.host_memory_limit > 0) CheckMemoryLimit();
+  if (chunked_) {
+    SizeChunkCache(threads);
+  } else {
+    arena_ = std::make_unique<BufferArena>(options_.host_memory_limit);
+  }
+  options_.collate.allocator = [this](size_t bytes, uint8_t** data) {
+    return arena_->Acquire(bytes, data);
+  };
   // A thread that cannot start throws here, the others stopped and joined:
   // the destructor does not run for a constructor that throws.
   workers_ = StartThreads(
@@ -159,7 +193,7 @@ void Loader::CheckStartState(const LoaderState& start) {
   }
   // Counts reach (epoch + 1) x num_examples: beyond int64 they would overflow.
   const int64_t max_epoch =
-      std::numeric_limits<int64_t>::max() / std::max<int64_t>(dataset_->num_examples(), 1) - 1;
+      std::numeric_limits<int64_t>::max() / std::max<int64_t>(num_examples_, 1) - 1;
   const int64_t last_epoch = options_.epochs > 0 ? options_.epochs : max_epoch;
   if (start.epoch > last_epoch || (start.epoch == last_epoch && start.step > 0)) {
     throw InvalidArgumentError(
@@ -201,6 +235,52 @@ void Loader::CheckMemoryLimit() {
   schedules_[claim_epoch_] = std::move(schedule);  // Planned already: the workers reuse it.
 }
 
+void Loader::SizeChunkCache(int64_t threads) {
+  const int64_t batches = SaturatingMul(SaturatingAdd(options_.prefetch, 2), largest_batch_bytes_);
+  const int64_t gathers = SaturatingMul(threads, largest_batch_bytes_);
+  int64_t largest_chunk = 0;
+  for (const int64_t bytes : chunked_->chunk_bytes) largest_chunk = std::max(largest_chunk, bytes);
+  const int64_t reserved = SaturatingAdd(SaturatingAdd(batches, gathers), largest_chunk);
+  const int64_t cache = options_.host_memory_limit - std::min(reserved, options_.host_memory_limit);
+  if (cache < std::max<int64_t>(largest_chunk, 1)) {
+    throw InvalidArgumentError(StrCat(
+        "Loader: host_memory_limit ", options_.host_memory_limit, " bytes cannot stream ",
+        options_.source, ": it must hold prefetch + 2 = ", options_.prefetch + 2,
+        " batch buffers and num_threads = ", threads, " gathers of up to ", largest_batch_bytes_,
+        " bytes each (", SaturatingAdd(batches, gathers), " bytes), plus twice the largest chunk (",
+        largest_chunk, " bytes decoded: one being read, one cached); raise it to at least ",
+        SaturatingAdd(reserved, std::max<int64_t>(largest_chunk, 1)),
+        ", or lower prefetch or num_threads, or write smaller row groups"));
+  }
+  arena_limit_ = batches;
+  arena_ = std::make_unique<BufferArena>(batches);
+  cache_ = std::make_unique<ChunkCache>(chunked_->chunk_bytes, cache);
+}
+
+int64_t Loader::NextChunkRequest(std::chrono::milliseconds timeout) {
+  if (!cache_) throw InvalidArgumentError("Loader: NextChunkRequest: this loader reads a Dataset");
+  return cache_->NextRequest(timeout);
+}
+
+void Loader::ProvideChunk(int64_t chunk, const Dataset& decoded) {
+  if (!cache_) throw InvalidArgumentError("Loader: ProvideChunk: this loader reads a Dataset");
+  try {
+    cache_->Provide(chunk, CheckedChunkCopy(*chunked_, chunk, decoded, options_.source));
+  } catch (const IoError& e) {  // The chunk differs from what the source recorded.
+    cache_->Fail(chunk, e.what());
+    throw;
+  }
+}
+
+void Loader::FailChunk(int64_t chunk, const std::string& message) {
+  if (!cache_) throw InvalidArgumentError("Loader: FailChunk: this loader reads a Dataset");
+  if (chunk < 0) {
+    cache_->Fail(message);
+  } else {
+    cache_->Fail(chunk, message);
+  }
+}
+
 void Loader::CheckMappedFiles() const {
   for (const MappedFile& file : mapped_files_) {
     const auto [size, modified] = FileStamp(file.path, "while the loader reads it");
@@ -224,7 +304,8 @@ void Loader::Close() {
   work_cv_.notify_all();
   result_cv_.notify_all();
   schedule_cv_.notify_all();
-  arena_.Close();
+  if (cache_) cache_->Close();
+  arena_->Close();
   for (std::thread& t : workers_) {
     if (t.joinable()) t.join();
   }
@@ -323,8 +404,14 @@ void Loader::WorkerLoop() {
       BatchLayout layout = layout_;
       layout.allow_truncate = schedule->plan.allow_truncate;
       result.examples = static_cast<int64_t>(view.all_examples().size());
-      PrefetchExamples(*dataset_, view.all_examples());  // overlaps the gather's misses
-      result.arrays = CollateView(*dataset_, view, layout, options_.collate);
+      if (cache_) {
+        const GatheredBatch gathered = GatherBatch(*chunked_, *cache_, view, seq);
+        result.arrays = CollateView(*gathered.dataset, gathered.view(), layout, options_.collate);
+        gathered.RestoreExampleIndex(result.arrays);
+      } else {
+        PrefetchExamples(*dataset_, view.all_examples());  // overlaps the gather's misses
+        result.arrays = CollateView(*dataset_, view, layout, options_.collate);
+      }
     } catch (...) {
       result.error = std::current_exception();
     }
@@ -373,7 +460,7 @@ void Loader::EnterEpoch(int64_t epoch, const EpochSchedule& schedule) {
       break;
   }
   const int64_t errors = state_.skipped + state_.quarantined;
-  const int64_t seen = (epoch + 1) * dataset_->num_examples();
+  const int64_t seen = (epoch + 1) * num_examples_;
   const bool over_count = options_.max_errors >= 0 && errors > options_.max_errors;
   const bool over_fraction =
       options_.max_error_fraction >= 0 &&
@@ -412,13 +499,13 @@ void Loader::CheckMemoryStall() {
   // collating waits in the arena: only buffers the caller holds can free it.
   const bool stalled = options_.host_memory_limit > 0 && !stop_ && end_seq_ < 0 &&
                        claim_seq_ > consume_seq_ && !results_.contains(consume_seq_) &&
-                       collating_ > 0 && arena_.waiting() >= collating_;
+                       collating_ > 0 && arena_->waiting() >= collating_;
   if (!stalled) {
     stall_since_.reset();
     return;
   }
   const auto now = std::chrono::steady_clock::now();
-  const int64_t in_use = arena_.bytes_in_use();
+  const int64_t in_use = arena_->bytes_in_use();
   if (!stall_since_ || in_use != stall_bytes_in_use_) {  // Memory moved: start over.
     stall_since_ = now;
     stall_bytes_in_use_ = in_use;
@@ -426,10 +513,14 @@ void Loader::CheckMemoryStall() {
   }
   if (now - *stall_since_ < kMemoryStallGrace) return;
   stall_since_.reset();
-  const int64_t holds =
-      largest_batch_bytes_ > 0 ? options_.host_memory_limit / largest_batch_bytes_ : 0;
-  throw Error(StrCat("Loader: host_memory_limit=", options_.host_memory_limit, " holds ", holds,
-                     " batches of up to ", largest_batch_bytes_,
+  // A streaming loader's batch buffers get only their share of the limit.
+  const int64_t batch_limit = cache_ ? arena_limit_ : options_.host_memory_limit;
+  const int64_t holds = largest_batch_bytes_ > 0 ? batch_limit / largest_batch_bytes_ : 0;
+  throw Error(StrCat("Loader: host_memory_limit=", options_.host_memory_limit,
+                     cache_
+                         ? StrCat(" (", batch_limit, " for batch buffers, the rest for row groups)")
+                         : std::string(),
+                     " holds ", holds, " batches of up to ", largest_batch_bytes_,
                      " bytes and all are still referenced by the caller (", in_use,
                      " bytes in use), so no further batch can be made; release batches "
                      "(drop references to earlier ones) or raise host_memory_limit"));

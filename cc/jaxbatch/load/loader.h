@@ -38,6 +38,8 @@
 #include "jaxbatch/base/arena.h"
 #include "jaxbatch/collate/collator.h"
 #include "jaxbatch/data/dataset.h"
+#include "jaxbatch/load/chunk_cache.h"
+#include "jaxbatch/load/chunked_source.h"
 #include "jaxbatch/load/schedule.h"
 #include "jaxbatch/load/schema.h"
 
@@ -102,6 +104,20 @@ class Loader {
   // Error, with no thread left running, when the system cannot start one.
   Loader(std::shared_ptr<const Dataset> dataset, LoaderOptions options,
          std::optional<LoaderState> start = std::nullopt);
+  // Streams `source` chunk by chunk. host_memory_limit is required and holds
+  // everything the loader keeps: (prefetch + 2) batch buffers and one gather
+  // per worker (each up to the largest batch), one chunk being decoded, and
+  // the rest (at least one chunk) caches decoded chunks. Throws
+  // InvalidArgumentError when it cannot, naming what each part needs. The
+  // schema was applied when the source was built: options.schema must be
+  // empty and options.length_column "" or the source's. Nothing is read
+  // until a feeder calls NextChunkRequest / ProvideChunk from its own thread.
+  // Example (the feeder):
+  //   for (int64_t c; (c = loader.NextChunkRequest(50ms)) != ChunkCache::kClosed;) {
+  //     if (c >= 0) loader.ProvideChunk(c, DecodeRowGroup(c));
+  //   }
+  Loader(std::shared_ptr<const ChunkedSource> source, LoaderOptions options,
+         std::optional<LoaderState> start = std::nullopt);
   ~Loader();
   Loader(const Loader&) = delete;
   Loader& operator=(const Loader&) = delete;
@@ -121,16 +137,39 @@ class Loader {
   //   while (!loader.TryNext(std::chrono::milliseconds(50), &batch)) CheckForSignals();
   bool TryNext(std::chrono::milliseconds timeout, std::optional<LoadedBatch>* batch);
 
+  // The chunk a streaming loader needs read next; ChunkCache::kNoRequest
+  // after `timeout`, ChunkCache::kClosed once closed or failed (the feeder
+  // then ends). Throws InvalidArgumentError for a loader over a Dataset.
+  int64_t NextChunkRequest(std::chrono::milliseconds timeout);
+  // Hands over `chunk` as decoded: checks it against the source and copies
+  // it (the loader keeps no reference to `decoded`). A chunk that differs
+  // from what the source recorded fails like FailChunk, with IoError that
+  // is also thrown here.
+  void ProvideChunk(int64_t chunk, const Dataset& decoded);
+  // `chunk` (from NextChunkRequest) cannot be read: the first batch that
+  // needs it ends the stream, Next() throwing IoError with `message` (which
+  // names the file and chunk); the batches before it are still yielded.
+  // chunk = -1: the reader itself stopped; every chunk fails.
+  void FailChunk(int64_t chunk, const std::string& message);
+  // Chunks provided so far (0 for a loader over a Dataset): more than the
+  // source's chunk count per epoch means chunks were read again.
+  int64_t chunk_reads() const { return cache_ ? cache_->reads() : 0; }
+  // The bytes of decoded chunks the cache may hold (0 for a Dataset).
+  int64_t chunk_cache_bytes() const { return cache_ ? cache_->capacity_bytes() : 0; }
+
   LoaderState state() const;
   // Every quarantined record (each once, in example order).
   std::vector<BadRecord> quarantine() const;
   int64_t num_threads() const { return static_cast<int64_t>(workers_.size()); }
-  const BufferArena& arena() const { return arena_; }
+  const BufferArena& arena() const { return *arena_; }
 
   // Stops and joins every worker; Next() then returns nullopt. Idempotent.
   void Close();
 
  private:
+  Loader(std::shared_ptr<const Dataset> dataset, std::shared_ptr<const ChunkedSource> source,
+         LoaderOptions options, std::optional<LoaderState> start);
+
   struct Result {
     std::vector<Array> arrays;
     std::exception_ptr error;
@@ -149,6 +188,10 @@ class Loader {
   // Throws InvalidArgumentError when host_memory_limit cannot hold the
   // batches in flight (which would wait forever); plans the first epoch.
   void CheckMemoryLimit();
+  // Splits host_memory_limit between batch buffers and the chunk cache of a
+  // streaming loader (see its constructor); throws InvalidArgumentError when
+  // the cache cannot hold one chunk.
+  void SizeChunkCache(int64_t threads);
   // Returns the schedule of `epoch`, building it (outside the lock) if no
   // other worker is. `lock` is held on entry and exit.
   std::shared_ptr<const EpochSchedule> ScheduleFor(int64_t epoch,
@@ -161,8 +204,11 @@ class Loader {
   // back for kMemoryStallGrace. Called with mu_ held.
   void CheckMemoryStall();
 
-  std::shared_ptr<const Dataset> dataset_;
+  std::shared_ptr<const Dataset> dataset_;  // a streaming loader's: the source's prototype
+  std::shared_ptr<const ChunkedSource> chunked_;
+  std::unique_ptr<ChunkCache> cache_;
   LoaderOptions options_;
+  int64_t num_examples_ = 0;
   std::vector<int64_t> lengths_;
   std::vector<uint8_t> excluded_;
   std::vector<BadRecord> bad_records_;
@@ -173,7 +219,8 @@ class Loader {
   };
   std::vector<MappedFile> mapped_files_;
   BatchLayout layout_;
-  BufferArena arena_;
+  std::unique_ptr<BufferArena> arena_;
+  int64_t arena_limit_ = 0;  // a streaming loader's share of host_memory_limit for batches
 
   std::mutex close_mu_;  // serialises Close()
   mutable std::mutex mu_;

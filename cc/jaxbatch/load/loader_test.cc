@@ -20,25 +20,8 @@
 namespace jaxbatch {
 namespace {
 
-// A batch as plain bytes, to compare streams exactly.
-std::string Fingerprint(const LoadedBatch& batch) {
-  std::string out;
-  for (const Array& a : batch.arrays) {
-    out += a.name;
-    out.append(reinterpret_cast<const char*>(a.data), static_cast<size_t>(a.num_bytes()));
-  }
-  return out;
-}
-
-std::vector<std::string> Drain(Loader& loader, int64_t limit = -1) {
-  std::vector<std::string> out;
-  while (limit < 0 || static_cast<int64_t>(out.size()) < limit) {
-    std::optional<LoadedBatch> batch = loader.Next();
-    if (!batch) break;
-    out.push_back(Fingerprint(*batch));
-  }
-  return out;
-}
+using testing::Drain;
+using testing::Fingerprint;
 
 LoaderOptions Options(PlannerOptions planner, int64_t threads, int64_t epochs = 2) {
   LoaderOptions o;

@@ -1,13 +1,16 @@
-// Small datasets for the load/ tests.
+// Small datasets, and batches as bytes, for the load/ tests.
 #ifndef JAXBATCH_LOAD_TEST_UTIL_H_
 #define JAXBATCH_LOAD_TEST_UTIL_H_
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "jaxbatch/data/dataset.h"
+#include "jaxbatch/load/loader.h"
 
 namespace jaxbatch::testing {
 
@@ -32,6 +35,27 @@ inline std::vector<int64_t> RandomLengths(size_t n, int64_t max_length, uint32_t
   std::vector<int64_t> lengths(n);
   for (int64_t& l : lengths) l = dist(rng);
   return lengths;
+}
+
+// A batch as plain bytes (each array's name and data), to compare streams exactly.
+inline std::string Fingerprint(const LoadedBatch& batch) {
+  std::string out;
+  for (const Array& a : batch.arrays) {
+    out += a.name;
+    out.append(reinterpret_cast<const char*>(a.data), static_cast<size_t>(a.num_bytes()));
+  }
+  return out;
+}
+
+// The fingerprints of the loader's next `limit` batches (-1: all).
+inline std::vector<std::string> Drain(Loader& loader, int64_t limit = -1) {
+  std::vector<std::string> out;
+  while (limit < 0 || static_cast<int64_t>(out.size()) < limit) {
+    std::optional<LoadedBatch> batch = loader.Next();
+    if (!batch) break;
+    out.push_back(Fingerprint(*batch));
+  }
+  return out;
 }
 
 }  // namespace jaxbatch::testing

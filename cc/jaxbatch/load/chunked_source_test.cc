@@ -1,0 +1,240 @@
+#include "jaxbatch/load/chunked_source.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "jaxbatch/base/error.h"
+#include "jaxbatch/data/dataset_builder.h"
+#include "jaxbatch/load/loader.h"
+#include "jaxbatch/load/test_util.h"
+
+namespace jaxbatch {
+namespace {
+
+// tokens (int32, ragged, the length column), noise (float32, ragged, not
+// aligned: padded to its longest example) and label (int64, fixed).
+Dataset ThreeColumns(size_t n, uint32_t seed) {
+  const std::vector<int64_t> lengths = testing::RandomLengths(n, 30, seed);
+  const std::vector<int64_t> noise_lengths = testing::RandomLengths(n, 9, seed + 1);
+  std::vector<std::vector<int32_t>> tokens(n);
+  std::vector<std::vector<float>> noise(n);
+  std::vector<int64_t> labels(n);
+  std::vector<RaggedColumn::Piece> t, z, l;
+  for (size_t i = 0; i < n; ++i) {
+    for (int64_t k = 0; k < lengths[i]; ++k) tokens[i].push_back(static_cast<int32_t>(i * 100 + k));
+    for (int64_t k = 0; k < noise_lengths[i]; ++k)
+      noise[i].push_back(0.5f * static_cast<float>(i + k));
+    labels[i] = static_cast<int64_t>(i) * 7;
+    t.push_back({tokens[i].data(), DType::kInt32, {lengths[i]}});
+    z.push_back({noise[i].data(), DType::kFloat32, {noise_lengths[i]}});
+    l.push_back({&labels[i], DType::kInt64, {}});
+  }
+  return Dataset({RaggedColumn::FromPieces("tokens", DType::kInt32, {}, false, t),
+                  RaggedColumn::FromPieces("noise", DType::kFloat32, {}, false, z),
+                  RaggedColumn::FromPieces("label", DType::kInt64, {}, true, l)});
+}
+
+// The data split into chunks of `size` examples (the last one shorter).
+std::vector<Dataset> Split(const Dataset& data, int64_t size) {
+  std::vector<Dataset> chunks;
+  for (int64_t b = 0; b < data.num_examples(); b += size) {
+    DatasetBuilder builder(data);
+    builder.AppendRange(data, b, std::min(b + size, data.num_examples()));
+    chunks.push_back(std::move(builder).Finish());
+  }
+  return chunks;
+}
+
+std::shared_ptr<const ChunkedSource> Build(const std::vector<Dataset>& chunks, Schema schema = {}) {
+  ChunkedSourceBuilder builder("tokens", std::move(schema));
+  for (const Dataset& c : chunks) builder.Add(c);
+  return std::make_shared<const ChunkedSource>(std::move(builder).Finish());
+}
+
+using testing::Drain;
+using testing::Fingerprint;
+
+// Serves a streaming loader's chunk requests from `chunks` until it closes.
+class Feeder {
+ public:
+  Feeder(Loader& loader, const std::vector<Dataset>& chunks)
+      : thread_([&loader, &chunks] {
+          while (true) {
+            const int64_t c = loader.NextChunkRequest(std::chrono::milliseconds(5));
+            if (c == ChunkCache::kClosed) return;
+            if (c >= 0) loader.ProvideChunk(c, chunks[static_cast<size_t>(c)]);
+          }
+        }) {}
+  ~Feeder() { thread_.join(); }
+
+ private:
+  std::thread thread_;
+};
+
+TEST(ChunkedSourceTest, KeepsLengthsBoundariesAndBadRecordsOfEveryChunk) {
+  const Dataset data = ThreeColumns(23, 3);
+  const std::vector<Dataset> chunks = Split(data, 5);
+  Schema schema{.columns = {{.name = "tokens", .max_length = 20}}};
+  const auto source = Build(chunks, schema);
+  EXPECT_EQ(source->num_examples(), 23);
+  EXPECT_EQ(source->chunk_begin, (std::vector<int64_t>{0, 5, 10, 15, 20, 23}));
+  EXPECT_EQ(source->lengths("tokens"), data.column("tokens").Lengths());
+  EXPECT_EQ(source->lengths("noise"), data.column("noise").Lengths());
+  EXPECT_THROW(source->lengths("label"), InvalidArgumentError);
+  const std::vector<BadRecord> whole = FindBadRecords(data, schema);
+  ASSERT_EQ(source->bad_records.size(), whole.size());
+  for (size_t i = 0; i < whole.size(); ++i) {
+    EXPECT_EQ(source->bad_records[i].example, whole[i].example);
+    EXPECT_EQ(source->bad_records[i].reason, whole[i].reason);
+  }
+  for (int64_t c = 0; c < source->num_chunks(); ++c) {
+    EXPECT_EQ(source->chunk_bytes[static_cast<size_t>(c)],
+              OwnedBytes(chunks[static_cast<size_t>(c)]));
+  }
+  EXPECT_EQ(source->ChunkOf(0), 0);
+  EXPECT_EQ(source->ChunkOf(9), 1);
+  EXPECT_EQ(source->ChunkOf(22), 4);
+  // The prototype: tokens (aligned with itself) empty, noise as long as its longest.
+  EXPECT_EQ(source->prototype->num_examples(), 1);
+  EXPECT_EQ(source->prototype->column("tokens").length(0), 0);
+  EXPECT_EQ(source->prototype->column("noise").length(0), data.column("noise").max_length());
+}
+
+TEST(ChunkedSourceTest, RefusesChunksWithOtherColumns) {
+  ChunkedSourceBuilder builder("tokens", {});
+  builder.Add(ThreeColumns(4, 1));
+  EXPECT_THROW(builder.Add(*testing::TokensDataset({1, 2})), InvalidArgumentError);
+  EXPECT_THROW(ChunkedSourceBuilder("tokens", {}).Finish(), InvalidArgumentError);
+}
+
+TEST(ChunkedSourceTest, CheckedChunkCopyFindsAChangedChunk) {
+  const std::vector<Dataset> chunks = Split(ThreeColumns(10, 5), 5);
+  const auto source = Build(chunks);
+  const auto copy = CheckedChunkCopy(*source, 1, chunks[1], "data.parquet");
+  EXPECT_EQ(copy->column("tokens").Lengths(), chunks[1].column("tokens").Lengths());
+  try {
+    CheckedChunkCopy(*source, 0, chunks[1], "data.parquet");
+    FAIL() << "expected IoError";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("data.parquet, chunk 0, example 0: column 'tokens'"),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("changed since"), std::string::npos) << e.what();
+  }
+}
+
+// The stream over chunks is byte for byte the stream over the whole data,
+// for every planner and shuffle, through a cache that holds few chunks.
+TEST(ChunkedSourceTest, StreamEqualsTheInMemoryStream) {
+  auto data = std::make_shared<const Dataset>(ThreeColumns(300, 9));
+  const std::vector<Dataset> chunks = Split(*data, 16);
+  const auto source = Build(chunks);
+  const std::vector<PlannerOptions> planners = {
+      PadToMaxOptions{.batch_size = 5}, AutoBucketsOptions{.max_shapes = 3, .token_budget = 128}};
+  for (const PlannerOptions& planner : planners) {
+    for (const ShuffleMode shuffle :
+         {ShuffleMode::kNone, ShuffleMode::kGlobal, ShuffleMode::kBlock}) {
+      LoaderOptions o;
+      o.schedule.planner = planner;
+      o.schedule.shuffle = shuffle;
+      o.schedule.block_size = 32;
+      o.schedule.seed = 4;
+      o.num_threads = 3;
+      o.epochs = 2;
+      o.prefetch = 2;
+      o.host_memory_limit = 64 << 10;
+      Loader whole(data, o);
+      const std::vector<std::string> expected = Drain(whole);
+      Loader streamed(source, o);
+      Feeder feeder(streamed, chunks);
+      EXPECT_EQ(Drain(streamed), expected);
+      EXPECT_GE(streamed.chunk_reads(), source->num_chunks());
+      EXPECT_GT(streamed.chunk_cache_bytes(), 0);
+      streamed.Close();
+    }
+  }
+}
+
+TEST(ChunkedSourceTest, PackedStreamAndRestoreEqualTheInMemoryStream) {
+  // Packing needs every ragged column aligned with the length column.
+  const Dataset three = ThreeColumns(200, 2);
+  auto data = std::make_shared<const Dataset>(
+      std::vector<RaggedColumn>{three.column("tokens"), three.column("label")});
+  const std::vector<Dataset> chunks = Split(*data, 10);
+  const auto source = Build(chunks);
+  LoaderOptions o;
+  o.schedule.planner = PackOptions{.row_length = 32, .rows_per_batch = 2};
+  o.num_threads = 2;
+  o.host_memory_limit = 32 << 10;
+  Loader whole(data, o);
+  const std::vector<std::string> expected = Drain(whole);
+  ASSERT_GT(expected.size(), 6u);
+  LoaderState middle;
+  {
+    Loader streamed(source, o);
+    Feeder feeder(streamed, chunks);
+    std::vector<std::string> got;
+    for (int i = 0; i < 5; ++i) got.push_back(Fingerprint(*streamed.Next()));
+    middle = streamed.state();
+    streamed.Close();
+    EXPECT_EQ(got, std::vector<std::string>(expected.begin(), expected.begin() + 5));
+  }
+  Loader resumed(source, o, middle);
+  Feeder feeder(resumed, chunks);
+  EXPECT_EQ(Drain(resumed), std::vector<std::string>(expected.begin() + 5, expected.end()));
+  resumed.Close();
+}
+
+TEST(ChunkedSourceTest, AFailedChunkEndsTheStreamWithItsMessage) {
+  const std::vector<Dataset> chunks = Split(ThreeColumns(50, 1), 10);
+  LoaderOptions o;
+  o.schedule.planner = PadToMaxOptions{.batch_size = 4};
+  o.schedule.shuffle = ShuffleMode::kNone;
+  o.num_threads = 2;
+  o.host_memory_limit = 64 << 10;
+  Loader loader(Build(chunks), o);
+  std::thread feeder([&] {
+    while (true) {
+      const int64_t c = loader.NextChunkRequest(std::chrono::milliseconds(5));
+      if (c == ChunkCache::kClosed) return;
+      if (c == 2) {
+        loader.FailChunk(2, "data.parquet, row group 2: corrupt page");
+      } else if (c >= 0) {
+        loader.ProvideChunk(c, chunks[static_cast<size_t>(c)]);
+      }
+    }
+  });
+  int64_t batches = 0;
+  try {
+    while (loader.Next()) ++batches;
+    ADD_FAILURE() << "expected IoError";
+  } catch (const IoError& e) {
+    EXPECT_STREQ(e.what(), "data.parquet, row group 2: corrupt page");
+  }
+  EXPECT_EQ(batches, 5);  // Examples 0..19 (chunks 0 and 1) in batches of 4.
+  loader.Close();
+  feeder.join();
+}
+
+TEST(ChunkedSourceTest, RefusesALimitThatCannotHoldAChunk) {
+  const std::vector<Dataset> chunks = Split(ThreeColumns(100, 1), 50);
+  LoaderOptions o;
+  o.schedule.planner = PadToMaxOptions{.batch_size = 4};
+  o.num_threads = 1;
+  o.host_memory_limit = 9000;  // Holds the batches, not two chunks.
+  try {
+    Loader loader(Build(chunks), o);
+    FAIL() << "expected InvalidArgumentError";
+  } catch (const InvalidArgumentError& e) {
+    EXPECT_NE(std::string(e.what()).find("twice the largest chunk"), std::string::npos) << e.what();
+  }
+  o.host_memory_limit = 0;
+  EXPECT_THROW(Loader(Build(chunks), o), InvalidArgumentError);
+}
+
+}  // namespace
+}  // namespace jaxbatch
