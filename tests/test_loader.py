@@ -247,6 +247,34 @@ def test_state_is_small_and_does_not_grow_with_data_or_prefetch():
     assert len(sizes) == 1 and sizes.pop() < 400
 
 
+def test_a_version_1_state_restores_unless_its_block_shuffle_order_changed():
+    """States saved before rows_multiple/open_rows existed (version 1, the
+    planner's repr without them) restore exactly; a version 1 block-shuffle
+    state is refused, since block shuffle now keeps the blocks' batch order."""
+    ds = make_dataset(n=60)
+    planner = jb.AutoBuckets(3, batch_size=4)
+    with jb.Loader(ds, planner, seed=2) as loader:
+        stream = [b["example_index"].tolist() for b in loader]
+    with jb.Loader(ds, planner, seed=2) as loader:
+        for _ in range(3):
+            next(loader)
+        state = loader.get_state()
+    assert state["version"] == 2
+    assert state["planner"] == "AutoBuckets(max_shapes=3, token_budget=None, batch_size=4, " \
+        "pad_to_multiple=1, remainder='pad')"  # fmt: skip
+    old = {**state, "version": 1}
+    with jb.Loader(ds, planner, seed=2, state=old) as resumed:
+        assert [b["example_index"].tolist() for b in resumed] == stream[3:]
+    block = dict(seed=2, shuffle="block", block_size=16)
+    with jb.Loader(ds, planner, **block) as loader:
+        next(loader)
+        old_block = {**loader.get_state(), "version": 1}
+    with pytest.raises(ValueError, match="version 1.*block shuffle"):
+        jb.Loader(ds, planner, **block, state=old_block)
+    with pytest.raises(ValueError, match="saved with planner"):
+        jb.Loader(ds, jb.AutoBuckets(3, batch_size=4, rows_multiple=2), seed=2, state=state)
+
+
 def test_state_from_another_dataset_or_planner_is_refused():
     loader = jb.Loader(make_dataset(n=30), jb.PadToMax(8))
     state = loader.get_state()
@@ -453,7 +481,7 @@ def test_malformed_or_out_of_range_state_is_refused(change, epochs, message):
     [
         ([1, 2], "state must be a dict from get_state\\(\\), found list"),
         ({"version": 1}, "the state lacks 'num_examples', 'planner', 'seed'"),
-        ({"version": 7}, "expected a state of version 1, found 7"),
+        ({"version": 7}, "expected a state of version 2, found 7"),
     ],
 )
 def test_state_that_is_not_a_get_state_dict_is_refused(state, message):

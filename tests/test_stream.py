@@ -87,6 +87,24 @@ def test_stream_equals_the_whole_file(tmp_path, planner, shuffle):
         assert loader.stats.examples == 1200
 
 
+def test_block_shuffle_with_row_group_blocks_reads_each_row_group_about_once(tmp_path):
+    """shuffle="block" keeps the planner's batch order, which follows the
+    shuffled blocks: with blocks of one row group a batch reads the row group
+    its predecessor read (at most one more), not one anywhere in the file."""
+    path = write_parquet(tmp_path / "data.parquet")  # 15 row groups of 40
+    reads = {}
+    for shuffle in ("block", True):
+        options = dict(shuffle=shuffle, block_size=40, seed=5, num_threads=2, prefetch=2)
+        with jb.Loader(path, jb.PadToMax(8), stream=True, host_memory_limit=LIMIT, **options) as ld:
+            order = [e for b in ld for e in b["example_index"] if e >= 0]
+            reads[shuffle] = ld.stats.chunk_reads
+        assert sorted(order) == list(range(600))
+    # Every row group once, plus a re-read where a worker's claimed batch
+    # finds its group evicted by the others running ahead.
+    assert 15 <= reads["block"] <= 20
+    assert reads[True] > 2 * reads["block"]
+
+
 def test_sharded_stream_with_aligned_columns_equals_the_whole_file(tmp_path):
     rng = np.random.default_rng(4)
     tokens = [np.arange(k, dtype=np.int32) for k in rng.integers(1, 30, 300)]

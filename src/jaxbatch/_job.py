@@ -58,7 +58,7 @@ from jaxbatch._map import (
 )
 from jaxbatch._output_layout import per_token_leaves
 from jaxbatch._plan import plan
-from jaxbatch._planners import AutoBuckets, FixedBuckets, Pack, PadToMax, Planner
+from jaxbatch._planners import AutoBuckets, FixedBuckets, Pack, PadToMax, Planner, planner_key
 
 log = logging.getLogger("jaxbatch")
 
@@ -313,7 +313,7 @@ def run(
         "input": f"{_core.dataset_fingerprint(dataset._core):016x}",
         "examples": dataset.num_examples,
         "options": {
-            "planner": repr(planner),
+            "planner": planner_key(planner),
             "column": length_column,
             "batch_size": batch_size,
             "memory_budget": memory_budget,

@@ -18,9 +18,11 @@ from jaxbatch._collate import Batch, _batch_from_core, _pad_values
 from jaxbatch._dataset import Dataset
 from jaxbatch._dtypes import dtype_name
 from jaxbatch._plan import BatchShape
-from jaxbatch._planners import AutoBuckets, FixedBuckets, Pack, PadToMax, Planner
+from jaxbatch._planners import AutoBuckets, FixedBuckets, Pack, PadToMax, Planner, planner_key
 
-_STATE_VERSION = 1
+# 2: block shuffle keeps the planner's batch order (1 shuffled it); a
+# version 1 state restores as before for every other shuffle.
+_STATE_VERSION = 2
 _SHUFFLE = {True: _core.ShuffleMode.global_, False: _core.ShuffleMode.none,
             "global": _core.ShuffleMode.global_, "block": _core.ShuffleMode.block,
             "none": _core.ShuffleMode.none}  # fmt: skip
@@ -92,7 +94,8 @@ class Loader:
       shuffle: True (a seeded global permutation per epoch, batch order
         shuffled too), False, or ``"block"``: contiguous blocks of
         ``block_size`` examples in random order, shuffled within each block,
-        so reads from disk stay sequential at the cost of a weaker shuffle.
+        batches in the order the blocks give them, so reads from disk stay
+        sequential at the cost of a weaker shuffle.
       shard: ``(index, count)`` or ``"jax"`` (``jax.process_index()``,
         ``jax.process_count()``): processes get disjoint batches, the same
         number of steps and the same batch shape at every step.
@@ -120,12 +123,11 @@ class Loader:
         always streams (it needs ``host_memory_limit``), False never. Opening
         reads the file once for lengths and bad records, keeping one row
         group at a time; batches then read the row groups they touch, and
-        the stream is identical to reading the file whole. ``shuffle=False``
-        reads each row group about once per epoch; a global shuffle touches
-        most row groups in every batch, and ``"block"`` still shuffles the
-        batches' order across the epoch, so with a cache smaller than the
-        file both read row groups many times over (``stats.chunk_reads``
-        counts reads). ``loader.dataset`` is then a ``StreamedParquet``:
+        the stream is identical to reading the file whole. ``shuffle=False``,
+        or ``"block"`` with ``block_size`` the row-group size, reads each row
+        group about once per epoch; a global shuffle touches most row groups
+        in every batch, so with a cache smaller than the file it reads row
+        groups many times over (``stats.chunk_reads`` counts reads). ``loader.dataset`` is then a ``StreamedParquet``:
         column names and lengths, no values. See docs/data-loading.md.
     """
 
@@ -301,10 +303,17 @@ class Loader:
             raise ValueError(
                 f"Loader: state must be a dict from get_state(), found {type(state).__name__}"
             )
-        if state.get("version") != _STATE_VERSION:
+        version = state.get("version")
+        if version not in (1, _STATE_VERSION):
             raise ValueError(
-                f"Loader: expected a state of version {_STATE_VERSION}, found "
-                f"{state.get('version')!r}"
+                f"Loader: expected a state of version {_STATE_VERSION}, found {version!r}"
+            )
+        if version == 1 and state.get("shuffle") == "block":
+            raise ValueError(
+                "Loader: the state (version 1) was saved by a jaxbatch whose block shuffle "
+                "shuffled the batches' order too; this one keeps the blocks' order, so the "
+                "stream would differ: restart the epoch (set the state's step to 0) or use "
+                "that version"
             )
         required = [f for f in _STATE_FIELDS if f not in _OPTIONAL_STATE_FIELDS]
         missing = [k for k in ("num_examples", "planner", *required) if k not in state]
@@ -347,10 +356,10 @@ class Loader:
                     f"Loader: the state was saved with {key}={state.get(key)!r} but this loader "
                     f"has {key}={value!r}; the stream would differ"
                 )
-        if state["planner"] != repr(self.planner):
+        if state["planner"] != planner_key(self.planner):
             raise ValueError(
                 f"Loader: the state was saved with planner {state['planner']} but this "
-                f"loader has {self.planner!r}"
+                f"loader has {planner_key(self.planner)}"
             )
         s = _core.LoaderState()
         for field in _STATE_FIELDS:
@@ -382,7 +391,7 @@ class Loader:
             version=_STATE_VERSION,
             num_examples=self.dataset.num_examples,
             fingerprint=self._fingerprint(),
-            planner=repr(self.planner),
+            planner=planner_key(self.planner),
             **self._stream_settings(),
         )
         return out

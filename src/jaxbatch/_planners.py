@@ -186,3 +186,24 @@ class Pack:
 
 
 Planner = PadToMax | FixedBuckets | AutoBuckets | Pack
+
+
+# Options added after loader states and job folders first recorded planners:
+# left out of planner_key at their defaults, so what was saved before still
+# matches.
+_ADDED_FIELDS = ("rows_multiple", "open_rows")
+
+
+def planner_key(planner: Planner) -> str:
+    """The planner's repr, stable across versions: a field added later is
+    left out while it has its default (which plans as before it existed).
+    Anything else (None, a choice still to be resolved) is its plain repr."""
+    if not dataclasses.is_dataclass(planner):
+        return repr(planner)
+    parts = []
+    for f in dataclasses.fields(planner):
+        value = getattr(planner, f.name)
+        if f.name in _ADDED_FIELDS and value == f.default:
+            continue
+        parts.append(f"{f.name}={value!r}")
+    return f"{type(planner).__name__}({', '.join(parts)})"

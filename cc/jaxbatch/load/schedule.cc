@@ -89,7 +89,10 @@ EpochSchedule MakeEpochSchedule(std::span<const int64_t> lengths, std::span<cons
                       ? Plan({}, o.planner)
                       : Plan(lengths, o.planner, OrderExamples(candidates, o, epoch));
   BatchPlan& plan = schedule.plan;
-  const bool shuffle = o.shuffle != ShuffleMode::kNone;
+  // Block shuffle keeps the planner's batch order, which follows the
+  // shuffled blocks, so a batch reads from the blocks read just before it;
+  // a global shuffle shuffles the batches too.
+  const bool shuffle = o.shuffle == ShuffleMode::kGlobal;
 
   // Batches by shape, each list shuffled.
   std::vector<std::vector<int64_t>> by_shape(plan.shapes.size());

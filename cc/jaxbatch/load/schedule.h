@@ -11,7 +11,8 @@
 //      with empty batches (remainder pad/keep) or dropped (remainder drop);
 //      an empty batch is a step that names only its shape, so a shard count
 //      far above the number of batches costs no memory,
-//   4. shuffle the order of the steps.
+//   4. shuffle the order of the steps (global shuffle only: with block
+//      shuffle they follow the shuffled blocks, so reads stay sequential).
 #ifndef JAXBATCH_LOAD_SCHEDULE_H_
 #define JAXBATCH_LOAD_SCHEDULE_H_
 
@@ -27,7 +28,8 @@ namespace jaxbatch {
 enum class ShuffleMode {
   kNone,    // index order
   kGlobal,  // a uniform random permutation of all examples
-  kBlock,   // contiguous blocks in random order, shuffled within each block
+  kBlock,   // contiguous blocks in random order, shuffled within each block;
+            // batches in the order the blocks give them
 };
 
 inline constexpr int64_t kDefaultBlockSize = 1024;
