@@ -493,3 +493,16 @@ def test_chunked_vmap_slices_chunks_in_place_without_copying_the_inputs():
     assert chunked.memory_analysis().temp_size_in_bytes < 4099 * 256 * 4 // 8
     values = np.random.default_rng(0).standard_normal((4099, 256)).astype(np.float32)
     np.testing.assert_allclose(chunked(values), (values * values).sum(1), rtol=1e-5)
+
+
+@given(data=st.data(), n=st.integers(2, 3000))
+def test_chunks_are_evened_out_without_adding_chunks(data, n):
+    from jaxbatch._vmap import _balanced
+
+    size = data.draw(st.integers(1, n - 1))
+    chunks = -(-n // size)
+    # Reference: the smallest chunk that needs no more chunks than `size` does.
+    want = next(c for c in range(1, size + 1) if -(-n // c) == chunks)
+    even = _balanced(size, n)
+    assert even == want
+    assert chunks * even - n < chunks  # the overlap: under one row per chunk

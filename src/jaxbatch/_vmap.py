@@ -34,7 +34,8 @@ def vmap(
     place), so peak memory is that of one chunk; when ``c`` does not divide
     the batch, the last chunk ends at the last example and overlaps the one
     before (its shared rows computed twice), so a batch of any size traces
-    one chunk shape. Like
+    one chunk shape. Chunks are evened out (at most ``c``, as many as ``c``
+    needs), so that overlap stays under one example per chunk. Like
     jax.vmap it is not jitted for you: each call traces ``fun`` afresh (a
     changed global is seen); wrap it in ``jax.jit`` to compile it once per
     batch shape. ``chunk_size="auto"`` takes the largest
@@ -73,9 +74,17 @@ def vmap(
             size = auto_sizes[key]
         if size >= n:
             return plain(*args, **kwargs)
-        return _chunked(fun, in_axes, out_axes, size, args, kwargs)
+        return _chunked(fun, in_axes, out_axes, _balanced(size, n), args, kwargs)
 
     return wrapped
+
+
+def _balanced(size: int, n: int) -> int:
+    """The smallest chunk that still covers n examples in as many chunks as
+    `size` needs: 512 examples at 95 take 6 chunks of 86 (516 rows computed)
+    rather than 6 of 95 (570)."""
+    chunks = -(-n // size)
+    return -(-n // chunks)
 
 
 def _signature(args, kwargs):
