@@ -116,9 +116,12 @@ def worker_time(n: int, k: int, budget: int, reps: int) -> dict:
 
     def timer(fn):
         def run():
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
             jax.block_until_ready(fn(points))
-            return {"seconds": time.perf_counter() - start}
+            return {
+                "seconds": time.perf_counter() - start,
+                "cpu_seconds": time.process_time() - cpu,
+            }
 
         return run
 
@@ -126,6 +129,7 @@ def worker_time(n: int, k: int, budget: int, reps: int) -> dict:
     return {
         "chunk": chunk,
         "seconds": {name: [r["seconds"] for r in rs] for name, rs in runs.items()},
+        "cpu_seconds": {name: [r["cpu_seconds"] for r in rs] for name, rs in runs.items()},
     }
 
 
@@ -212,16 +216,18 @@ def measure(n: int, k: int, budget: int, reps: int) -> dict:
             s: run_worker(config, ["memory", *common, "--strategy", s])
             for s in ("no-op", "jb.vmap without matmul", *STRATEGIES)
         }
-        out[config] = {"chunk": timing["chunk"], "seconds": timing["seconds"], "memory": memory}
+        out[config] = {**timing, "memory": memory}
     return out
 
 
 def print_tables(results: dict, n: int, budget: int) -> None:
     for config, r in results.items():
         base = harness.summary(r["seconds"]["jax.vmap"])["median"]
+        cpu_base = harness.summary(r["cpu_seconds"]["jax.vmap"])["median"]
         floor = r["memory"]["no-op"]["peak_above_before"]
         rows = [
-            ["strategy", "ms (min-max)", "x jax.vmap", "XLA temp+out MB", "measured MB", "ratio"]
+            ["strategy", "ms (min-max)", "x jax.vmap", "CPU ms (min-max)", "x jax.vmap"]
+            + ["XLA temp+out MB", "measured MB", "ratio"]
         ]
         for s in STRATEGIES:
             m = r["memory"][s]
@@ -234,11 +240,14 @@ def print_tables(results: dict, n: int, budget: int) -> None:
             if s == "jb.vmap":
                 label = 'jb.vmap(chunk_size="auto")'
             med = harness.summary(r["seconds"][s])["median"]
+            cpu = harness.summary(r["cpu_seconds"][s])["median"]
             rows.append(
                 [
                     label,
                     harness.spread([1e3 * t for t in r["seconds"][s]], ".1f"),
                     f"{med / base:.2f}",
+                    harness.spread([1e3 * t for t in r["cpu_seconds"][s]], ".1f"),
+                    f"{cpu / cpu_base:.2f}",
                     f"{est / 1e6:.1f}",
                     f"{m['peak_above_before'] / 1e6:.1f}",
                     f"{m['peak_above_before'] / max(est, 1):.2f}",
@@ -259,6 +268,8 @@ def print_tables(results: dict, n: int, budget: int) -> None:
             f"{ctl['peak_above_before'] / 1e6:.1f} MB, XLA {ctl_est / 1e6:.1f} MB."
         )
     print(
+        "   CPU ms: the process's CPU time over the run (all of XLA's threads): steadier\n"
+        "   than wall time while other work shares the cores.\n"
         "   measured: VmHWM - VmRSS around the second run in a fresh process per strategy\n"
         "   (inputs created before). XLA temp+out: compiled memory analysis (the loop: one\n"
         "   example's temporaries + n outputs)."
