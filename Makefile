@@ -18,6 +18,8 @@ PIP := $(VENV)/bin/pip
 CMAKE := $(VENV)/bin/cmake
 JOBS ?= $(shell nproc)
 CORE_SOURCES := $(shell find cc examples/cpp -name '*.cc' -o -name '*.h') CMakeLists.txt pyproject.toml
+# Every C++ file clang-format checks: the core, the example and the benchmarks'.
+CXX_FILES = $$(find cc examples/cpp bench/cpp -name '*.cc' -o -name '*.h')
 CMAKE_FLAGS := -G Ninja -DCMAKE_MAKE_PROGRAM=$(abspath $(VENV))/bin/ninja -DJAXBATCH_BUILD_TESTS=ON
 
 .PHONY: demo test system-deps build test-cpp test-asan test-tsan test-py lint format bench clean \
@@ -120,12 +122,12 @@ test-py: build
 	$(PY) -m pytest
 
 lint: $(VENV)/.deps
-	$(VENV)/bin/clang-format --dry-run --Werror $$(find cc examples/cpp -name '*.cc' -o -name '*.h')
+	$(VENV)/bin/clang-format --dry-run --Werror $(CXX_FILES)
 	$(VENV)/bin/ruff check src tests bench
 	$(VENV)/bin/ruff format --check src tests bench
 
 format: $(VENV)/.deps
-	$(VENV)/bin/clang-format -i $$(find cc examples/cpp -name '*.cc' -o -name '*.h')
+	$(VENV)/bin/clang-format -i $(CXX_FILES)
 	$(VENV)/bin/ruff format src tests bench
 	$(VENV)/bin/ruff check --fix src tests bench
 
@@ -139,8 +141,11 @@ $(BENCH_VENV)/.deps: bench/requirements.txt requirements-dev.txt | system-deps
 	$(BENCH_VENV)/bin/pip install -q --no-build-isolation $(BENCH_BUILD) -e .
 	touch $@
 
+# bench_core.py runs the collation bound, bench/cpp/collate_bound.cc, built in build/cpp.
 bench: $(BENCH_VENV)/.deps $(VENV)/.built
 	$(BENCH_VENV)/bin/pip install -q --no-build-isolation $(BENCH_BUILD) -e .
+	$(CMAKE) -S . -B build/cpp $(CMAKE_FLAGS) -DCMAKE_BUILD_TYPE=Release
+	$(CMAKE) --build build/cpp -j $(JOBS) --target collate_bound
 	$(BENCH_VENV)/bin/python bench/bench_core.py
 	$(BENCH_VENV)/bin/python bench/bench_loader.py
 	$(BENCH_VENV)/bin/python bench/bench_execute.py

@@ -127,8 +127,9 @@ class Loader:
         or ``"block"`` with ``block_size`` the row-group size, reads each row
         group about once per epoch; a global shuffle touches most row groups
         in every batch, so with a cache smaller than the file it reads row
-        groups many times over (``stats.chunk_reads`` counts reads). ``loader.dataset`` is then a ``StreamedParquet``:
-        column names and lengths, no values. See docs/data-loading.md.
+        groups many times over (``stats.chunk_reads`` counts reads).
+        ``loader.dataset`` is then a ``StreamedParquet``: column names and
+        lengths, no values. See docs/data-loading.md.
     """
 
     def __init__(

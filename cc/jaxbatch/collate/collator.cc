@@ -270,8 +270,12 @@ class BatchCollator {
             CopyRows(row + used * column.row_bytes(), column, e, n);
           }
           ++segment;
-          std::fill(ids + used, ids + used + n, segment);
-          for (int64_t k = 0; k < n; ++k) pos[used + k] = static_cast<int32_t>(k);
+          int32_t* row_ids = ids + used;
+          int32_t* row_pos = pos + used;
+          for (int64_t k = 0; k < n; ++k) {  // One pass writes both.
+            row_ids[k] = segment;
+            row_pos[k] = static_cast<int32_t>(k);
+          }
           lens[segment - 1] = static_cast<int32_t>(n);
           used += n;
         }
