@@ -205,6 +205,35 @@ def compiled_bytes_at(fun, example, batch):
     return compiled_bytes(jax.jit(jax.vmap(fun)).lower(spec).compile())
 
 
+YNN_CHECK = """
+import warnings, jax.numpy as jnp, jaxbatch as jb
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    jb.estimate_memory(lambda x: jnp.trace((x @ x.T) @ x), jnp.ones((96, 96)))
+print(sum("YNNPACK" in str(w.message) for w in caught))
+"""
+
+
+@pytest.mark.parametrize(
+    "flags, expected", [("", None), ("--xla_cpu_experimental_ynn_fusion_type=", "0")]
+)
+def test_memory_planning_warns_when_cpu_fusions_escape_the_analysis(flags, expected):
+    """Where XLA's CPU backend uses YNNPACK fusions (uncounted by the memory
+    analysis), planning warns once and names the flag; with them off, no
+    warning. Whether this jaxlib fuses the matmul decides the first case."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=flags)
+    run = subprocess.run([sys.executable, "-c", YNN_CHECK], env=env, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    probe = "import jax, jax.numpy as jnp; x = jnp.ones((96, 96)); print('ynn_fusion' in "
+    probe += "jax.jit(lambda x: jnp.trace((x @ x.T) @ x)).lower(x).compile().as_text())"
+    fused = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True)
+    assert run.stdout.strip() == (expected or ("1" if "True" in fused.stdout else "0"))
+
+
 def test_memory_estimate_predicts_unseen_sizes():
     example = jnp.zeros((96, 3), jnp.float32)
     est = jb.estimate_memory(pairwise, example, batch_sizes=(1, 2, 4, 8))
