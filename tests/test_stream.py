@@ -395,8 +395,12 @@ def test_keeping_more_batches_than_the_buffers_share_is_named(tmp_path):
 
 EXIT_SCRIPT = textwrap.dedent(
     """
-    import os, signal, sys, threading
+    import faulthandler, os, signal, sys, threading
     import jaxbatch as jb
+
+    # A hang shows every thread's stack and fails, instead of a bare timeout
+    # (one hang was seen once in a full `make test`, never reproduced since).
+    faulthandler.dump_traceback_later(50, exit=True)
 
     loader = jb.Loader(sys.argv[1], jb.PadToMax(8), stream=True, host_memory_limit=32_000,
                        epochs=None)
@@ -415,8 +419,9 @@ def test_ctrl_c_and_exit_without_close_end_the_feeder_cleanly(tmp_path, how):
     path = write_parquet(tmp_path / "data.parquet")
     out = subprocess.run(
         [sys.executable, "-c", EXIT_SCRIPT, str(path), how],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True, text=True, timeout=90,
     )  # fmt: skip
+    assert "Timeout (0:00:50)!" not in out.stderr, out.stderr  # faulthandler's dump of a hang
     assert "terminate called" not in out.stderr and "Fatal Python error" not in out.stderr
     if how == "exit":
         assert out.returncode == 0, out.stderr
