@@ -398,8 +398,11 @@ EXIT_SCRIPT = textwrap.dedent(
     import faulthandler, os, signal, sys, threading
     import jaxbatch as jb
 
-    # A hang shows every thread's stack and fails, instead of a bare timeout
-    # (one hang was seen once in a full `make test`, never reproduced since).
+    # Ctrl-C raises KeyboardInterrupt as at a terminal, even when this runs
+    # under a background job, which inherits SIGINT ignored (then the kill
+    # below did nothing and the endless stream ran until the timeout).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    # A hang shows every thread's stack and fails, instead of a bare timeout.
     faulthandler.dump_traceback_later(50, exit=True)
 
     loader = jb.Loader(sys.argv[1], jb.PadToMax(8), stream=True, host_memory_limit=32_000,
