@@ -18,6 +18,7 @@ import pytest
 from job_functions import fails_on_multiples_of_7, summarise, summarise_reference
 
 import jaxbatch as jb
+import jaxbatch._job_folder
 from jaxbatch import _core
 from jaxbatch._cli import main as cli_main
 
@@ -152,7 +153,7 @@ def test_a_shard_written_but_not_journaled_is_replaced(tmp_path, monkeypatch):
     class Crash(Exception):
         pass
 
-    real_append = jb._job._JournalHandle.append
+    real_append = jb._job_folder.Journal.append
 
     def crash_on_second_shard(self, record):
         if record["kind"] == "shard":
@@ -161,11 +162,11 @@ def test_a_shard_written_but_not_journaled_is_replaced(tmp_path, monkeypatch):
             appended.append(record)
         real_append(self, record)
 
-    monkeypatch.setattr(jb._job._JournalHandle, "append", crash_on_second_shard)
+    monkeypatch.setattr(jb._job_folder.Journal, "append", crash_on_second_shard)
     with pytest.raises(Crash):
         jb.run(summarise, ds, job, checkpoint_every=30, progress=False)
     assert len(list(job.glob("part-*.parquet"))) == 2  # The second is an orphan.
-    monkeypatch.setattr(jb._job._JournalHandle, "append", real_append)
+    monkeypatch.setattr(jb._job_folder.Journal, "append", real_append)
     jb.run(summarise, ds, job, checkpoint_every=30, progress=False)
     assert shard_bytes(job) == shard_bytes(tmp_path / "reference")
     assert_matches_reference(jb.read_output(job), [ds.example(i)["tokens"] for i in range(100)])
@@ -209,10 +210,11 @@ def test_changed_function_input_or_options_are_refused(tmp_path):
 
 def test_a_folder_of_other_files_is_refused(tmp_path):
     (tmp_path / "notes.txt").write_text("mine")
-    with pytest.raises(jb.JobError, match="not empty and holds no jaxbatch job"):
-        jb.run(summarise, dataset(5), tmp_path, progress=False)
-    jb.run(summarise, dataset(5), tmp_path, overwrite=True, progress=False)
-    assert (tmp_path / "notes.txt").read_text() == "mine"  # Only the job's own files go.
+    for overwrite in (False, True):  # overwrite= deletes a job's own files, never others'.
+        with pytest.raises(jb.JobError, match="holds 'notes.txt', which no jaxbatch job wrote"):
+            jb.run(summarise, dataset(5), tmp_path, overwrite=overwrite, progress=False)
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
+    assert (tmp_path / "notes.txt").read_text() == "mine"
 
 
 def test_two_runs_of_one_job_at_once_are_refused(tmp_path):

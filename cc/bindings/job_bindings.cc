@@ -1,6 +1,7 @@
 // Binds job/: the journal, atomic file writes and fingerprints (and base/'s
 // Hash64, which jobs use for checksums).
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/string_view.h>
 #include <nanobind/stl/vector.h>
 
 #include "bindings.h"
@@ -15,19 +16,33 @@ std::span<const uint8_t> Span(const nb::bytes& data) {
   return {reinterpret_cast<const uint8_t*>(data.c_str()), data.size()};
 }
 
+nb::list BytesList(const std::vector<std::string>& payloads) {
+  nb::list out;
+  for (const std::string& p : payloads) out.append(nb::bytes(p.data(), p.size()));
+  return out;
+}
+
 }  // namespace
 
 void BindJob(nb::module_& m) {
+  nb::enum_<JournalAccess>(m, "JournalAccess")
+      .value("write", JournalAccess::kWrite)
+      .value("read", JournalAccess::kRead);
+  nb::class_<JournalDamage>(m, "JournalDamage")
+      .def_ro("offset", &JournalDamage::offset)
+      .def_ro("record", &JournalDamage::record)
+      .def_ro("bytes", &JournalDamage::bytes)
+      .def_ro("intact_after", &JournalDamage::intact_after)
+      .def_ro("reason", &JournalDamage::reason)
+      .def_prop_ro("damaged", &JournalDamage::damaged)
+      .def_prop_ro("torn_tail", &JournalDamage::torn_tail);
   nb::class_<Journal>(m, "Journal")
-      .def(nb::init<std::string>(), nb::arg("path"), nb::call_guard<nb::gil_scoped_release>())
-      .def("records",
-           [](const Journal& j) {
-             nb::list out;
-             for (const std::string& r : j.records()) out.append(nb::bytes(r.data(), r.size()));
-             return out;
-           })
-      .def_prop_ro("discarded_bytes", &Journal::discarded_bytes)
-      .def_prop_ro("discarded_reason", &Journal::discarded_reason)
+      .def(nb::init<std::string, JournalAccess>(), nb::arg("path"),
+           nb::arg("access") = JournalAccess::kWrite, nb::call_guard<nb::gil_scoped_release>())
+      .def("records", [](const Journal& j) { return BytesList(j.records()); })
+      .def_prop_ro("damage", &Journal::damage)
+      .def("salvaged", [](const Journal& j) { return BytesList(j.salvaged()); })
+      .def_prop_ro("needs_repair", &Journal::needs_repair)
       .def_prop_ro("path", &Journal::path)
       .def(
           "append",
@@ -51,7 +66,27 @@ void BindJob(nb::module_& m) {
       nb::arg("path"), nb::arg("data"));
   m.def("sync_directory", &SyncDirectory, nb::arg("path"),
         nb::call_guard<nb::gil_scoped_release>());
+  m.def("atomic_temp_prefix", &AtomicTempPrefix, nb::arg("name"));
+  m.def(
+      "read_owned_file",
+      [](const std::string& path) {
+        std::string bytes;
+        {
+          nb::gil_scoped_release release;
+          bytes = ReadOwnedFile(path);
+        }
+        return nb::bytes(bytes.data(), bytes.size());
+      },
+      nb::arg("path"));
   m.def("hash_file", &HashFile, nb::arg("path"), nb::call_guard<nb::gil_scoped_release>());
+  m.def(
+      "hash_file_contents",
+      [](const nb::bytes& data) {
+        const std::span<const uint8_t> bytes = Span(data);
+        nb::gil_scoped_release release;
+        return HashFileContents(bytes.data(), bytes.size());
+      },
+      nb::arg("data"));
   m.def(
       "hash64",
       [](const nb::bytes& data, uint64_t seed) {

@@ -10,7 +10,8 @@ is the commit point, so after a crash or ``kill -9`` at any moment
 re-running the same call redoes exactly the work after the last record:
 
 * a shard file with no record (killed before the journal append) is
-  deleted and redone; a torn journal tail is cut off;
+  deleted and redone; a torn journal tail is cut off (by the writer only:
+  :func:`read_output` never changes a file);
 * a recorded shard whose file is missing, truncated or corrupt (size or
   hash differ) is redone, with every shard after it;
 * the finished output holds every example exactly once, the same as an
@@ -18,14 +19,13 @@ re-running the same call redoes exactly the work after the last record:
 
 The first record keys the job on its function, input and options; a run
 with a different one in the same folder is refused (``overwrite=True``
-starts over).
+starts over). The folder's files and which of them the job owns are
+:mod:`jaxbatch._job_folder`'s.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import inspect
 import json
 import logging
 import os
@@ -40,14 +40,18 @@ import numpy as np
 
 from jaxbatch import _core
 from jaxbatch._dataset import Dataset
-from jaxbatch._job_output import (
-    JOURNAL_NAME,
-    SHARD_PATTERN,
-    batch_columns,
-    concat_columns,
-    encode_parquet,
-    to_table,
+from jaxbatch._job_folder import (
+    REPORT_NAME,
+    JobError,
+    Journal,
+    claim,
+    process_folder,
+    settle,
+    shard_name,
+    start_over,
 )
+from jaxbatch._job_key import function_fingerprint, function_key
+from jaxbatch._job_output import batch_columns, concat_columns, encode_parquet, to_table
 from jaxbatch._loader import ColumnSchema, Loader, _resolve_shard
 from jaxbatch._map import (
     DEFAULT_MAX_SHAPES,
@@ -64,8 +68,9 @@ log = logging.getLogger("jaxbatch")
 
 #: Examples per output shard (and per journal record) unless checkpoint_every says otherwise.
 DEFAULT_CHECKPOINT_EVERY = 8192
-REPORT_NAME = "report.json"
-_FORMAT_VERSION = 1
+# 2: on_error and checkpoint_every are keyed on; shards are named in a
+# "writing" record before they are written.
+_FORMAT_VERSION = 2
 _PLANNERS = {c.__name__: c for c in (PadToMax, FixedBuckets, AutoBuckets, Pack)}
 _ON_ERROR = ("raise", "skip", "quarantine")
 
@@ -135,92 +140,6 @@ class JobReport:
             ),
         ]
         return "\n".join(lines)
-
-
-class JobError(ValueError):
-    """A job that cannot start or resume as asked (another job's folder,
-    changed function, input or options)."""
-
-
-def shard_folder(output: Path, index: int, count: int) -> Path:
-    """Where process ``index`` of ``count`` keeps its part of a job: the
-    output folder itself for a job on one process."""
-    return output if count == 1 else output / f"process-{index:05d}-of-{count:05d}"
-
-
-class _JournalHandle:
-    """The opened journal, closed (and unlocked) on exit."""
-
-    def __init__(self, path: Path):
-        self.core = _core.Journal(str(path))
-        self.records = [json.loads(r) for r in self.core.records()]
-
-    def append(self, record: dict[str, Any]) -> None:
-        self.core.append(json.dumps(record, sort_keys=True, separators=(",", ":")).encode())
-        self.records.append(record)
-
-    def truncate(self, count: int) -> None:
-        self.core.truncate(count)
-        del self.records[count:]
-
-    def __enter__(self) -> _JournalHandle:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.core.close()
-
-
-class JobFolder:
-    """A job's output folder: its journal, shards and report."""
-
-    def __init__(self, path: Path):
-        self.path = path
-
-    def open_journal(self) -> _JournalHandle:
-        if not (self.path / JOURNAL_NAME).is_file():
-            raise JobError(f"{self.path} holds no jaxbatch job (no {JOURNAL_NAME})")
-        return _JournalHandle(self.path / JOURNAL_NAME)
-
-    def ours(self) -> list[Path]:
-        """Files a job writes here (shards, their temporaries, journal, report)."""
-        return [
-            p
-            for p in self.path.iterdir()
-            if p.name in (JOURNAL_NAME, REPORT_NAME)
-            or (p.name.startswith("part-") and p.name.endswith(".parquet"))
-            or (p.name.startswith(".") and ".tmp-" in p.name)
-        ]
-
-    def verified_shards(self, journal: _JournalHandle) -> tuple[list[dict], bool]:
-        """The journal's shard records whose files match; the first that does
-        not, and everything after it, is cut off the journal. Also True
-        when the (verified) journal ends with the job's completion."""
-        shards = []
-        for i, record in enumerate(journal.records):
-            if record.get("kind") == "done":
-                return shards, True
-            if record.get("kind") != "shard":
-                continue
-            problem = self._shard_problem(record)
-            if problem is not None:
-                log.warning(
-                    "jb.run: shard %s is %s; redoing it and what follows", record["file"], problem
-                )
-                journal.truncate(i)
-                return shards, False
-            shards.append(record)
-        return shards, False
-
-    def _shard_problem(self, record: dict) -> str | None:
-        path = self.path / record["file"]
-        if not path.is_file():
-            return "missing"
-        size = path.stat().st_size
-        if size != record["bytes"]:
-            return f"{size} bytes, not the {record['bytes']} recorded (truncated or torn)"
-        if f"{_core.hash_file(str(path)):016x}" != record["hash"]:
-            return "corrupt (its hash differs from the one recorded)"
-        return None
 
 
 def run(
@@ -308,8 +227,8 @@ def run(
     shard_index, shard_count = _resolve_shard(shard)
     fingerprint = {
         "format": _FORMAT_VERSION,
-        "function": name or _function_key(fun),
-        "function_source": _source_hash(fun),
+        "function": name or function_key(fun),
+        "function_source": function_fingerprint(fun, tag, "the function"),
         "input": f"{_core.dataset_fingerprint(dataset._core):016x}",
         "examples": dataset.num_examples,
         "options": {
@@ -319,17 +238,30 @@ def run(
             "memory_budget": memory_budget,
             "schema": repr(dict(schema or {})),
             "check_finite": check_finite,
-            "check": None if check is None else [_function_key(check), _source_hash(check)],
+            "check": None
+            if check is None
+            else [function_key(check), function_fingerprint(check, tag, "check=")],
             "pad_value": repr(pad_value),
             "tag": tag,
             "shard": [shard_index, shard_count],
+            "on_error": on_error,
+            "checkpoint_every": int(checkpoint_every),
         },
     }
-    folder = JobFolder(shard_folder(Path(output), shard_index, shard_count))
-    journal = _open(folder, fingerprint, overwrite)
+    inputs = dataset._mapped_files if isinstance(source, Dataset) else (os.fspath(source),)
+    folder, journal = claim(
+        process_folder(Path(output), shard_index, shard_count), overwrite=overwrite, inputs=inputs
+    )
     with journal:
+        if journal.records and _differences(journal.records[0], fingerprint):
+            if not _committed_any(journal):
+                # Nothing was computed (a run that failed while planning, say):
+                # nothing is locked in, so the new settings start the job afresh.
+                log.info("jb.run: %s holds no committed work; starting anew", folder.path)
+                start_over(folder, journal)
+            else:
+                _refuse_changes(journal.records[0], fingerprint, folder.path)
         if journal.records:
-            _refuse_changes(journal.records[0], fingerprint, folder.path)
             resolved = _planner_from(journal.records[0]["planner"])
         else:
             resolved = planner or AutoBuckets(
@@ -344,10 +276,7 @@ def run(
                     "created": time.time(),
                 }
             )
-        recorded = sum(r.get("kind") == "shard" for r in journal.records)
-        shards, done = folder.verified_shards(journal)
-        redone = recorded - len(shards)
-        _remove_orphans(folder, shards)
+        shards, done, redone = settle(folder, journal)
         if not done:
             journal.append(
                 {
@@ -427,23 +356,6 @@ def _check_args(checkpoint_every, on_error) -> None:
         )
 
 
-def _function_key(fun: Callable) -> str:
-    module = getattr(fun, "__module__", None) or "?"
-    qualname = getattr(fun, "__qualname__", None) or type(fun).__qualname__
-    return f"{module}:{qualname}"
-
-
-def _source_hash(fun: Callable) -> str:
-    """A hash of the function's source (its bytecode when there is none)."""
-    target = inspect.unwrap(fun)
-    try:
-        text = inspect.getsource(target).encode()
-    except (OSError, TypeError):
-        code = getattr(target, "__code__", None)
-        text = code.co_code if code is not None else repr(target).encode()
-    return hashlib.sha256(text).hexdigest()[:16]
-
-
 def _planner_record(planner: Planner) -> dict[str, Any]:
     if not isinstance(planner, tuple(_PLANNERS.values())):
         raise TypeError(f"jb.run: planner must be a jaxbatch planner, found {planner!r}")
@@ -456,40 +368,12 @@ def _planner_from(record: dict[str, Any]) -> Planner:
     return _PLANNERS[record["type"]](**fields)
 
 
-def _open(folder: JobFolder, fingerprint: dict, overwrite: bool) -> _JournalHandle:
-    path = folder.path
-    if path.exists() and not path.is_dir():
-        raise JobError(f"jb.run: output {path} is a file; expected a folder")
-    path.mkdir(parents=True, exist_ok=True)
-    journal_path = path / JOURNAL_NAME
-    if overwrite:
-        if journal_path.exists():
-            _JournalHandle(journal_path).__exit__()  # Refuses while another process runs it.
-        for p in folder.ours():
-            p.unlink()
-        _core.sync_directory(str(path))
-    elif not journal_path.exists():
-        foreign = [p.name for p in path.iterdir() if p not in folder.ours()]
-        if foreign:
-            raise JobError(
-                f"jb.run: output folder {path} is not empty and holds no jaxbatch job (found "
-                f"{sorted(foreign)[:5]}); choose an empty or new folder"
-            )
-    journal = _JournalHandle(journal_path)
-    if journal.core.discarded_bytes:
-        log.warning(
-            "jb.run: %s: cut %d bytes off the journal (%s); the work they recorded is redone",
-            journal_path,
-            journal.core.discarded_bytes,
-            journal.core.discarded_reason,
-        )
-    if journal.records and journal.records[0].get("kind") != "job":
-        journal.__exit__()
-        raise JobError(f"jb.run: {journal_path} does not start with a job record")
-    return journal
+def _committed_any(journal: Journal) -> bool:
+    """Whether the job recorded any work: a shard, or its completion."""
+    return any(r["kind"] in ("shard", "done") for r in [*journal.records, *journal.salvaged])
 
 
-def _refuse_changes(job_record: dict, fingerprint: dict, path: Path) -> None:
+def _differences(job_record: dict, fingerprint: dict) -> list[str]:
     old = job_record["fingerprint"]
     differences = []
     for key in ("format", "function", "function_source", "input", "examples"):
@@ -499,6 +383,11 @@ def _refuse_changes(job_record: dict, fingerprint: dict, path: Path) -> None:
         was = old.get("options", {}).get(key)
         if was != json.loads(json.dumps(value)):
             differences.append(f"option {key}: was {was!r}, now {value!r}")
+    return differences
+
+
+def _refuse_changes(job_record: dict, fingerprint: dict, path: Path) -> None:
+    differences = _differences(job_record, fingerprint)
     if differences:
         raise JobError(
             f"jb.run: {path} holds a job with a different "
@@ -508,20 +397,6 @@ def _refuse_changes(job_record: dict, fingerprint: dict, path: Path) -> None:
             + "\nre-run with the original settings to resume it, choose another output folder, "
             "or pass overwrite=True (--overwrite) to start over"
         )
-
-
-def _remove_orphans(folder: JobFolder, shards: list[dict]) -> None:
-    """Deletes shard files the journal does not list (written after the last
-    record) and temporaries."""
-    listed = {s["file"] for s in shards}
-    removed = False
-    for p in folder.ours():
-        if p.name in (JOURNAL_NAME, REPORT_NAME) or p.name in listed:
-            continue
-        p.unlink()
-        removed = True
-    if removed:
-        _core.sync_directory(str(folder.path))
 
 
 class _Job:
@@ -648,12 +523,15 @@ class _Job:
         """Writes one shard and its journal record: the commit point."""
         t0 = time.perf_counter()
         number = len(self.shards)
-        name = SHARD_PATTERN.format(number)
+        name = shard_name(number)
         examples = np.concatenate([e for e, _ in pending])
         columns = concat_columns([c for _, c in pending])
         data = encode_parquet(to_table(examples, columns))
+        # Named before it exists: a crash after the write but before the
+        # shard's record still leaves the file recognisably the job's.
+        self.journal.append({"kind": "writing", "shard": number, "file": name})
         _core.write_file_atomic(str(self.folder.path / name), data)
-        digest = f"{_core.hash_file(str(self.folder.path / name)):016x}"
+        digest = f"{_core.hash_file_contents(data):016x}"
         counts.writing += time.perf_counter() - t0
         record = {
             "kind": "shard",

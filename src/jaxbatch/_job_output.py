@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,10 +23,9 @@ from typing import Any
 import numpy as np
 
 from jaxbatch._collate import Batch
+from jaxbatch._job_folder import JOURNAL_NAME, Committed, process_parts, read_committed
 from jaxbatch._output_layout import leaf_names
 
-SHARD_PATTERN = "part-{:06d}.parquet"
-JOURNAL_NAME = "journal.jbj"
 _META_KIND, _META_SHAPE, _META_DTYPE = b"jaxbatch.kind", b"jaxbatch.shape", b"jaxbatch.dtype"
 
 
@@ -192,9 +190,12 @@ def read_output(output: str | os.PathLike, *, partial: bool = False) -> dict[str
     entry per output (fixed-shape outputs stacked ``[n, *shape]``, per-token
     outputs as a list of arrays).
 
-    Reads the shards the journal lists (each checked against its recorded
-    size and hash). Raises ``ValueError`` for a job that has not finished
-    unless ``partial=True``, and ``OSError`` while the job is running.
+    Reads the shards the journal lists, each checked against its recorded
+    size and hash, and changes nothing: the folder may be read-only, and a
+    running job's committed shards can be read while it runs. Raises
+    ``ValueError`` for a job that has not finished unless ``partial=True``,
+    and ``OSError`` naming the record or shard when the journal or a shard
+    is damaged (re-running the job repairs it).
 
     Example::
 
@@ -204,10 +205,19 @@ def read_output(output: str | os.PathLike, *, partial: bool = False) -> dict[str
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    parts = [(folder, read_committed(folder)) for folder in _process_folders(Path(output), partial)]
+    _check_same_job(output, parts)
+    for folder, part in parts:
+        if not part.done and not partial:
+            raise ValueError(
+                f"jb.read_output: the job in {folder} has not finished ({len(part.shards)} "
+                f"shard{'' if len(part.shards) == 1 else 's'} committed"
+                + ("; its journal ends in a torn record: a run was interrupted or is running"
+                   if part.interrupted else "")
+                + "); re-run it to finish, or pass partial=True to read what is committed"
+            )  # fmt: skip
     tables = [
-        pq.read_table(folder / s["file"])
-        for folder in _process_folders(Path(output), partial)
-        for s in _finished_shards(folder, partial)
+        pq.read_table(pa.BufferReader(shard.data)) for _, part in parts for shard in part.shards
     ]
     if not tables:
         return {"example_index": np.zeros(0, dtype=np.int64)}
@@ -223,33 +233,39 @@ def read_output(output: str | os.PathLike, *, partial: bool = False) -> dict[str
     return from_table(table.take(pa.array(order)))
 
 
-def _finished_shards(folder: Path, partial: bool) -> list[dict]:
-    from jaxbatch._job import JobFolder
+def _check_same_job(output, parts: list[tuple[Path, Committed]]) -> None:
+    """Refuses process parts whose journals key different jobs: another
+    function, input or options (the process's shard aside)."""
+    keyed = [(folder, _job_key(part.job)) for folder, part in parts if part.job is not None]
+    for folder, other in keyed[1:]:
+        first_folder, first = keyed[0]
+        differ = sorted(k for k in first.keys() | other.keys() if first.get(k) != other.get(k))
+        if differ:
+            k = differ[0]
+            raise ValueError(
+                f"jb.read_output: {output} mixes parts of different jobs: {folder.name} was "
+                f"computed with {k} {other.get(k)!r}, {first_folder.name} with {first.get(k)!r}"
+                + (f" ({', '.join(differ[1:])} differ too)" if len(differ) > 1 else "")
+                + "; run every process of one job into one folder"
+            )
 
-    job = JobFolder(folder)
-    with job.open_journal() as journal:
-        shards, done = job.verified_shards(journal)
-    if not done and not partial:
-        raise ValueError(
-            f"jb.read_output: the job in {folder} has not finished ({len(shards)} shards "
-            f"written); re-run it to finish, or pass partial=True"
-        )
-    return shards
+
+def _job_key(job: dict[str, Any]) -> dict[str, Any]:
+    """A job record's fingerprint, flat, without the process's own shard."""
+    fingerprint = job["fingerprint"]
+    flat = {k: v for k, v in fingerprint.items() if k != "options"}
+    options = fingerprint.get("options", {})
+    flat.update({f"option {k}": v for k, v in options.items() if k != "shard"})
+    return flat
 
 
 def _process_folders(output: Path, partial: bool) -> list[Path]:
     """The folders holding a job's parts: ``output`` itself, or, for a job
     run on several processes, its ``process-IIIII-of-NNNNN`` folders (all of
     them, with one count, unless ``partial``)."""
-    from jaxbatch._job import JOURNAL_NAME
-
-    if (output / JOURNAL_NAME).is_file() or not output.is_dir():
+    if os.path.lexists(output / JOURNAL_NAME) or not output.is_dir():
         return [output]
-    parts = {}
-    for p in output.iterdir():
-        m = re.fullmatch(r"process-(\d{5})-of-(\d{5})", p.name)
-        if m and p.is_dir():
-            parts[int(m[1]), int(m[2])] = p
+    parts = process_parts(output)
     if not parts:
         return [output]  # Reports there is no job here.
     counts = {count for _, count in parts}

@@ -1,5 +1,6 @@
 #include "jaxbatch/base/hash.h"
 
+#include <algorithm>
 #include <bit>
 #include <cerrno>
 #include <cstdio>
@@ -108,6 +109,18 @@ uint64_t HashFile(const std::string& path) {
   if (std::ferror(file.get())) {
     throw IoError(StrCat("cannot read ", path, " to hash it: ", std::strerror(errno)));
   }
+  return h;
+}
+
+uint64_t HashFileContents(const void* data, size_t size) {
+  const auto* bytes = static_cast<const unsigned char*>(data);
+  uint64_t h = 0;
+  size_t offset = 0;
+  do {  // One Hash64 per chunk, as HashFile reads them; an empty file is one empty chunk.
+    const size_t n = std::min(kHashFileChunk, size - offset);
+    h = Hash64(bytes + offset, n, h);
+    offset += n;
+  } while (offset < size);
   return h;
 }
 

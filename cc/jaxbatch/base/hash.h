@@ -30,6 +30,10 @@ uint64_t Hash64(const void* data, size_t size, uint64_t seed = 0);
 inline constexpr size_t kHashFileChunk = size_t{1} << 20;
 uint64_t HashFile(const std::string& path);
 
+// The hash HashFile gives a file holding these `size` bytes (for a file
+// already read into memory, so that what is checked is what is used).
+uint64_t HashFileContents(const void* data, size_t size);
+
 }  // namespace jaxbatch
 
 #endif  // JAXBATCH_BASE_HASH_H_

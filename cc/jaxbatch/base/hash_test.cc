@@ -46,5 +46,19 @@ TEST(HashFileTest, ChainsChunks) {
   EXPECT_THROW(HashFile(path.string()), IoError);
 }
 
+// A file read into memory hashes as HashFile hashes it on disk, at every
+// size around the chunk boundary (empty, one byte short, exact, one over).
+TEST(HashFileTest, ContentsHashLikeTheFile) {
+  const auto path = std::filesystem::temp_directory_path() / "jaxbatch_hash_contents_test.bin";
+  for (const size_t size : {size_t{0}, size_t{1}, kHashFileChunk - 1, kHashFileChunk,
+                            kHashFileChunk + 1, 2 * kHashFileChunk}) {
+    std::string data(size, '\0');
+    for (size_t i = 0; i < size; ++i) data[i] = static_cast<char>(i * 7 + i / 251);
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << data;
+    EXPECT_EQ(HashFileContents(data.data(), data.size()), HashFile(path.string())) << size;
+  }
+  std::filesystem::remove(path);
+}
+
 }  // namespace
 }  // namespace jaxbatch

@@ -28,39 +28,72 @@ uint64_t GetLittleEndian(const uint8_t* in, int bytes) {
   return value;
 }
 
-// Writes all of `data` at `offset`, retrying short writes.
-bool WriteAll(int fd, const uint8_t* data, size_t size, int64_t offset) {
-  while (size > 0) {
-    const ssize_t n = ::pwrite(fd, data, size, offset);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return false;
-    }
-    data += n;
-    offset += n;
-    size -= static_cast<size_t>(n);
-  }
-  return true;
-}
-
 std::string Folder(const std::string& path) {
   const std::filesystem::path parent = std::filesystem::path(path).parent_path();
   return parent.empty() ? std::string(".") : parent.string();
 }
 
+// The whole record at `offset` of `data[0, size)`: its payload size, or -1
+// with `*reason` saying what is wrong there.
+int64_t RecordAt(const uint8_t* data, int64_t size, int64_t offset, std::string* reason) {
+  const int64_t left = size - offset;
+  if (left < static_cast<int64_t>(kJournalHeaderBytes)) {
+    *reason = StrCat("a torn record header at byte ", offset, " (", left, " of ",
+                     kJournalHeaderBytes, " bytes present)");
+    return -1;
+  }
+  const uint8_t* header = data + offset;
+  if (GetLittleEndian(header, 4) != kJournalMagic) {
+    *reason = StrCat("no record marker at byte ", offset);
+    return -1;
+  }
+  const auto length = static_cast<int64_t>(GetLittleEndian(header + 4, 4));
+  if (length > static_cast<int64_t>(kMaxJournalRecordBytes)) {
+    *reason = StrCat("a record size of ", length, " bytes at byte ", offset, " (at most ",
+                     kMaxJournalRecordBytes, ")");
+    return -1;
+  }
+  if (length > left - static_cast<int64_t>(kJournalHeaderBytes)) {
+    *reason = StrCat("a torn record at byte ", offset, " (", length, " bytes announced, ",
+                     left - static_cast<int64_t>(kJournalHeaderBytes), " present)");
+    return -1;
+  }
+  if (Hash64(header + kJournalHeaderBytes, static_cast<size_t>(length)) !=
+      GetLittleEndian(header + 8, 8)) {
+    *reason = StrCat("a record at byte ", offset, " whose checksum does not match");
+    return -1;
+  }
+  return length;
+}
+
+// The payloads of whole records after damage at `from`: each is looked for
+// at every later record marker, so a few corrupt bytes in the middle are told
+// apart from a torn tail (nothing valid after it).
+std::vector<std::string> IntactRecordsAfter(const uint8_t* data, int64_t size, int64_t from) {
+  std::vector<std::string> found;
+  std::string ignored;
+  for (int64_t offset = from + 1; offset + 4 <= size;) {
+    const int64_t length = GetLittleEndian(data + offset, 4) == kJournalMagic
+                               ? RecordAt(data, size, offset, &ignored)
+                               : -1;
+    if (length < 0) {
+      ++offset;
+      continue;
+    }
+    found.emplace_back(reinterpret_cast<const char*>(data) + offset + kJournalHeaderBytes,
+                       static_cast<size_t>(length));
+    offset += static_cast<int64_t>(kJournalHeaderBytes) + length;
+  }
+  return found;
+}
+
 }  // namespace
 
-Journal::Journal(std::string path) : path_(std::move(path)) {
-  const bool existed = std::filesystem::exists(path_);
-  fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd_ < 0) throw IoError(StrCat("journal ", path_, ": cannot open: ", Errno()));
-  struct stat info;
-  if (::fstat(fd_, &info) != 0 || !S_ISREG(info.st_mode)) {
-    ::close(fd_);
-    fd_ = -1;
-    throw IoError(StrCat("journal ", path_, ": expected a regular file"));
-  }
-  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+Journal::Journal(std::string path, JournalAccess access) : path_(std::move(path)), access_(access) {
+  const bool write = access_ == JournalAccess::kWrite;
+  const bool existed = std::filesystem::is_symlink(path_) || std::filesystem::exists(path_);
+  fd_ = OpenOwnedFile(path_, write ? O_RDWR | O_CREAT : O_RDONLY);
+  if (write && ::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
     const int error = errno;
     ::close(fd_);
     fd_ = -1;
@@ -72,7 +105,7 @@ Journal::Journal(std::string path) : path_(std::move(path)) {
     throw IoError(StrCat("journal ", path_, ": cannot lock: ", std::strerror(error)));
   }
   try {
-    if (!existed) SyncDirectory(Folder(path_));
+    if (write && !existed) SyncDirectory(Folder(path_));
     Load();
   } catch (...) {
     Close();
@@ -84,60 +117,41 @@ Journal::~Journal() { Close(); }
 
 void Journal::Close() {
   if (fd_ >= 0) {
-    ::flock(fd_, LOCK_UN);
+    if (access_ == JournalAccess::kWrite) ::flock(fd_, LOCK_UN);
     ::close(fd_);
     fd_ = -1;
   }
 }
 
 void Journal::Load() {
-  struct stat info;
-  if (::fstat(fd_, &info) != 0) throw IoError(StrCat("journal ", path_, ": ", Errno()));
-  const int64_t size = info.st_size;
-  std::string bytes(static_cast<size_t>(size), '\0');
-  int64_t done = 0;
-  while (done < size) {
-    const ssize_t n = ::pread(fd_, bytes.data() + done, static_cast<size_t>(size - done), done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) throw IoError(StrCat("journal ", path_, ": cannot read: ", Errno()));
-    done += n;
-  }
+  // A reader racing a writer's repair may read less than the size it saw.
+  const std::string bytes = ReadToEnd(fd_, path_);
+  const auto done = static_cast<int64_t>(bytes.size());
   const auto* data = reinterpret_cast<const uint8_t*>(bytes.data());
   int64_t offset = 0;
-  while (offset < size) {
-    const int64_t left = size - offset;
-    if (left < static_cast<int64_t>(kJournalHeaderBytes)) {
-      discarded_reason_ = StrCat("a torn record header at byte ", offset);
-      break;
-    }
-    const uint8_t* header = data + offset;
-    if (GetLittleEndian(header, 4) != kJournalMagic) {
-      discarded_reason_ = StrCat("no record marker at byte ", offset);
-      break;
-    }
-    const uint64_t length = GetLittleEndian(header + 4, 4);
-    const uint64_t checksum = GetLittleEndian(header + 8, 8);
-    if (length > kMaxJournalRecordBytes) {
-      discarded_reason_ = StrCat("a record size of ", length, " bytes at byte ", offset);
-      break;
-    }
-    if (static_cast<int64_t>(length) > left - static_cast<int64_t>(kJournalHeaderBytes)) {
-      discarded_reason_ = StrCat("a torn record at byte ", offset, " (", length,
-                                 " bytes announced, ", left - kJournalHeaderBytes, " present)");
-      break;
-    }
-    const uint8_t* payload = header + kJournalHeaderBytes;
-    if (Hash64(payload, length) != checksum) {
-      discarded_reason_ = StrCat("a record at byte ", offset, " whose checksum does not match");
-      break;
-    }
-    records_.emplace_back(reinterpret_cast<const char*>(payload), length);
-    offset += static_cast<int64_t>(kJournalHeaderBytes + length);
+  std::string reason;
+  while (offset < done) {
+    const int64_t length = RecordAt(data, done, offset, &reason);
+    if (length < 0) break;
+    records_.emplace_back(bytes.data() + offset + kJournalHeaderBytes, static_cast<size_t>(length));
+    offset += static_cast<int64_t>(kJournalHeaderBytes) + length;
     ends_.push_back(offset);
   }
-  if (offset < size) {
-    discarded_bytes_ = size - offset;
-    CutTo(offset);
+  if (offset < done) {
+    salvaged_ = IntactRecordsAfter(data, done, offset);
+    damage_ = JournalDamage{.offset = offset,
+                            .record = static_cast<int64_t>(records_.size()),
+                            .bytes = done - offset,
+                            .intact_after = static_cast<int64_t>(salvaged_.size()),
+                            .reason = std::move(reason)};
+    needs_repair_ = true;
+  }
+}
+
+void Journal::CheckWritable(std::string_view what) const {
+  if (fd_ < 0) throw IoError(StrCat("journal ", path_, ": closed"));
+  if (access_ != JournalAccess::kWrite) {
+    throw IoError(StrCat("journal ", path_, ": opened for reading; cannot ", what));
   }
 }
 
@@ -148,7 +162,11 @@ void Journal::CutTo(int64_t size) {
 }
 
 void Journal::Append(std::string_view payload) {
-  if (fd_ < 0) throw IoError(StrCat("journal ", path_, ": closed"));
+  CheckWritable("append");
+  if (needs_repair_) {
+    throw IoError(StrCat("journal ", path_, ": damaged at byte ", damage_.offset, " (",
+                         damage_.reason, "); repair it (Truncate) before appending"));
+  }
   if (payload.size() > kMaxJournalRecordBytes) {
     throw InvalidArgumentError(StrCat("journal ", path_, ": a record of ", payload.size(),
                                       " bytes; at most ", kMaxJournalRecordBytes, " are allowed"));
@@ -160,7 +178,7 @@ void Journal::Append(std::string_view payload) {
   PutLittleEndian(payload.size(), 4, header + 4);
   PutLittleEndian(Hash64(payload.data(), payload.size()), 8, header + 8);
   std::memcpy(record.data() + kJournalHeaderBytes, payload.data(), payload.size());
-  if (!WriteAll(fd_, header, record.size(), start) || ::fsync(fd_) != 0) {
+  if (!WriteAllAt(fd_, header, record.size(), start) || ::fsync(fd_) != 0) {
     const std::string error = Errno();
     CutTo(start);  // Leave no partial record behind us.
     throw IoError(StrCat("journal ", path_, ": cannot append a record: ", error));
@@ -174,36 +192,11 @@ void Journal::Truncate(size_t count) {
     throw OutOfRangeError(
         StrCat("journal ", path_, ": cannot keep ", count, " records of ", records_.size()));
   }
-  if (fd_ < 0) throw IoError(StrCat("journal ", path_, ": closed"));
+  CheckWritable("truncate it");
   CutTo(count == 0 ? 0 : ends_[count - 1]);
   records_.resize(count);
   ends_.resize(count);
-}
-
-void SyncDirectory(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) throw IoError(StrCat("cannot open folder ", path, " to sync it: ", Errno()));
-  const int result = ::fsync(fd);
-  const std::string error = result != 0 ? Errno() : "";
-  ::close(fd);
-  if (result != 0) throw IoError(StrCat("cannot sync folder ", path, ": ", error));
-}
-
-void WriteFileAtomic(const std::string& path, std::span<const uint8_t> data) {
-  const std::string folder = Folder(path);
-  const std::string name = std::filesystem::path(path).filename().string();
-  const std::string temp = StrCat(folder, "/.", name, ".tmp-", ::getpid());
-  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw IoError(StrCat("cannot create ", temp, ": ", Errno()));
-  const bool ok = WriteAll(fd, data.data(), data.size(), 0) && ::fsync(fd) == 0;
-  const std::string error = ok ? "" : Errno();
-  ::close(fd);
-  if (!ok || ::rename(temp.c_str(), path.c_str()) != 0) {
-    const std::string reason = ok ? Errno() : error;
-    ::unlink(temp.c_str());
-    throw IoError(StrCat("cannot write ", path, ": ", reason));
-  }
-  SyncDirectory(folder);
+  needs_repair_ = false;
 }
 
 }  // namespace jaxbatch

@@ -10,14 +10,22 @@
 // On disk, each record is
 //   magic "JBJ1" (4 bytes) | payload size (uint32, little-endian)
 //   | Hash64 of the payload (uint64, little-endian) | payload bytes.
-// Append() writes one record and fsyncs before it returns. A crash during an
-// append leaves a torn record at the end; opening reads every whole record
-// whose checksum holds, in order, stops at the first that is torn or corrupt
-// and cuts the file there (reported by discarded_bytes()), so the next
-// append continues a valid log.
+// Append() writes one record and fsyncs before it returns. Opening reads
+// every whole record whose checksum holds, in order, up to the first that is
+// torn or corrupt; what follows is described by damage().
 //
-// One process at a time: the constructor takes an exclusive lock (flock) on
-// the file and throws IoError when another process holds it.
+// Two ways to open it:
+//   - kWrite (a job's run): creates the file if absent and takes an
+//     exclusive lock (flock), throwing IoError while another process holds
+//     it. A damaged journal is left as found until the job repairs it with
+//     Truncate(), after it has dealt with the files that the records past
+//     the damage name (salvaged()): a crash between the two then still finds
+//     them named. Append() refuses while the damage is there.
+//   - kRead (a reader of the output): opens read-only, takes no lock and
+//     changes nothing, damaged or not, so a finished job reads from a
+//     read-only filesystem and while its writer runs.
+// Neither follows a symbolic link at `path`: a job's journal is a file it
+// created itself.
 //
 // Example:
 //   Journal journal("out/journal.jbj");
@@ -29,10 +37,11 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "jaxbatch/job/files.h"  // IWYU pragma: export (WriteFileAtomic, SyncDirectory)
 
 namespace jaxbatch {
 
@@ -41,32 +50,59 @@ inline constexpr size_t kJournalHeaderBytes = 16;
 // A bound on one record, so a corrupt size field cannot ask for gigabytes.
 inline constexpr uint32_t kMaxJournalRecordBytes = uint32_t{64} << 20;
 
+enum class JournalAccess { kWrite, kRead };
+
+// Where a journal stops being valid, as found when it was opened.
+struct JournalDamage {
+  int64_t offset = -1;       // byte where the first invalid record starts; -1: none
+  int64_t record = 0;        // its index (the valid records before it)
+  int64_t bytes = 0;         // bytes from `offset` to the end of the file
+  int64_t intact_after = 0;  // whole, valid records found after it (Journal::salvaged)
+  std::string reason;        // what is wrong at `offset`
+
+  bool damaged() const { return offset >= 0; }
+  // Damage at the very end with nothing valid after it: what a crash during
+  // an append (or a writer appending right now) leaves. Anything else is
+  // corruption of records already committed.
+  bool torn_tail() const { return damaged() && intact_after == 0; }
+};
+
 class Journal {
  public:
-  // Opens the journal at `path`, creating it (and syncing its folder) when
-  // absent. Throws IoError naming the file when it cannot be opened, locked
-  // or read.
-  explicit Journal(std::string path);
+  // Opens the journal at `path` (see the overview for the two kinds of
+  // access). Throws IoError naming the file when it cannot be opened, locked
+  // or read, is a symbolic link or is not a regular file, and, for kRead,
+  // when it does not exist.
+  explicit Journal(std::string path, JournalAccess access = JournalAccess::kWrite);
   ~Journal();
   Journal(const Journal&) = delete;
   Journal& operator=(const Journal&) = delete;
 
-  // The payloads of every valid record, oldest first.
+  // The payloads of every valid record before any damage, oldest first.
   const std::vector<std::string>& records() const { return records_; }
-  // Bytes cut off the end when the journal was opened (a torn or corrupt
-  // tail), and why; 0 and "" when the file was whole.
-  int64_t discarded_bytes() const { return discarded_bytes_; }
-  const std::string& discarded_reason() const { return discarded_reason_; }
+  // What was wrong past the valid records when the journal was opened (kept
+  // after a Truncate() repaired it, for the job's report).
+  const JournalDamage& damage() const { return damage_; }
+  // The payloads of the whole, valid records found after the damage (its
+  // intact_after), oldest first: what they name is the job's even though
+  // they no longer count as committed.
+  const std::vector<std::string>& salvaged() const { return salvaged_; }
+  // Whether damage found on opening is still in the file (Truncate cuts it).
+  bool needs_repair() const { return needs_repair_; }
+  JournalAccess access() const { return access_; }
   const std::string& path() const { return path_; }
 
   // Appends one record and makes it durable (fsync) before returning.
   // Throws InvalidArgumentError for a payload over kMaxJournalRecordBytes,
-  // IoError when the write or sync fails (the record is then cut off again).
+  // IoError when the write or sync fails (the record is then cut off again),
+  // the journal was opened for reading or still needs repair.
   void Append(std::string_view payload);
 
-  // Keeps the first `count` records and removes the rest, durably: for a
-  // job that found the output of a later record damaged and will redo it.
-  // Throws OutOfRangeError when count > records().size().
+  // Keeps the first `count` records and removes the rest, and any damage
+  // after them, durably: for a job that found the output of a later record
+  // damaged and will redo it, or that repairs a damaged journal.
+  // Throws OutOfRangeError when count > records().size(), IoError for a
+  // journal opened for reading.
   void Truncate(size_t count);
 
   // Releases the lock and closes the file; further appends throw. Idempotent.
@@ -75,24 +111,17 @@ class Journal {
  private:
   void Load();
   void CutTo(int64_t size);
+  void CheckWritable(std::string_view what) const;
 
   std::string path_;
+  JournalAccess access_;
   int fd_ = -1;
   std::vector<std::string> records_;
   std::vector<int64_t> ends_;  // file offset just past each record
-  int64_t discarded_bytes_ = 0;
-  std::string discarded_reason_;
+  JournalDamage damage_;
+  std::vector<std::string> salvaged_;
+  bool needs_repair_ = false;
 };
-
-// Writes `data` to `path` so that, whatever happens, the file is afterwards
-// either absent (or its old contents) or whole: a temporary file beside it,
-// fsync, rename over `path`, fsync of the folder. Throws IoError naming the
-// file on failure (and removes the temporary file).
-void WriteFileAtomic(const std::string& path, std::span<const uint8_t> data);
-
-// fsync of a folder, so that files created, renamed or removed in it stay so
-// after a crash. Throws IoError naming the folder.
-void SyncDirectory(const std::string& path);
 
 }  // namespace jaxbatch
 

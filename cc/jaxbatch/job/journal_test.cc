@@ -54,7 +54,7 @@ TEST_F(JournalTest, RecordsSurviveReopening) {
   }
   Journal journal(path_);
   EXPECT_EQ(journal.records(), kPayloads);
-  EXPECT_EQ(journal.discarded_bytes(), 0);
+  EXPECT_FALSE(journal.damage().damaged());
   journal.Append("more");
   EXPECT_EQ(journal.records().back(), "more");
 }
@@ -77,8 +77,19 @@ TEST_F(JournalTest, EveryTornTailIsCutOff) {
     Journal journal(path_);
     ASSERT_EQ(journal.records().size(), whole_records) << "cut at " << cut;
     const size_t kept = whole_records == 0 ? 0 : ends[whole_records - 1];
-    EXPECT_EQ(journal.discarded_bytes(), static_cast<int64_t>(cut - kept));
-    EXPECT_EQ(journal.discarded_reason().empty(), cut == kept);
+    EXPECT_EQ(journal.damage().damaged(), cut != kept);
+    if (cut != kept) {
+      EXPECT_EQ(journal.damage().bytes, static_cast<int64_t>(cut - kept));
+      EXPECT_EQ(journal.damage().offset, static_cast<int64_t>(kept));
+      EXPECT_EQ(journal.damage().record, static_cast<int64_t>(whole_records));
+      EXPECT_TRUE(journal.damage().torn_tail()) << "cut at " << cut;
+    }
+    EXPECT_EQ(journal.needs_repair(), cut != kept);
+    EXPECT_EQ(Bytes().size(), cut);  // Opening changes nothing, even for a writer.
+    if (cut != kept) {
+      EXPECT_TRUE(Contains(ThrownMessage<IoError>([&] { journal.Append("x"); }), "repair"));
+    }
+    journal.Truncate(journal.records().size());
     journal.Append("after");
     journal.Close();
     Journal again(path_);
@@ -98,8 +109,17 @@ TEST_F(JournalTest, CorruptRecordEndsTheLog) {
   SetBytes(bytes);
   Journal journal(path_);
   EXPECT_EQ(journal.records(), std::vector<std::string>(kPayloads.begin(), kPayloads.begin() + 2));
-  EXPECT_TRUE(Contains(journal.discarded_reason(), "checksum")) << journal.discarded_reason();
-  EXPECT_EQ(static_cast<size_t>(journal.discarded_bytes()), bytes.size() - second_payload);
+  const JournalDamage& damage = journal.damage();
+  EXPECT_TRUE(Contains(damage.reason, "checksum")) << damage.reason;
+  EXPECT_EQ(static_cast<size_t>(damage.bytes), bytes.size() - second_payload);
+  EXPECT_EQ(damage.record, 2);
+  EXPECT_EQ(damage.intact_after, 1);  // Record 4 is whole: corruption, not a torn tail.
+  EXPECT_FALSE(damage.torn_tail());
+  EXPECT_EQ(journal.salvaged(), std::vector<std::string>{kPayloads[3]});
+  journal.Truncate(2);  // The repair.
+  EXPECT_EQ(Bytes().size(), second_payload);
+  EXPECT_FALSE(journal.needs_repair());
+  EXPECT_TRUE(journal.damage().damaged());  // Still told, for the report.
 }
 
 TEST_F(JournalTest, GarbageAndHugeSizesAreRefusedNotAllocated) {
@@ -107,7 +127,7 @@ TEST_F(JournalTest, GarbageAndHugeSizesAreRefusedNotAllocated) {
   {
     Journal journal(path_);
     EXPECT_TRUE(journal.records().empty());
-    EXPECT_TRUE(Contains(journal.discarded_reason(), "no record marker"));
+    EXPECT_TRUE(Contains(journal.damage().reason, "no record marker"));
   }
   std::string header(kJournalHeaderBytes, '\0');
   header[0] = 'J', header[1] = 'B', header[2] = 'J', header[3] = '1';
@@ -115,7 +135,7 @@ TEST_F(JournalTest, GarbageAndHugeSizesAreRefusedNotAllocated) {
   SetBytes(header);
   Journal journal(path_);
   EXPECT_TRUE(journal.records().empty());
-  EXPECT_TRUE(Contains(journal.discarded_reason(), "record size")) << journal.discarded_reason();
+  EXPECT_TRUE(Contains(journal.damage().reason, "record size")) << journal.damage().reason;
 }
 
 TEST_F(JournalTest, TruncateKeepsAPrefixDurably) {
@@ -156,18 +176,62 @@ TEST_F(JournalTest, UnopenablePathsNameTheFile) {
   EXPECT_TRUE(Contains(ThrownMessage<IoError>([&] { Journal j(dir_.string()); }), dir_.string()));
 }
 
-TEST_F(JournalTest, WriteFileAtomicReplacesWholeFiles) {
-  const std::string target = (dir_ / "part-000000.bin").string();
-  const std::vector<uint8_t> first = {1, 2, 3}, second = {9, 8, 7, 6};
-  WriteFileAtomic(target, first);
-  WriteFileAtomic(target, second);
-  std::ifstream in(target, std::ios::binary);
-  EXPECT_EQ(std::vector<uint8_t>(std::istreambuf_iterator<char>(in), {}), second);
-  for (const auto& entry : fs::directory_iterator(dir_)) {
-    EXPECT_FALSE(Contains(entry.path().filename().string(), ".tmp")) << entry.path();
+// A reader sees the same records as a writer but changes nothing: not a torn
+// tail, not corruption in the middle, at any byte a flip lands on.
+TEST_F(JournalTest, ReadersNeverChangeTheFile) {
+  {
+    Journal journal(path_);
+    for (const std::string& p : kPayloads) journal.Append(p);
   }
-  const std::string bad = (dir_ / "missing" / "x.bin").string();
-  EXPECT_TRUE(Contains(ThrownMessage<IoError>([&] { WriteFileAtomic(bad, first); }), "missing"));
+  const std::string whole = Bytes();
+  for (size_t at = 0; at < whole.size(); ++at) {
+    std::string bytes = whole;
+    bytes[at] ^= 0x01;
+    SetBytes(bytes);
+    Journal reader(path_, JournalAccess::kRead);
+    EXPECT_TRUE(reader.damage().damaged()) << "flip at " << at;
+    EXPECT_LT(reader.records().size(), kPayloads.size()) << "flip at " << at;
+    EXPECT_EQ(reader.damage().offset + reader.damage().bytes, static_cast<int64_t>(bytes.size()));
+    // Intact records follow a flip in any record but the last.
+    const bool last_record = at >= whole.size() - kJournalHeaderBytes - kPayloads.back().size();
+    EXPECT_EQ(reader.damage().torn_tail(), last_record) << "flip at " << at;
+    EXPECT_EQ(Bytes(), bytes) << "flip at " << at;
+  }
+}
+
+TEST_F(JournalTest, AReaderTakesNoLockAndCannotWrite) {
+  Journal writer(path_);
+  writer.Append("first");
+  Journal reader(path_, JournalAccess::kRead);  // While the writer holds the lock.
+  EXPECT_EQ(reader.records(), std::vector<std::string>{"first"});
+  EXPECT_TRUE(Contains(ThrownMessage<IoError>([&] { reader.Append("x"); }), "for reading"));
+  EXPECT_TRUE(Contains(ThrownMessage<IoError>([&] { reader.Truncate(0); }), "for reading"));
+  writer.Close();
+  Journal again(path_);  // The reader never held the writer's lock.
+  EXPECT_EQ(again.records().size(), 1u);
+}
+
+TEST_F(JournalTest, AReaderNeedsAnExistingJournal) {
+  const std::string message =
+      ThrownMessage<IoError>([&] { Journal j(path_, JournalAccess::kRead); });
+  EXPECT_TRUE(Contains(message, path_)) << message;
+  EXPECT_FALSE(fs::exists(path_));
+}
+
+TEST_F(JournalTest, SymbolicLinksAreNotFollowed) {
+  const std::string target = (dir_ / "precious.txt").string();
+  std::ofstream(target) << "not a journal";
+  fs::create_symlink(target, path_);
+  for (const JournalAccess access : {JournalAccess::kWrite, JournalAccess::kRead}) {
+    const std::string message = ThrownMessage<IoError>([&] { Journal j(path_, access); });
+    EXPECT_TRUE(Contains(message, "symbolic link")) << message;
+  }
+  std::ifstream in(target);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "not a journal");
+  fs::remove(path_);
+  fs::create_symlink(dir_ / "dangling", path_);  // Not created through a dangling link either.
+  EXPECT_TRUE(Contains(ThrownMessage<IoError>([&] { Journal j(path_); }), "symbolic link"));
+  EXPECT_FALSE(fs::exists(dir_ / "dangling"));
 }
 
 }  // namespace

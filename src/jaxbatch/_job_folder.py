@@ -1,0 +1,380 @@
+"""A job's folder: the names of what a job keeps there, which files are its
+own, and opening it to write (claiming, checking and repairing it) or to read
+(changing nothing).
+
+A job owns only what it wrote and recorded: its journal, its report, and the
+shards its journal names. Each shard is named in a ``writing`` record before
+the file is written and in a ``shard`` record once it is whole, so a crash
+between any two steps still leaves every file the job made named by a
+record. Anything else in the folder is someone else's: a writer refuses such
+a folder, naming the first foreign file, and never deletes or overwrites it.
+A reader opens everything read-only, never follows a symbolic link to a file
+the job owns, and reports damage instead of repairing it; only a writer,
+holding the journal's lock, repairs.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from jaxbatch import _core
+
+log = logging.getLogger("jaxbatch")
+
+JOURNAL_NAME = "journal.jbj"
+REPORT_NAME = "report.json"
+_SHARD_NAME = re.compile(r"part-(\d{6})\.parquet")
+_PROCESS_NAME = re.compile(r"process-(\d{5})-of-(\d{5})")
+# Foreign files named in one refusal.
+_SHOWN = 3
+
+
+class JobError(ValueError):
+    """A job that cannot start or resume as asked (a folder holding other
+    files, another job's folder, changed function, input or options)."""
+
+
+# -- Names: made and read here only ------------------------------------------
+
+
+def shard_name(number: int) -> str:
+    """The file of a job's shard `number`."""
+    return f"part-{number:06d}.parquet"
+
+
+def process_folder(output: Path, index: int, count: int) -> Path:
+    """Where process ``index`` of ``count`` keeps its part of a job: the
+    output folder itself for a job on one process."""
+    return output if count == 1 else output / f"process-{index:05d}-of-{count:05d}"
+
+
+def process_parts(output: Path) -> dict[tuple[int, int], Path]:
+    """The ``process-IIIII-of-NNNNN`` folders in ``output``, by (index, count)."""
+    parts = {}
+    for p in output.iterdir():
+        m = _PROCESS_NAME.fullmatch(p.name)
+        if m and p.is_dir() and not p.is_symlink():
+            parts[int(m[1]), int(m[2])] = p
+    return parts
+
+
+# -- The journal, decoded ------------------------------------------------------
+
+
+class Journal:
+    """A job's journal (the C++ ``Journal``) with its records decoded. For
+    writing it holds the job's lock until closed; for reading it changes
+    nothing and takes no lock."""
+
+    def __init__(self, path: Path, *, write: bool):
+        access = _core.JournalAccess.write if write else _core.JournalAccess.read
+        self.core = _core.Journal(str(path), access)
+        try:
+            self.records = [_decode(r, path, i) for i, r in enumerate(self.core.records())]
+            self.salvaged = []
+            for r in self.core.salvaged():  # Damaged surroundings: keep what decodes.
+                try:
+                    self.salvaged.append(_decode(r, path, -1))
+                except JobError:
+                    continue
+        except BaseException:
+            self.core.close()
+            raise
+
+    @property
+    def damage(self):
+        return self.core.damage
+
+    def append(self, record: dict[str, Any]) -> None:
+        self.core.append(json.dumps(record, sort_keys=True, separators=(",", ":")).encode())
+        self.records.append(record)
+
+    def truncate(self, count: int) -> None:
+        self.core.truncate(count)
+        del self.records[count:]
+
+    def close(self) -> None:
+        self.core.close()
+
+    def __enter__(self) -> Journal:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _decode(payload: bytes, path: Path, index: int) -> dict[str, Any]:
+    """A record as the job wrote it: a JSON object with a ``kind``; a file it
+    names is a shard name of this job's (never a path), so that a crafted
+    journal cannot make a writer delete or read anything else."""
+    try:
+        record = json.loads(payload)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        record = None
+    if not isinstance(record, dict) or not isinstance(record.get("kind"), str):
+        raise JobError(f"{path}: record {index} is not a jaxbatch job record")
+    name = record.get("file")
+    if "file" in record and not (isinstance(name, str) and _SHARD_NAME.fullmatch(name)):
+        raise JobError(
+            f"{path}: record {index} names the file {name!r}; a job's records name only its "
+            f"shards (part-NNNNNN.parquet)"
+        )
+    return record
+
+
+def _named_files(records: Iterable[dict[str, Any]]) -> set[str]:
+    return {r["file"] for r in records if "file" in r}
+
+
+# -- What the folder holds -----------------------------------------------------
+
+
+@dataclass
+class Shard:
+    """A committed shard: its journal record and, once read, its bytes."""
+
+    record: dict[str, Any]
+    data: bytes | None = None
+
+
+class JobFolder:
+    """A job's folder: ``output`` for a job on one process, else one
+    process's ``process-IIIII-of-NNNNN`` folder."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def owned(self, journal: Journal) -> set[str]:
+        """Names of the files this folder's job owns: its journal, its report
+        and every shard a record names (the damaged tail's records included)."""
+        return {JOURNAL_NAME, REPORT_NAME} | _named_files([*journal.records, *journal.salvaged])
+
+    def foreign(self, owned: set[str]) -> list[str]:
+        """Entries of the folder that are not the job's (nor temporaries of its files)."""
+        temporaries = set(self.temporaries(owned))
+        return sorted(
+            p.name for p in self.path.iterdir() if p.name not in owned and p.name not in temporaries
+        )
+
+    def temporaries(self, owned: set[str]) -> list[str]:
+        """Leftover temporaries of the job's atomic writes of its files."""
+        prefixes = tuple(_core.atomic_temp_prefix(n) for n in owned if n != JOURNAL_NAME)
+        if not prefixes:
+            return []
+        return [p.name for p in self.path.iterdir() if p.name.startswith(prefixes)]
+
+    def refuse_foreign(self, foreign: list[str], why: str) -> None:
+        if foreign:
+            more = f" and {len(foreign) - _SHOWN} more" if len(foreign) > _SHOWN else ""
+            raise JobError(
+                f"jb.run: output folder {self.path} holds {', '.join(map(repr, foreign[:_SHOWN]))}"
+                f"{more}, which {why}; a job writes only in an empty or new folder, or in its "
+                f"own: choose another output folder"
+            )
+
+    def shard_problem(self, record: dict[str, Any]) -> tuple[bytes | None, str | None]:
+        """The shard's bytes as read (never through a link), or what is wrong
+        with it: missing, another size, another hash."""
+        path = self.path / record["file"]
+        if not os.path.lexists(path):
+            return None, "missing"
+        data = _core.read_owned_file(str(path))  # OSError for a link or non-file.
+        if len(data) != record["bytes"]:
+            return (
+                None,
+                f"{len(data)} bytes, not the {record['bytes']} recorded (truncated or torn)",
+            )
+        if f"{_core.hash_file_contents(data):016x}" != record["hash"]:
+            return None, "corrupt (its hash differs from the one recorded)"
+        return data, None
+
+    def remove(self, names: Iterable[str]) -> int:
+        """Deletes those of the job's own files that exist; their count."""
+        removed = 0
+        for name in names:
+            path = self.path / name
+            if os.path.lexists(path):
+                path.unlink()
+                removed += 1
+        if removed:
+            _core.sync_directory(str(self.path))
+        return removed
+
+
+# -- Writing ------------------------------------------------------------------
+
+
+def claim(path: Path, *, overwrite: bool, inputs: Iterable[str]) -> tuple[JobFolder, Journal]:
+    """Opens the job folder at `path` for writing: creates it, or takes the
+    journal of the job already there (and its lock). Refuses a folder that
+    holds anything the job did not write, and an input that lies inside it.
+    ``overwrite`` deletes the old job's own files first."""
+    _check_output_path(path)
+    _check_inputs(path, inputs)
+    path.mkdir(parents=True, exist_ok=True)
+    folder = JobFolder(path)
+    journal_path = path / JOURNAL_NAME
+    if not os.path.lexists(journal_path):
+        folder.refuse_foreign(folder.foreign(set()), "no jaxbatch job wrote (it has no journal)")
+    journal = Journal(journal_path, write=True)
+    try:
+        if journal.records and journal.records[0].get("kind") != "job":
+            raise JobError(f"jb.run: {journal_path} does not start with a job record")
+        owned = folder.owned(journal)
+        folder.refuse_foreign(folder.foreign(owned), "the job in it did not write")
+        for name in owned - {JOURNAL_NAME}:
+            if (path / name).is_symlink():
+                raise JobError(
+                    f"jb.run: {path / name} is a symbolic link; a job's files are regular "
+                    f"files it wrote itself: remove the link (the job then redoes that part)"
+                )
+        if overwrite:
+            start_over(folder, journal)
+    except BaseException:
+        journal.close()
+        raise
+    return folder, journal
+
+
+def start_over(folder: JobFolder, journal: Journal) -> None:
+    """Deletes every file of the job's but its journal, then empties the journal."""
+    owned = folder.owned(journal)
+    folder.remove(owned - {JOURNAL_NAME})
+    folder.remove(folder.temporaries(owned))
+    journal.truncate(0)
+
+
+def settle(folder: JobFolder, journal: Journal) -> tuple[list[dict], bool, int]:
+    """Brings the folder to its last good commit: verifies the shards the
+    journal lists, keeps the longest run of whole ones, deletes the job's
+    other files (a damaged shard and everything after it, shards written but
+    not recorded, temporaries) and then cuts the journal to match, repairing
+    a damaged tail. Returns the kept shard records, whether the job is
+    complete, and how many recorded shards are redone."""
+    keep, shards, done = len(journal.records), [], False
+    for i, record in enumerate(journal.records):
+        if record["kind"] == "done":
+            done = True
+            break
+        if record["kind"] != "shard":
+            continue
+        _, problem = folder.shard_problem(record)
+        if problem is not None:
+            log.warning(
+                "jb.run: shard %s is %s; redoing it and what follows", record["file"], problem
+            )
+            keep = i
+            break
+        shards.append(record)
+    damage = journal.damage
+    if damage.damaged and journal.core.needs_repair:
+        dropped = 1 + damage.intact_after
+        log.warning(
+            "jb.run: %s is damaged at byte %d (record %d: %s); cutting it there drops %d "
+            "record%s; the work they recorded is redone",
+            journal.core.path,
+            damage.offset,
+            damage.record,
+            damage.reason,
+            dropped,
+            "" if dropped == 1 else "s",
+        )
+    recorded = sum(r["kind"] == "shard" for r in [*journal.records, *journal.salvaged])
+    owned = folder.owned(journal)
+    kept = _named_files(shards) | {JOURNAL_NAME, REPORT_NAME}
+    folder.remove(owned - kept)  # Before the journal forgets their names.
+    folder.remove(folder.temporaries(owned))
+    if keep < len(journal.records) or journal.core.needs_repair:
+        journal.truncate(keep)
+    return shards, done, recorded - len(shards)
+
+
+def _check_output_path(path: Path) -> None:
+    if path.is_symlink() and not path.exists():
+        raise JobError(
+            f"jb.run: output {path} is a symbolic link to {os.readlink(path)}, which does not "
+            f"exist; point it at a folder or choose another output"
+        )
+    if path.exists() and not path.is_dir():
+        raise JobError(f"jb.run: output {path} is a file; expected a folder")
+
+
+def _check_inputs(path: Path, inputs: Iterable[str]) -> None:
+    """Refuses an input file (or folder) inside the job's folder, or the folder itself."""
+    folder = path.resolve()
+    for source in inputs:
+        resolved = Path(source).resolve()
+        if resolved == folder or folder in resolved.parents:
+            raise JobError(
+                f"jb.run: the input {source} lies inside the job's output folder {path}; a job's "
+                f"folder holds only the job's own files: choose another output folder"
+            )
+
+
+# -- Reading ------------------------------------------------------------------
+
+
+@dataclass
+class Committed:
+    """What a reader finds in a job folder: the job record, the committed
+    shards (verified, with their bytes) and whether the job finished."""
+
+    job: dict[str, Any] | None
+    shards: list[Shard]
+    done: bool
+    interrupted: bool  # the journal ends in a torn record: a run stopped (or runs now)
+
+
+def read_committed(path: Path) -> Committed:
+    """The committed work of the job in `path`, read-only. Raises OSError for
+    damage (a corrupt journal record, a shard that is missing, a link, of
+    another size or hash), naming the record or shard, and JobError when
+    there is no job."""
+    if not os.path.lexists(path / JOURNAL_NAME):
+        raise JobError(f"{path} holds no jaxbatch job (no {JOURNAL_NAME})")
+    folder = JobFolder(path)
+    with Journal(path / JOURNAL_NAME, write=False) as journal:
+        records, damage = journal.records, journal.damage
+        done = any(r["kind"] == "done" for r in records)
+        if damage.damaged and (done or not damage.torn_tail):
+            raise OSError(_damage_message(journal))
+        shards = []
+        for i, record in enumerate(records):
+            if record["kind"] != "shard":
+                continue
+            data, problem = folder.shard_problem(record)
+            if problem is not None:
+                raise OSError(
+                    f"{path / record['file']} (shard {record['shard']}, journal record {i}) is "
+                    f"{problem}: the job's output is damaged; re-run the job to redo that shard "
+                    f"and those after it (its journal is left as it is: reading never repairs)"
+                )
+            shards.append(Shard(record, data))
+    job = records[0] if records and records[0]["kind"] == "job" else None
+    return Committed(job, shards, done, damage.damaged)
+
+
+def _damage_message(journal: Journal) -> str:
+    damage, records = journal.damage, journal.records
+    last = next((r for r in reversed(records) if r["kind"] == "shard"), None)
+    after = f"after the record of shard {last['shard']}" if last else "before any shard's record"
+    lost = [f"shard {r['shard']}" for r in journal.salvaged if r["kind"] == "shard"]
+    if any(r["kind"] == "done" for r in journal.salvaged):
+        lost.append("the job's completion")
+    follows = (
+        f"; {damage.intact_after} intact record(s) follow it ({', '.join(lost) or 'no shards'})"
+        if damage.intact_after
+        else ""
+    )
+    return (
+        f"{journal.core.path} is damaged at byte {damage.offset}, record {damage.record} "
+        f"({after}): {damage.reason}{follows}. Reading never repairs: re-run the job to cut the "
+        f"damaged records and redo the shards they recorded"
+    )
