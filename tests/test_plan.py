@@ -243,9 +243,15 @@ def test_pydoc_autobuckets_is_better_than_powers_of_two():
             jb.FixedBuckets([4], batch_size=1),
             "example 2 has length 9, longer than the last boundary 4",
         ),
-        (jb.FixedBuckets([8], token_budget=4), "token_budget 4 is smaller than bucket length 8"),
+        (
+            jb.FixedBuckets([8], token_budget=4),
+            "token_budget 4 is smaller than the last boundary 8",
+        ),
         (jb.AutoBuckets(2), "expected batch_size or token_budget"),
-        (jb.AutoBuckets(2, token_budget=5), "token_budget 5 is smaller than bucket length 9"),
+        (
+            jb.AutoBuckets(2, token_budget=5),
+            "token_budget 5 is smaller than the longest example (example 2, length 9)",
+        ),
         (jb.Pack(4, 2), "Pack: example 2 has length 9, longer than row_length 4"),
         (jb.Pack(4, 2, algorithm="worst_fit"), "algorithm must be one of"),
         (jb.Pack(4, 2, lookahead=0), "lookahead must be a positive integer, found 0"),

@@ -13,7 +13,13 @@ Example::
         batch = jb.collate(ds, spec)   # tokens, tokens_mask, tokens_lengths, example_index
 """
 
-from jaxbatch import masked  # noqa: E402 - a namespace module: jb.masked.sum(...)
+from jaxbatch import _interrupt
+
+# First of all: Ctrl-C while jax loads (and later while JAX works) must be
+# neither lost nor fatal.
+_interrupt.import_jax()
+
+from jaxbatch import masked  # a namespace module: jb.masked.sum(...)
 from jaxbatch._autotune import AutotuneResult, autotune
 from jaxbatch._axes import AxisError, check_axes
 from jaxbatch._broadcast import BroadcastError, explain_broadcast, strict_broadcasting

@@ -79,8 +79,10 @@ def _shard(value: str | None):
 
 def run_command(args) -> int:
     import jaxbatch as jb
+    from jaxbatch._interrupt import raise_lost
 
     try:
+        raise_lost()  # Pressed while jax was imported.
         fun = resolve_function(args.function)
         report = jb.run(
             fun,

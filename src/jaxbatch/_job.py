@@ -40,6 +40,7 @@ import numpy as np
 
 from jaxbatch import _core
 from jaxbatch._dataset import Dataset
+from jaxbatch._interrupt import raise_lost
 from jaxbatch._job_folder import (
     REPORT_NAME,
     JobError,
@@ -121,15 +122,19 @@ class JobReport:
             reasons[key] = reasons.get(key, 0) + 1
         lines = [
             f"job {self.output}: {'complete' if self.complete else 'NOT complete'}; "
-            f"{self.examples} of {self.total} examples written in {self.shards} shards "
-            f"({self.runs} run{'s' if self.runs != 1 else ''}"
-            + (f", {self.redone_shards} damaged shards redone" if self.redone_shards else "")
+            f"{self.examples} of {_count(self.total, 'example')} written in "
+            f"{_count(self.shards, 'shard')} ({_count(self.runs, 'run')}"
+            + (
+                f", {_count(self.redone_shards, 'damaged shard')} redone"
+                if self.redone_shards
+                else ""
+            )
             + ")",
             f"  skipped {self.skipped}, quarantined {self.quarantined}"
             + "".join(f"\n    {n} x {r}" for r, n in sorted(reasons.items())),
             f"  time: loading {s['loading']:.2f} s, compiling {s['compiling']:.2f} s "
-            f"({self.compilations} compilations), computing {s['computing']:.2f} s, writing "
-            f"{s['writing']:.2f} s; this run's wall time {self.wall_seconds:.2f} s",
+            f"({_count(self.compilations, 'compilation')}), computing {s['computing']:.2f} s, "
+            f"writing {s['writing']:.2f} s; this run's wall time {self.wall_seconds:.2f} s",
             f"  padding efficiency {self.padding_efficiency:.1%} ({self.real_elements} real of "
             f"{self.padded_elements} elements)",
             f"  peak memory: host {self.peak_host_bytes / 2**20:.0f} MiB"
@@ -140,6 +145,10 @@ class JobReport:
             ),
         ]
         return "\n".join(lines)
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def run(
@@ -210,6 +219,7 @@ def run(
         vectors = jb.read_output("out/")["output"]
     """
     start_time = time.perf_counter()
+    raise_lost()
     try:
         import pyarrow  # noqa: F401 - the shards are Parquet
     except ImportError:
@@ -465,6 +475,7 @@ class _Job:
         counts = _Counts()
         loader = iter(self.loader)
         while True:
+            raise_lost()  # A Ctrl-C the garbage collector swallowed while JAX worked.
             t0 = time.perf_counter()
             batch = next(loader, None)
             counts.loading += time.perf_counter() - t0

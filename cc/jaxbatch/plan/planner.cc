@@ -153,18 +153,19 @@ class BucketBatcher {
 
 // Rows per batch for a bucket of `length` under a batch size and/or budget:
 // the budget's rows rounded down to `rows_multiple` (a batch_size is one).
+// `what` names the length in the error of a budget too small for one row.
 int64_t RowsForLength(int64_t length, int64_t batch_size, int64_t token_budget,
-                      int64_t rows_multiple, const char* planner) {
+                      int64_t rows_multiple, const char* planner, const std::string& what) {
   int64_t rows = batch_size > 0 ? batch_size : std::numeric_limits<int64_t>::max();
   if (token_budget > 0) {
     const int64_t fitting = token_budget / length / rows_multiple * rows_multiple;
     if (fitting == 0) {
       const std::optional<int64_t> needed = CheckedMul(length, rows_multiple);
-      throw InvalidArgumentError(StrCat(
-          planner, ": token_budget ", token_budget, " is smaller than bucket length ", length,
-          rows_multiple > 1 ? StrCat(" x rows_multiple=", rows_multiple) : std::string(),
-          "; raise token_budget to at least ",
-          needed ? StrCat(*needed) : StrCat("more than ", kMaxSize)));
+      throw InvalidArgumentError(
+          StrCat(planner, ": token_budget ", token_budget, " is smaller than ", what,
+                 rows_multiple > 1 ? StrCat(" x rows_multiple=", rows_multiple) : std::string(),
+                 "; raise token_budget to at least ",
+                 needed ? StrCat(*needed) : StrCat("more than ", kMaxSize)));
     }
     rows = std::min(rows, fitting);
   }
@@ -181,8 +182,8 @@ BatchPlan PlanBuckets(std::span<const int64_t> lengths, const std::vector<int64_
   PlanBuilder builder(/*packed=*/false);
   std::vector<BucketBatcher> buckets;
   for (size_t k = 0; k < boundaries.size(); ++k) {
-    const int64_t rows =
-        RowsForLength(boundaries[k], batch_size, token_budget, rows_multiple, planner);
+    const int64_t rows = RowsForLength(boundaries[k], batch_size, token_budget, rows_multiple,
+                                       planner, StrCat("bucket length ", boundaries[k]));
     CheckBatchSize(
         rows, boundaries[k], 0,
         StrCat(planner, ": batch_size=", batch_size, " with boundaries[", k, "]=", boundaries[k],
@@ -253,6 +254,10 @@ BatchPlan PlanFixedBuckets(std::span<const int64_t> lengths, const std::vector<i
     throw InvalidArgumentError("FixedBuckets: expected batch_size or token_budget, found neither");
   }
   CheckRowsMultiple(o.batch_size, o.rows_multiple, "FixedBuckets", "batch_size");
+  // The longest bucket needs the most: name it first, so that raising the
+  // budget to what the error says is enough.
+  RowsForLength(o.boundaries.back(), o.batch_size, o.token_budget, o.rows_multiple, "FixedBuckets",
+                StrCat("the last boundary ", o.boundaries.back()));
   return PlanBuckets(lengths, ids, o.boundaries, o.batch_size, o.token_budget, 1, o.rows_multiple,
                      o.remainder, o.too_long, "FixedBuckets");
 }
@@ -265,9 +270,22 @@ BatchPlan PlanAutoBuckets(std::span<const int64_t> lengths, const std::vector<in
     throw InvalidArgumentError("AutoBuckets: expected batch_size or token_budget, found neither");
   }
   CheckRowsMultiple(o.batch_size, o.rows_multiple, "AutoBuckets", "batch_size");
+  if (!ids.empty()) {
+    // Every bucket is at most the longest example: name it first, so that
+    // raising the budget to what the error says is enough.
+    const int64_t longest = *std::max_element(ids.begin(), ids.end(), [&](int64_t a, int64_t b) {
+      return lengths[static_cast<size_t>(a)] < lengths[static_cast<size_t>(b)];
+    });
+    const int64_t length = lengths[static_cast<size_t>(longest)];
+    const int64_t rounded = RoundUp(length, o.pad_to_multiple, "AutoBuckets");
+    RowsForLength(rounded, o.batch_size, o.token_budget, o.rows_multiple, "AutoBuckets",
+                  StrCat("the longest example (example ", longest, ", length ", length,
+                         rounded != length ? StrCat(" padded to ", rounded) : std::string(), ")"));
+  }
   const LengthHistogram histogram = RoundedHistogram(lengths, ids, o.pad_to_multiple);
   auto rows_for_length = [&](int64_t length) {
-    return RowsForLength(length, o.batch_size, o.token_budget, o.rows_multiple, "AutoBuckets");
+    return RowsForLength(length, o.batch_size, o.token_budget, o.rows_multiple, "AutoBuckets",
+                         StrCat("bucket length ", length));
   };
   const std::vector<int64_t> boundaries =
       OptimalBoundaries(histogram, o.max_shapes, rows_for_length, o.remainder == Remainder::kPad);

@@ -650,6 +650,28 @@ TEST(PlanTest, RowsMultipleMakesEveryBatchSplitEvenly) {
   EXPECT_EQ(keep.batch(1).shape.rows, 4);
 }
 
+// Raising a budget to the least an error names is enough: the error names
+// what needs the most (the longest example, the last boundary), not the
+// first bucket that does not fit.
+TEST(PlanTest, ATooSmallBudgetNamesTheLeastThatFits) {
+  const std::vector<int64_t> lengths = {3, 120, 7, 101, 1024, 40};
+  auto message = [&](const PlannerOptions& options) {
+    return ThrownMessage<InvalidArgumentError>([&] { Plan(lengths, options); });
+  };
+  EXPECT_EQ(message(AutoBucketsOptions{.max_shapes = 4, .token_budget = 100}),
+            "AutoBuckets: token_budget 100 is smaller than the longest example (example 4, "
+            "length 1024); raise token_budget to at least 1024");
+  EXPECT_NO_THROW(Plan(lengths, AutoBucketsOptions{.max_shapes = 4, .token_budget = 1024}));
+  EXPECT_TRUE(Contains(
+      message(AutoBucketsOptions{.max_shapes = 4, .token_budget = 1000, .pad_to_multiple = 100}),
+      "(example 4, length 1024 padded to 1100); raise token_budget to at least 1100"));
+  EXPECT_EQ(message(FixedBucketsOptions{.boundaries = {16, 128, 2048}, .token_budget = 100}),
+            "FixedBuckets: token_budget 100 is smaller than the last boundary 2048; raise "
+            "token_budget to at least 2048");
+  EXPECT_NO_THROW(
+      Plan(lengths, FixedBucketsOptions{.boundaries = {16, 128, 2048}, .token_budget = 2048}));
+}
+
 TEST(PlanTest, RowsMultipleRefusesWhatCannotSplit) {
   const std::vector<int64_t> lengths = {5, 9, 3};
   auto message = [&](const PlannerOptions& options) {
@@ -663,8 +685,8 @@ TEST(PlanTest, RowsMultipleRefusesWhatCannotSplit) {
                "Pack: rows_per_batch=3 is not a multiple of rows_multiple=2"));
   EXPECT_TRUE(
       Contains(message(AutoBucketsOptions{.max_shapes = 2, .token_budget = 30, .rows_multiple = 4}),
-               "token_budget 30 is smaller than bucket length 9 x rows_multiple=4; "
-               "raise token_budget to at least 36"));
+               "token_budget 30 is smaller than the longest example (example 1, length 9) x "
+               "rows_multiple=4; raise token_budget to at least 36"));
   EXPECT_TRUE(Contains(message(PadToMaxOptions{.batch_size = 4, .rows_multiple = 0}),
                        "PadToMax: rows_multiple must be > 0, found 0"));
   // Found by plan_fuzzer: the suggested multiple must not overflow.
