@@ -70,8 +70,10 @@ log = logging.getLogger("jaxbatch")
 #: Examples per output shard (and per journal record) unless checkpoint_every says otherwise.
 DEFAULT_CHECKPOINT_EVERY = 8192
 # 2: on_error and checkpoint_every are keyed on; shards are named in a
-# "writing" record before they are written.
+# "writing" record before they are written. Jobs of format 1 resume.
 _FORMAT_VERSION = 2
+_FORMATS_RESUMED = (1, 2)
+_OPTIONS_ADDED = ("on_error", "checkpoint_every")  # in format 2
 _PLANNERS = {c.__name__: c for c in (PadToMax, FixedBuckets, AutoBuckets, Pack)}
 _ON_ERROR = ("raise", "skip", "quarantine")
 
@@ -386,13 +388,17 @@ def _committed_any(journal: Journal) -> bool:
 def _differences(job_record: dict, fingerprint: dict) -> list[str]:
     old = job_record["fingerprint"]
     differences = []
-    for key in ("format", "function", "function_source", "input", "examples"):
+    if old.get("format") not in _FORMATS_RESUMED:
+        differences.append(f"format: was {old.get('format')!r}, now {fingerprint['format']!r}")
+    for key in ("function", "function_source", "input", "examples"):
         if old.get(key) != fingerprint[key]:
             differences.append(f"{key}: was {old.get(key)!r}, now {fingerprint[key]!r}")
+    recorded = old.get("options", {})
     for key, value in fingerprint["options"].items():
-        was = old.get("options", {}).get(key)
-        if was != json.loads(json.dumps(value)):
-            differences.append(f"option {key}: was {was!r}, now {value!r}")
+        if key not in recorded and key in _OPTIONS_ADDED:
+            continue  # A job of an older format did not record it.
+        if recorded.get(key) != json.loads(json.dumps(value)):
+            differences.append(f"option {key}: was {recorded.get(key)!r}, now {value!r}")
     return differences
 
 

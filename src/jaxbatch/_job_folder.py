@@ -153,8 +153,14 @@ class JobFolder:
 
     def owned(self, journal: Journal) -> set[str]:
         """Names of the files this folder's job owns: its journal, its report
-        and every shard a record names (the damaged tail's records included)."""
-        return {JOURNAL_NAME, REPORT_NAME} | _named_files([*journal.records, *journal.salvaged])
+        and every shard a record names (the damaged tail's records included).
+        A job of format 1 named a shard only once it was written: there every
+        shard-named file is the job's, as that format had it."""
+        owned = {JOURNAL_NAME, REPORT_NAME} | _named_files([*journal.records, *journal.salvaged])
+        job = journal.records[0] if journal.records else {}
+        if job.get("kind") == "job" and job.get("fingerprint", {}).get("format") == 1:
+            owned |= {p.name for p in self.path.iterdir() if _SHARD_NAME.fullmatch(p.name)}
+        return owned
 
     def foreign(self, owned: set[str]) -> list[str]:
         """Entries of the folder that are not the job's (nor temporaries of its files)."""

@@ -46,6 +46,13 @@ def function_key(fun: Callable) -> str:
 def function_fingerprint(fun: Callable, tag: str | None, what: str) -> str:
     """A stable fingerprint of `fun`, or :data:`TAG_ONLY` when only ``tag``
     can key it. JobError, saying what to pass, when it has neither."""
+    plain = inspect.unwrap(fun)
+    if inspect.isfunction(plain):  # As jobs of format 1 keyed it, so they resume.
+        try:
+            text = inspect.getsource(plain).encode()
+        except (OSError, TypeError):
+            text = plain.__code__.co_code
+        return hashlib.sha256(text).hexdigest()[:16]
     text = _stable_text(fun, 0)
     if text is not None:
         return hashlib.sha256(text.encode()).hexdigest()[:16]
