@@ -230,34 +230,52 @@ def test_pydoc_autobuckets_is_better_than_powers_of_two():
 
 
 @pytest.mark.parametrize(
-    ("planner", "message"),
+    ("make", "message"),
     [
-        (jb.PadToMax(0), "PadToMax: batch_size must be a positive integer, found 0"),
+        (lambda: jb.PadToMax(0), "PadToMax: batch_size must be a positive integer, found 0"),
         (
-            jb.PadToMax(2, remainder="spill"),
+            lambda: jb.PadToMax(2, remainder="spill"),
             "remainder must be one of 'pad', 'keep', 'drop', found 'spill'",
         ),
-        (jb.FixedBuckets([4, 2], batch_size=2), "strictly increasing, found boundaries[1] = 2"),
-        (jb.FixedBuckets([4]), "expected batch_size or token_budget, found neither"),
+        (
+            lambda: jb.FixedBuckets([4, 2], batch_size=2),
+            "strictly increasing, found boundaries[1] = 2",
+        ),
+        (lambda: jb.FixedBuckets([4]), "expected batch_size or token_budget, found neither"),
+        (
+            lambda: jb.FixedBuckets([8], token_budget=4),
+            "token_budget 4 is smaller than the last boundary 8",
+        ),
+        (lambda: jb.AutoBuckets(2), "expected batch_size or token_budget"),
+        (lambda: jb.Pack(4, 2, algorithm="worst_fit"), "algorithm must be one of"),
+        (lambda: jb.Pack(4, 2, lookahead=0), "lookahead must be a positive integer, found 0"),
+        (lambda: jb.Pack(4, 2, lookahead=3, open_rows=2), "not both"),
+        (lambda: jb.AutoBuckets(2, batch_size=True), "batch_size must be a positive integer"),
+    ],
+)
+def test_bad_planner_options_fail_where_they_are_written(make, message):
+    """The engine validates a planner when it is built: the error comes from
+    the line that wrote it, not from the first plan."""
+    with pytest.raises(ValueError) as info:
+        make()
+    assert message in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("planner", "message"),
+    [
         (
             jb.FixedBuckets([4], batch_size=1),
             "example 2 has length 9, longer than the last boundary 4",
         ),
         (
-            jb.FixedBuckets([8], token_budget=4),
-            "token_budget 4 is smaller than the last boundary 8",
-        ),
-        (jb.AutoBuckets(2), "expected batch_size or token_budget"),
-        (
             jb.AutoBuckets(2, token_budget=5),
             "token_budget 5 is smaller than the longest example (example 2, length 9)",
         ),
         (jb.Pack(4, 2), "Pack: example 2 has length 9, longer than row_length 4"),
-        (jb.Pack(4, 2, algorithm="worst_fit"), "algorithm must be one of"),
-        (jb.Pack(4, 2, lookahead=0), "lookahead must be a positive integer, found 0"),
     ],
 )
-def test_bad_planner_options_raise_clear_errors(planner, message):
+def test_planners_refuse_data_they_cannot_plan(planner, message):
     with pytest.raises(ValueError) as info:
         jb.plan(np.array([1, 2, 9]), planner)
     assert message in str(info.value)

@@ -1,12 +1,15 @@
-// Binds plan/: planner options, Plan() and BatchPlan.
+// Binds plan/: planner options, their validation and keys, Plan() and BatchPlan.
+#include <nanobind/operators.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/string_view.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/variant.h>
 #include <nanobind/stl/vector.h>
 
 #include "bindings.h"
 #include "jaxbatch/plan/planner.h"
+#include "jaxbatch/plan/planner_key.h"
 
 namespace jaxbatch::bindings {
 namespace {
@@ -34,12 +37,14 @@ void BindPlan(nb::module_& m) {
 
   nb::class_<PadToMaxOptions>(m, "PadToMaxOptions")
       .def(nb::init<>())
+      .def(nb::self == nb::self)
       .def_rw("batch_size", &PadToMaxOptions::batch_size)
       .def_rw("pad_to_multiple", &PadToMaxOptions::pad_to_multiple)
       .def_rw("remainder", &PadToMaxOptions::remainder)
       .def_rw("rows_multiple", &PadToMaxOptions::rows_multiple);
   nb::class_<FixedBucketsOptions>(m, "FixedBucketsOptions")
       .def(nb::init<>())
+      .def(nb::self == nb::self)
       .def_rw("boundaries", &FixedBucketsOptions::boundaries)
       .def_rw("batch_size", &FixedBucketsOptions::batch_size)
       .def_rw("token_budget", &FixedBucketsOptions::token_budget)
@@ -48,6 +53,7 @@ void BindPlan(nb::module_& m) {
       .def_rw("rows_multiple", &FixedBucketsOptions::rows_multiple);
   nb::class_<AutoBucketsOptions>(m, "AutoBucketsOptions")
       .def(nb::init<>())
+      .def(nb::self == nb::self)
       .def_rw("max_shapes", &AutoBucketsOptions::max_shapes)
       .def_rw("token_budget", &AutoBucketsOptions::token_budget)
       .def_rw("batch_size", &AutoBucketsOptions::batch_size)
@@ -56,6 +62,7 @@ void BindPlan(nb::module_& m) {
       .def_rw("rows_multiple", &AutoBucketsOptions::rows_multiple);
   nb::class_<PackOptions>(m, "PackOptions")
       .def(nb::init<>())
+      .def(nb::self == nb::self)
       .def_rw("row_length", &PackOptions::row_length)
       .def_rw("rows_per_batch", &PackOptions::rows_per_batch)
       .def_rw("max_segments_per_row", &PackOptions::max_segments_per_row)
@@ -65,6 +72,11 @@ void BindPlan(nb::module_& m) {
       .def_rw("too_long", &PackOptions::too_long)
       .def_rw("remainder", &PackOptions::remainder)
       .def_rw("rows_multiple", &PackOptions::rows_multiple);
+
+  m.def("validate_planner", &ValidatePlannerOptions, nb::arg("options"));
+  m.def("planner_name", &PlannerName, nb::arg("options"));
+  m.def("planner_key", &PlannerKey, nb::arg("options"));
+  m.def("parse_planner_key", &ParsePlannerKey, nb::arg("key"));
 
   nb::class_<PlanStats>(m, "PlanStats")
       .def_ro("examples", &PlanStats::examples)

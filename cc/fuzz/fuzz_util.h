@@ -96,9 +96,9 @@ inline PlannerOptions ConsumePlannerOnly(FuzzedDataProvider& in, int64_t small_m
       PackOptions o;
       o.row_length = ConsumeSize(in, small_max, huge);
       o.rows_per_batch = ConsumeSize(in, small_max, huge);
-      o.max_segments_per_row = in.ConsumeBool() ? 0 : ConsumeSize(in, 8, huge);
+      if (in.ConsumeBool()) o.max_segments_per_row = ConsumeSize(in, 8, huge);
       o.algorithm = in.ConsumeBool() ? PackAlgorithm::kBestFit : PackAlgorithm::kFirstFit;
-      o.lookahead = in.ConsumeBool() ? 0 : ConsumeSize(in, 16, false);
+      if (in.ConsumeBool()) o.lookahead = ConsumeSize(in, 16, false);
       // Streaming instead of windows (both together are refused).
       if (in.ConsumeBool()) o.open_rows = ConsumeSize(in, 8, huge);
       o.too_long = ConsumeTooLong(in);
@@ -118,16 +118,19 @@ inline PlannerOptions ConsumePlanner(FuzzedDataProvider& in, int64_t small_max, 
   std::visit(
       [&](auto& o) {
         o.rows_multiple = multiple;
-        int64_t* rows = nullptr;
+        auto round_up = [&](int64_t& rows) {
+          int64_t up = 0;
+          if (round && multiple > 0 && rows > 0 &&
+              !__builtin_mul_overflow(rows / multiple + (rows % multiple != 0), multiple, &up)) {
+            rows = up;
+          }
+        };
         if constexpr (requires { o.rows_per_batch; }) {
-          rows = &o.rows_per_batch;
-        } else {
-          rows = &o.batch_size;
-        }
-        int64_t up = 0;
-        if (round && multiple > 0 && *rows > 0 &&
-            !__builtin_mul_overflow(*rows / multiple + (*rows % multiple != 0), multiple, &up)) {
-          *rows = up;
+          round_up(o.rows_per_batch);
+        } else if constexpr (std::is_same_v<decltype(o.batch_size), int64_t>) {
+          round_up(o.batch_size);
+        } else if (o.batch_size) {
+          round_up(*o.batch_size);
         }
       },
       options);

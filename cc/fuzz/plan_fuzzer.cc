@@ -39,14 +39,14 @@ Limits LimitsOf(const PlannerOptions& options) {
         if constexpr (std::is_same_v<T, PadToMaxOptions>) l.max_rows = o.batch_size;
         if constexpr (std::is_same_v<T, FixedBucketsOptions> ||
                       std::is_same_v<T, AutoBucketsOptions>) {
-          if (o.batch_size > 0) l.max_rows = o.batch_size;
-          l.token_budget = o.token_budget;
+          if (o.batch_size) l.max_rows = *o.batch_size;
+          l.token_budget = o.token_budget.value_or(0);
         }
         if constexpr (std::is_same_v<T, FixedBucketsOptions>) l.too_long = o.too_long;
         if constexpr (std::is_same_v<T, PackOptions>) {
           l.max_rows = o.rows_per_batch;
           l.length = o.row_length;
-          l.segments = o.max_segments_per_row;  // 0: sized from the lengths.
+          l.segments = o.max_segments_per_row.value_or(0);  // 0: sized from the lengths.
           l.too_long = o.too_long;
           l.packed = true;
         }

@@ -63,7 +63,16 @@ from jaxbatch._map import (
 )
 from jaxbatch._output_layout import per_token_leaves
 from jaxbatch._plan import plan
-from jaxbatch._planners import AutoBuckets, FixedBuckets, Pack, PadToMax, Planner, planner_key
+from jaxbatch._planners import (
+    AutoBuckets,
+    FixedBuckets,
+    Pack,
+    PadToMax,
+    Planner,
+    planner_from_key,
+    planner_key,
+    same_planner,
+)
 
 log = logging.getLogger("jaxbatch")
 
@@ -74,7 +83,6 @@ DEFAULT_CHECKPOINT_EVERY = 8192
 _FORMAT_VERSION = 2
 _FORMATS_RESUMED = (1, 2)
 _OPTIONS_ADDED = ("on_error", "checkpoint_every")  # in format 2
-_PLANNERS = {c.__name__: c for c in (PadToMax, FixedBuckets, AutoBuckets, Pack)}
 _ON_ERROR = ("raise", "skip", "quarantine")
 
 
@@ -369,15 +377,20 @@ def _check_args(checkpoint_every, on_error) -> None:
 
 
 def _planner_record(planner: Planner) -> dict[str, Any]:
-    if not isinstance(planner, tuple(_PLANNERS.values())):
+    if not isinstance(planner, PadToMax | FixedBuckets | AutoBuckets | Pack):
         raise TypeError(f"jb.run: planner must be a jaxbatch planner, found {planner!r}")
-    fields = dataclasses.asdict(planner)
-    return {"type": type(planner).__name__, "fields": fields}
+    return {"key": planner.key}
 
 
 def _planner_from(record: dict[str, Any]) -> Planner:
+    """The planner a job record holds: the engine's key, or (format 1) the
+    planner's type and fields."""
+    if "key" in record:
+        return planner_from_key(record["key"])
     fields = {k: tuple(v) if isinstance(v, list) else v for k, v in record["fields"].items()}
-    return _PLANNERS[record["type"]](**fields)
+    return {c.__name__: c for c in (PadToMax, FixedBuckets, AutoBuckets, Pack)}[record["type"]](
+        **fields
+    )
 
 
 def _committed_any(journal: Journal) -> bool:
@@ -397,9 +410,22 @@ def _differences(job_record: dict, fingerprint: dict) -> list[str]:
     for key, value in fingerprint["options"].items():
         if key not in recorded and key in _OPTIONS_ADDED:
             continue  # A job of an older format did not record it.
+        if key == "planner" and _same_planner_keys(recorded.get(key), value):
+            continue
         if recorded.get(key) != json.loads(json.dumps(value)):
             differences.append(f"option {key}: was {recorded.get(key)!r}, now {value!r}")
     return differences
+
+
+def _same_planner_keys(a: Any, b: str) -> bool:
+    """Keys of one planner however they were written (an earlier release's
+    repr of a tuple of boundaries, say)."""
+    if a == b or not isinstance(a, str) or "None" in (a, b):
+        return a == b
+    try:
+        return same_planner(a, planner_from_key(b))
+    except ValueError:
+        return False
 
 
 def _refuse_changes(job_record: dict, fingerprint: dict, path: Path) -> None:

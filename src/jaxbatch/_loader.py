@@ -18,7 +18,15 @@ from jaxbatch._collate import Batch, _batch_from_core, _pad_values
 from jaxbatch._dataset import Dataset
 from jaxbatch._dtypes import dtype_name
 from jaxbatch._plan import BatchShape
-from jaxbatch._planners import AutoBuckets, FixedBuckets, Pack, PadToMax, Planner, planner_key
+from jaxbatch._planners import (
+    AutoBuckets,
+    FixedBuckets,
+    Pack,
+    PadToMax,
+    Planner,
+    planner_key,
+    same_planner,
+)
 
 # 2: block shuffle keeps the planner's batch order (1 shuffled it); a
 # version 1 state restores as before for every other shuffle.
@@ -357,7 +365,7 @@ class Loader:
                     f"Loader: the state was saved with {key}={state.get(key)!r} but this loader "
                     f"has {key}={value!r}; the stream would differ"
                 )
-        if state["planner"] != planner_key(self.planner):
+        if not same_planner(state["planner"], self.planner):
             raise ValueError(
                 f"Loader: the state was saved with planner {state['planner']} but this "
                 f"loader has {planner_key(self.planner)}"

@@ -1,56 +1,113 @@
-"""Planner descriptions: small frozen value types turned into core options."""
+"""Planner descriptions: small frozen value types over the engine's planner
+options.
+
+The engine keeps every rule: each field's default is read from the core's
+options type, a planner validates itself when it is built (``__post_init__``
+asks the engine, so ``jb.PadToMax(batch_size=0)`` fails on the line that
+wrote it, with the engine's message), and its key, what loader states and job
+journals store, is the engine's text (``PlannerKey``). Python checks only
+what the engine cannot see: that a count is a Python integer, a choice a
+string, boundaries a sequence.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import enum
 from collections.abc import Sequence
+from typing import Any, ClassVar, Literal
+
+import numpy as np
 
 from jaxbatch import _core
 
-_REMAINDER = ("pad", "keep", "drop")
-_TOO_LONG = ("error", "truncate", "skip")
-_ALGORITHMS = ("first_fit", "best_fit")
+Remainder = Literal["pad", "keep", "drop"]
+TooLong = Literal["error", "truncate", "skip"]
+Algorithm = Literal["first_fit", "best_fit"]
+
+_INT64 = (-(2**63), 2**63 - 1)
 
 
-def _choice(planner: str, option: str, value: str, choices: tuple[str, ...]) -> str:
-    if value not in choices:
-        allowed = ", ".join(repr(c) for c in choices)
-        raise ValueError(f"{planner}: {option} must be one of {allowed}, found {value!r}")
+def _default(options_type, field: str):
+    """The engine's default of an option, as the Python field holds it."""
+    return _to_python(getattr(options_type(), field))
+
+
+def _to_python(value: Any) -> Any:
+    if isinstance(value, enum.Enum):
+        return value.name
+    if isinstance(value, list):
+        return tuple(value)
     return value
 
 
-_INT64_MAX = 2**63 - 1
+def _to_core(planner: str, option: str, value: Any, current: Any) -> Any:
+    """A Python field's value as the core option `current` holds it."""
+    if isinstance(current, enum.Enum):
+        members = type(current).__members__
+        if not isinstance(value, str) or value not in members:
+            allowed = ", ".join(repr(m) for m in members)
+            raise ValueError(f"{planner}: {option} must be one of {allowed}, found {value!r}")
+        return members[value]
+    if isinstance(current, list):
+        if isinstance(value, str | bytes) or not isinstance(value, Sequence | np.ndarray):
+            raise ValueError(f"{planner}: {option} must be a sequence of integers, found {value!r}")
+        return [_integer(planner, f"{option}[{k}]", v) for k, v in enumerate(value)]
+    if value is None and current is None:  # An option the planner may go without.
+        return None
+    return _integer(planner, option, value)
 
 
-def _count(planner: str, option: str, value: int | None) -> int:
-    """An optional count as the core takes it (0 = not set): a positive
-    integer that fits the core's int64."""
-    if value is None:
-        return 0
+def _integer(planner: str, option: str, value: Any) -> int:
     try:
-        ok = not isinstance(value, bool) and int(value) == value and 0 < value <= _INT64_MAX
+        ok = not isinstance(value, bool) and int(value) == value
     except (TypeError, ValueError, OverflowError):
         ok = False
-    if not ok:
+    if not ok or not _INT64[0] <= int(value) <= _INT64[1]:
         raise ValueError(
             f"{planner}: {option} must be a positive integer, found {value!r} (at most 2**63 - 1)"
         )
     return int(value)
 
 
-def _boundaries(values: Sequence[int]) -> list[int]:
-    out = []
-    for k, b in enumerate(values):
-        if isinstance(b, bool) or int(b) != b or not -_INT64_MAX <= b <= _INT64_MAX:
-            raise ValueError(
-                f"FixedBuckets: boundaries[{k}] must be an integer, found {b!r} (at most 2**63 - 1)"
-            )
-        out.append(int(b))
-    return out
+class _Planner:
+    """What the four planners share: their fields are the core options'."""
+
+    _core_type: ClassVar[Any]
+
+    def __post_init__(self) -> None:
+        _core.validate_planner(self._options())
+
+    def _options(self):
+        """The core's options (each field converted, not yet validated)."""
+        o = self._core_type()
+        name = type(self).__name__
+        for f in dataclasses.fields(self):
+            setattr(o, f.name, _to_core(name, f.name, getattr(self, f.name), getattr(o, f.name)))
+        return o
+
+    @classmethod
+    def _from_options(cls, options) -> Planner:
+        return cls(
+            **{f.name: _to_python(getattr(options, f.name)) for f in dataclasses.fields(cls)}
+        )
+
+    @property
+    def key(self) -> str:
+        """The engine's canonical text of this planner (what states and journals store)."""
+        return _core.planner_key(self._options())
+
+
+_PAD, _FIXED, _AUTO, _PACK = (
+    _core.PadToMaxOptions,
+    _core.FixedBucketsOptions,
+    _core.AutoBucketsOptions,
+    _core.PackOptions,
+)
 
 
 @dataclasses.dataclass(frozen=True)
-class PadToMax:
+class PadToMax(_Planner):
     """Consecutive batches of ``batch_size``, each padded to its longest
     example rounded up to ``pad_to_multiple``: the usual hand-written baseline.
     Every distinct padded length is one more compilation. ``batch_size``
@@ -58,23 +115,14 @@ class PadToMax:
     batch's rows are rounded up to it)."""
 
     batch_size: int
-    pad_to_multiple: int = 1
-    remainder: str = "pad"
-    rows_multiple: int = 1
-
-    def _options(self) -> _core.PadToMaxOptions:
-        o = _core.PadToMaxOptions()
-        o.batch_size = _count("PadToMax", "batch_size", self.batch_size)
-        o.pad_to_multiple = _count("PadToMax", "pad_to_multiple", self.pad_to_multiple)
-        o.remainder = getattr(
-            _core.Remainder, _choice("PadToMax", "remainder", self.remainder, _REMAINDER)
-        )
-        o.rows_multiple = _count("PadToMax", "rows_multiple", self.rows_multiple)
-        return o
+    pad_to_multiple: int = _default(_PAD, "pad_to_multiple")
+    remainder: Remainder = _default(_PAD, "remainder")
+    rows_multiple: int = _default(_PAD, "rows_multiple")
+    _core_type: ClassVar[Any] = _PAD
 
 
 @dataclasses.dataclass(frozen=True)
-class FixedBuckets:
+class FixedBuckets(_Planner):
     """tf.data's ``bucket_by_sequence_length``: an example of length ``l`` goes
     to the first boundary ``>= l`` and is padded to it. Give ``batch_size``
     rows per batch, or ``token_budget`` elements per batch (a bucket of length
@@ -87,27 +135,14 @@ class FixedBuckets:
     boundaries: Sequence[int]
     batch_size: int | None = None
     token_budget: int | None = None
-    remainder: str = "pad"
-    too_long: str = "error"
-    rows_multiple: int = 1
-
-    def _options(self) -> _core.FixedBucketsOptions:
-        o = _core.FixedBucketsOptions()
-        o.boundaries = _boundaries(self.boundaries)
-        o.batch_size = _count("FixedBuckets", "batch_size", self.batch_size)
-        o.token_budget = _count("FixedBuckets", "token_budget", self.token_budget)
-        o.remainder = getattr(
-            _core.Remainder, _choice("FixedBuckets", "remainder", self.remainder, _REMAINDER)
-        )
-        o.rows_multiple = _count("FixedBuckets", "rows_multiple", self.rows_multiple)
-        o.too_long = getattr(
-            _core.TooLong, _choice("FixedBuckets", "too_long", self.too_long, _TOO_LONG)
-        )
-        return o
+    remainder: Remainder = _default(_FIXED, "remainder")
+    too_long: TooLong = _default(_FIXED, "too_long")
+    rows_multiple: int = _default(_FIXED, "rows_multiple")
+    _core_type: ClassVar[Any] = _FIXED
 
 
 @dataclasses.dataclass(frozen=True)
-class AutoBuckets:
+class AutoBuckets(_Planner):
     """Chooses the bucket boundaries that minimise total padded elements with
     at most ``max_shapes`` distinct batch shapes (so at most that many
     compilations). Exact: dynamic programming over the length histogram.
@@ -121,25 +156,14 @@ class AutoBuckets:
     max_shapes: int
     token_budget: int | None = None
     batch_size: int | None = None
-    pad_to_multiple: int = 1
-    remainder: str = "pad"
-    rows_multiple: int = 1
-
-    def _options(self) -> _core.AutoBucketsOptions:
-        o = _core.AutoBucketsOptions()
-        o.max_shapes = _count("AutoBuckets", "max_shapes", self.max_shapes)
-        o.token_budget = _count("AutoBuckets", "token_budget", self.token_budget)
-        o.batch_size = _count("AutoBuckets", "batch_size", self.batch_size)
-        o.pad_to_multiple = _count("AutoBuckets", "pad_to_multiple", self.pad_to_multiple)
-        o.remainder = getattr(
-            _core.Remainder, _choice("AutoBuckets", "remainder", self.remainder, _REMAINDER)
-        )
-        o.rows_multiple = _count("AutoBuckets", "rows_multiple", self.rows_multiple)
-        return o
+    pad_to_multiple: int = _default(_AUTO, "pad_to_multiple")
+    remainder: Remainder = _default(_AUTO, "remainder")
+    rows_multiple: int = _default(_AUTO, "rows_multiple")
+    _core_type: ClassVar[Any] = _AUTO
 
 
 @dataclasses.dataclass(frozen=True)
-class Pack:
+class Pack(_Planner):
     """Sequence packing: several examples per row of ``row_length``, marked by
     segment ids and positions. ``algorithm="best_fit"`` is best-fit decreasing
     (longest first, into the fullest row that fits), ``"first_fit"`` keeps
@@ -160,50 +184,33 @@ class Pack:
     row_length: int
     rows_per_batch: int
     max_segments_per_row: int | None = None
-    algorithm: str = "best_fit"
+    algorithm: Algorithm = _default(_PACK, "algorithm")
     lookahead: int | None = None
-    too_long: str = "error"
-    remainder: str = "pad"
-    rows_multiple: int = 1
+    too_long: TooLong = _default(_PACK, "too_long")
+    remainder: Remainder = _default(_PACK, "remainder")
+    rows_multiple: int = _default(_PACK, "rows_multiple")
     open_rows: int | None = None
-
-    def _options(self) -> _core.PackOptions:
-        o = _core.PackOptions()
-        o.row_length = _count("Pack", "row_length", self.row_length)
-        o.rows_per_batch = _count("Pack", "rows_per_batch", self.rows_per_batch)
-        o.max_segments_per_row = _count("Pack", "max_segments_per_row", self.max_segments_per_row)
-        o.algorithm = getattr(
-            _core.PackAlgorithm, _choice("Pack", "algorithm", self.algorithm, _ALGORITHMS)
-        )
-        o.lookahead = _count("Pack", "lookahead", self.lookahead)
-        o.open_rows = _count("Pack", "open_rows", self.open_rows)
-        o.too_long = getattr(_core.TooLong, _choice("Pack", "too_long", self.too_long, _TOO_LONG))
-        o.remainder = getattr(
-            _core.Remainder, _choice("Pack", "remainder", self.remainder, _REMAINDER)
-        )
-        o.rows_multiple = _count("Pack", "rows_multiple", self.rows_multiple)
-        return o
+    _core_type: ClassVar[Any] = _PACK
 
 
 Planner = PadToMax | FixedBuckets | AutoBuckets | Pack
+_BY_NAME = {c.__name__: c for c in (PadToMax, FixedBuckets, AutoBuckets, Pack)}
 
 
-# Options added after loader states and job folders first recorded planners:
-# left out of planner_key at their defaults, so what was saved before still
-# matches.
-_ADDED_FIELDS = ("rows_multiple", "open_rows")
+def planner_key(planner: Planner | None) -> str:
+    """The engine's key of a planner ("None" for a planner still to be chosen)."""
+    return "None" if planner is None else planner.key
 
 
-def planner_key(planner: Planner) -> str:
-    """The planner's repr, stable across versions: a field added later is
-    left out while it has its default (which plans as before it existed).
-    Anything else (None, a choice still to be resolved) is its plain repr."""
-    if not dataclasses.is_dataclass(planner):
-        return repr(planner)
-    parts = []
-    for f in dataclasses.fields(planner):
-        value = getattr(planner, f.name)
-        if f.name in _ADDED_FIELDS and value == f.default:
-            continue
-        parts.append(f"{f.name}={value!r}")
-    return f"{type(planner).__name__}({', '.join(parts)})"
+def planner_from_key(key: str) -> Planner:
+    """The planner a key names (a key this or an earlier release stored)."""
+    options = _core.parse_planner_key(key)
+    return _BY_NAME[_core.planner_name(options)]._from_options(options)
+
+
+def same_planner(key: str, planner: Planner) -> bool:
+    """Whether a stored key names `planner`'s options (however it was written)."""
+    try:
+        return _core.parse_planner_key(key) == planner._options()
+    except ValueError:
+        return False

@@ -35,7 +35,27 @@ void CheckBatchSize(int64_t rows, int64_t length, int64_t segments, const std::s
 
 void RequirePositive(int64_t value, const char* planner, const char* option) {
   if (value <= 0) {
-    throw InvalidArgumentError(StrCat(planner, ": ", option, " must be > 0, found ", value));
+    throw InvalidArgumentError(
+        StrCat(planner, ": ", option, " must be a positive integer, found ", value));
+  }
+}
+
+// An option a planner may go without: unset, or > 0.
+void RequirePositiveIfSet(const std::optional<int64_t>& value, const char* planner,
+                          const char* option) {
+  if (value && *value <= 0) {
+    throw InvalidArgumentError(StrCat(planner, ": ", option, " must be a positive integer, found ",
+                                      *value, " (leave it unset for none)"));
+  }
+}
+
+void RequireBatchSizeOrBudget(const std::optional<int64_t>& batch_size,
+                              const std::optional<int64_t>& token_budget, const char* planner) {
+  RequirePositiveIfSet(batch_size, planner, "batch_size");
+  RequirePositiveIfSet(token_budget, planner, "token_budget");
+  if (!batch_size && !token_budget) {
+    throw InvalidArgumentError(
+        StrCat(planner, ": expected batch_size or token_budget, found neither"));
   }
 }
 
@@ -207,11 +227,14 @@ BatchPlan PlanBuckets(std::span<const int64_t> lengths, const std::vector<int64_
   return std::move(builder).Finish(lengths, static_cast<int64_t>(ids.size()));
 }
 
-BatchPlan PlanPadToMax(std::span<const int64_t> lengths, const std::vector<int64_t>& ids,
-                       const PadToMaxOptions& o) {
+void ValidatePadToMax(const PadToMaxOptions& o) {
   RequirePositive(o.batch_size, "PadToMax", "batch_size");
   RequirePositive(o.pad_to_multiple, "PadToMax", "pad_to_multiple");
   CheckRowsMultiple(o.batch_size, o.rows_multiple, "PadToMax", "batch_size");
+}
+
+BatchPlan PlanPadToMax(std::span<const int64_t> lengths, const std::vector<int64_t>& ids,
+                       const PadToMaxOptions& o) {
   PlanBuilder builder(/*packed=*/false);
   for (size_t start = 0; start < ids.size(); start += static_cast<size_t>(o.batch_size)) {
     const size_t end = std::min(ids.size(), start + static_cast<size_t>(o.batch_size));
@@ -237,8 +260,7 @@ BatchPlan PlanPadToMax(std::span<const int64_t> lengths, const std::vector<int64
   return std::move(builder).Finish(lengths, static_cast<int64_t>(ids.size()));
 }
 
-BatchPlan PlanFixedBuckets(std::span<const int64_t> lengths, const std::vector<int64_t>& ids,
-                           const FixedBucketsOptions& o) {
+void ValidateFixedBuckets(const FixedBucketsOptions& o) {
   if (o.boundaries.empty()) {
     throw InvalidArgumentError("FixedBuckets: expected at least one boundary, found none");
   }
@@ -250,26 +272,32 @@ BatchPlan PlanFixedBuckets(std::span<const int64_t> lengths, const std::vector<i
                  k, "] = ", o.boundaries[k]));
     }
   }
-  if (o.batch_size <= 0 && o.token_budget <= 0) {
-    throw InvalidArgumentError("FixedBuckets: expected batch_size or token_budget, found neither");
-  }
-  CheckRowsMultiple(o.batch_size, o.rows_multiple, "FixedBuckets", "batch_size");
+  RequireBatchSizeOrBudget(o.batch_size, o.token_budget, "FixedBuckets");
+  CheckRowsMultiple(o.batch_size.value_or(0), o.rows_multiple, "FixedBuckets", "batch_size");
   // The longest bucket needs the most: name it first, so that raising the
   // budget to what the error says is enough.
-  RowsForLength(o.boundaries.back(), o.batch_size, o.token_budget, o.rows_multiple, "FixedBuckets",
-                StrCat("the last boundary ", o.boundaries.back()));
-  return PlanBuckets(lengths, ids, o.boundaries, o.batch_size, o.token_budget, 1, o.rows_multiple,
-                     o.remainder, o.too_long, "FixedBuckets");
+  RowsForLength(o.boundaries.back(), o.batch_size.value_or(0), o.token_budget.value_or(0),
+                o.rows_multiple, "FixedBuckets", StrCat("the last boundary ", o.boundaries.back()));
+}
+
+BatchPlan PlanFixedBuckets(std::span<const int64_t> lengths, const std::vector<int64_t>& ids,
+                           const FixedBucketsOptions& o) {
+  return PlanBuckets(lengths, ids, o.boundaries, o.batch_size.value_or(0),
+                     o.token_budget.value_or(0), 1, o.rows_multiple, o.remainder, o.too_long,
+                     "FixedBuckets");
+}
+
+void ValidateAutoBuckets(const AutoBucketsOptions& o) {
+  RequirePositive(o.max_shapes, "AutoBuckets", "max_shapes");
+  RequirePositive(o.pad_to_multiple, "AutoBuckets", "pad_to_multiple");
+  RequireBatchSizeOrBudget(o.batch_size, o.token_budget, "AutoBuckets");
+  CheckRowsMultiple(o.batch_size.value_or(0), o.rows_multiple, "AutoBuckets", "batch_size");
 }
 
 BatchPlan PlanAutoBuckets(std::span<const int64_t> lengths, const std::vector<int64_t>& ids,
                           const AutoBucketsOptions& o) {
-  RequirePositive(o.max_shapes, "AutoBuckets", "max_shapes");
-  RequirePositive(o.pad_to_multiple, "AutoBuckets", "pad_to_multiple");
-  if (o.batch_size <= 0 && o.token_budget <= 0) {
-    throw InvalidArgumentError("AutoBuckets: expected batch_size or token_budget, found neither");
-  }
-  CheckRowsMultiple(o.batch_size, o.rows_multiple, "AutoBuckets", "batch_size");
+  const int64_t batch_size = o.batch_size.value_or(0);
+  const int64_t token_budget = o.token_budget.value_or(0);
   if (!ids.empty()) {
     // Every bucket is at most the longest example: name it first, so that
     // raising the budget to what the error says is enough.
@@ -278,18 +306,18 @@ BatchPlan PlanAutoBuckets(std::span<const int64_t> lengths, const std::vector<in
     });
     const int64_t length = lengths[static_cast<size_t>(longest)];
     const int64_t rounded = RoundUp(length, o.pad_to_multiple, "AutoBuckets");
-    RowsForLength(rounded, o.batch_size, o.token_budget, o.rows_multiple, "AutoBuckets",
+    RowsForLength(rounded, batch_size, token_budget, o.rows_multiple, "AutoBuckets",
                   StrCat("the longest example (example ", longest, ", length ", length,
                          rounded != length ? StrCat(" padded to ", rounded) : std::string(), ")"));
   }
   const LengthHistogram histogram = RoundedHistogram(lengths, ids, o.pad_to_multiple);
   auto rows_for_length = [&](int64_t length) {
-    return RowsForLength(length, o.batch_size, o.token_budget, o.rows_multiple, "AutoBuckets",
+    return RowsForLength(length, batch_size, token_budget, o.rows_multiple, "AutoBuckets",
                          StrCat("bucket length ", length));
   };
   const std::vector<int64_t> boundaries =
       OptimalBoundaries(histogram, o.max_shapes, rows_for_length, o.remainder == Remainder::kPad);
-  return PlanBuckets(lengths, ids, boundaries, o.batch_size, o.token_budget, o.pad_to_multiple,
+  return PlanBuckets(lengths, ids, boundaries, batch_size, token_budget, o.pad_to_multiple,
                      o.rows_multiple, o.remainder, TooLong::kError, "AutoBuckets");
 }
 
@@ -318,35 +346,27 @@ int64_t DefaultSegments(std::span<const int64_t> lengths, std::span<const int64_
   return std::min(segments, row_length);
 }
 
-BatchPlan PlanPack(std::span<const int64_t> lengths, const std::vector<int64_t>& ids,
-                   const PackOptions& o) {
+void ValidatePack(const PackOptions& o) {
   RequirePositive(o.row_length, "Pack", "row_length");
   RequirePositive(o.rows_per_batch, "Pack", "rows_per_batch");
   CheckRowsMultiple(o.rows_per_batch, o.rows_multiple, "Pack", "rows_per_batch");
-  if (o.max_segments_per_row < 0) {
-    throw InvalidArgumentError(
-        StrCat("Pack: max_segments_per_row must be >= 1 (or 0 for "
-               "row_length), found ",
-               o.max_segments_per_row));
-  }
-  if (o.lookahead < 0) {
-    throw InvalidArgumentError(
-        StrCat("Pack: lookahead must be >= 1 (or 0 for all), found ", o.lookahead));
-  }
-  if (o.open_rows < 0) {
-    throw InvalidArgumentError(StrCat(
-        "Pack: open_rows must be >= 1 (or 0 for windows of lookahead), found ", o.open_rows));
-  }
-  if (o.open_rows > 0 && o.lookahead > 0) {
-    throw InvalidArgumentError(StrCat("Pack: give lookahead (", o.lookahead, ") or open_rows (",
-                                      o.open_rows, "), not both"));
+  RequirePositiveIfSet(o.max_segments_per_row, "Pack", "max_segments_per_row");
+  RequirePositiveIfSet(o.lookahead, "Pack", "lookahead");
+  RequirePositiveIfSet(o.open_rows, "Pack", "open_rows");
+  if (o.open_rows && o.lookahead) {
+    throw InvalidArgumentError(StrCat("Pack: give lookahead (", *o.lookahead, ") or open_rows (",
+                                      *o.open_rows, "), not both"));
   }
   // The largest segment axis this plan could have (the default is at most
   // row_length): every size product below fits in int64.
-  const int64_t max_segments = o.max_segments_per_row > 0 ? o.max_segments_per_row : o.row_length;
+  const int64_t max_segments = o.max_segments_per_row.value_or(o.row_length);
   CheckBatchSize(o.rows_per_batch, o.row_length, max_segments,
                  StrCat("Pack: rows_per_batch=", o.rows_per_batch, " with row_length=",
                         o.row_length, " and max_segments_per_row=", max_segments));
+}
+
+BatchPlan PlanPack(std::span<const int64_t> lengths, const std::vector<int64_t>& ids,
+                   const PackOptions& o) {
   PlanBuilder builder(/*packed=*/true);
   std::vector<int64_t> kept;
   kept.reserve(ids.size());
@@ -358,13 +378,12 @@ BatchPlan PlanPack(std::span<const int64_t> lengths, const std::vector<int64_t>&
     }
     kept.push_back(id);
   }
-  const int64_t segments = o.max_segments_per_row > 0
-                               ? o.max_segments_per_row
-                               : DefaultSegments(lengths, kept, o.row_length);
+  const int64_t segments = o.max_segments_per_row ? *o.max_segments_per_row
+                                                  : DefaultSegments(lengths, kept, o.row_length);
   const PackedRows rows =
-      o.open_rows > 0
-          ? PackRowsStreaming(lengths, kept, o.row_length, segments, o.algorithm, o.open_rows)
-          : PackRows(lengths, kept, o.row_length, segments, o.algorithm, o.lookahead);
+      o.open_rows
+          ? PackRowsStreaming(lengths, kept, o.row_length, segments, o.algorithm, *o.open_rows)
+          : PackRows(lengths, kept, o.row_length, segments, o.algorithm, o.lookahead.value_or(0));
   const int64_t num_rows = rows.num_rows();
   for (int64_t first = 0; first < num_rows; first += o.rows_per_batch) {
     const int64_t count = std::min(o.rows_per_batch, num_rows - first);
@@ -390,8 +409,26 @@ BatchPlan PlanPack(std::span<const int64_t> lengths, const std::vector<int64_t>&
 
 }  // namespace
 
+const char* PlannerName(const PlannerOptions& options) {
+  static constexpr const char* kNames[] = {"PadToMax", "FixedBuckets", "AutoBuckets", "Pack"};
+  return kNames[options.index()];
+}
+
+void ValidatePlannerOptions(const PlannerOptions& options) {
+  std::visit(
+      [](const auto& o) {
+        using T = std::decay_t<decltype(o)>;
+        if constexpr (std::is_same_v<T, PadToMaxOptions>) ValidatePadToMax(o);
+        if constexpr (std::is_same_v<T, FixedBucketsOptions>) ValidateFixedBuckets(o);
+        if constexpr (std::is_same_v<T, AutoBucketsOptions>) ValidateAutoBuckets(o);
+        if constexpr (std::is_same_v<T, PackOptions>) ValidatePack(o);
+      },
+      options);
+}
+
 BatchPlan Plan(std::span<const int64_t> lengths, const PlannerOptions& options,
                std::span<const int64_t> order) {
+  ValidatePlannerOptions(options);
   const std::vector<int64_t> ids = ResolveOrder(lengths, order);
   return std::visit(
       [&](const auto& o) -> BatchPlan {

@@ -1,6 +1,7 @@
 // Planners: pure, deterministic functions from example lengths to a BatchPlan.
 //
-// Each planner takes one small options struct, validated once in Plan():
+// Each planner takes one small options struct, validated once
+// (ValidatePlannerOptions, which Plan() calls):
 //   PadToMaxOptions     consecutive batches padded to their longest example
 //                       (rounded up to a multiple): the usual baseline.
 //   FixedBucketsOptions tf.data's bucket_by_sequence_length: an example of
@@ -22,6 +23,7 @@
 #define JAXBATCH_PLAN_PLANNER_H_
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <variant>
 #include <vector>
@@ -47,48 +49,68 @@ enum class TooLong {
 
 inline constexpr int64_t kDefaultPadToMultiple = 1;
 inline constexpr int64_t kDefaultRowsMultiple = 1;
+inline constexpr Remainder kDefaultRemainder = Remainder::kPad;
+inline constexpr TooLong kDefaultTooLong = TooLong::kError;
+inline constexpr PackAlgorithm kDefaultPackAlgorithm = PackAlgorithm::kBestFit;
 
+// Options a planner needs are plain counts (required, > 0); options it may
+// go without are std::optional (unset = not used; set, > 0).
 struct PadToMaxOptions {
-  int64_t batch_size = 0;  // required, > 0
+  int64_t batch_size = 0;  // required
   int64_t pad_to_multiple = kDefaultPadToMultiple;
-  Remainder remainder = Remainder::kPad;
+  Remainder remainder = kDefaultRemainder;
   int64_t rows_multiple = kDefaultRowsMultiple;
+  bool operator==(const PadToMaxOptions&) const = default;
 };
 
 struct FixedBucketsOptions {
-  std::vector<int64_t> boundaries;  // strictly increasing, > 0
-  int64_t batch_size = 0;           // rows per batch; 0 = from token_budget
-  int64_t token_budget = 0;         // elements per batch; 0 = none
-  Remainder remainder = Remainder::kPad;
-  TooLong too_long = TooLong::kError;
+  std::vector<int64_t> boundaries;      // required: strictly increasing, > 0
+  std::optional<int64_t> batch_size;    // rows per batch (or from token_budget)
+  std::optional<int64_t> token_budget;  // elements per batch; batch_size and/or it
+  Remainder remainder = kDefaultRemainder;
+  TooLong too_long = kDefaultTooLong;
   int64_t rows_multiple = kDefaultRowsMultiple;
+  bool operator==(const FixedBucketsOptions&) const = default;
 };
 
 struct AutoBucketsOptions {
-  int64_t max_shapes = 0;  // required, > 0
-  int64_t token_budget = 0;
-  int64_t batch_size = 0;
+  int64_t max_shapes = 0;  // required
+  std::optional<int64_t> token_budget;
+  std::optional<int64_t> batch_size;  // batch_size and/or token_budget
   int64_t pad_to_multiple = kDefaultPadToMultiple;
-  Remainder remainder = Remainder::kPad;
+  Remainder remainder = kDefaultRemainder;
   int64_t rows_multiple = kDefaultRowsMultiple;
+  bool operator==(const AutoBucketsOptions&) const = default;
 };
 
 struct PackOptions {
-  int64_t row_length = 0;            // required, > 0
-  int64_t rows_per_batch = 0;        // required, > 0
-  int64_t max_segments_per_row = 0;  // 0 = row_length
-  PackAlgorithm algorithm = PackAlgorithm::kBestFit;
-  int64_t lookahead = 0;  // examples packed together; 0 = all
-  // > 0: stream with at most this many rows open (PackRowsStreaming), in
+  int64_t row_length = 0;      // required
+  int64_t rows_per_batch = 0;  // required
+  // Unset: the most examples a row can hold, from the lengths (DefaultSegments).
+  std::optional<int64_t> max_segments_per_row;
+  PackAlgorithm algorithm = kDefaultPackAlgorithm;
+  std::optional<int64_t> lookahead;  // examples packed together; unset = all
+  // Set: stream with at most this many rows open (PackRowsStreaming), in
   // input order; excludes lookahead.
-  int64_t open_rows = 0;
-  TooLong too_long = TooLong::kError;
-  Remainder remainder = Remainder::kPad;
+  std::optional<int64_t> open_rows;
+  TooLong too_long = kDefaultTooLong;
+  Remainder remainder = kDefaultRemainder;
   int64_t rows_multiple = kDefaultRowsMultiple;
+  bool operator==(const PackOptions&) const = default;
 };
 
 using PlannerOptions =
     std::variant<PadToMaxOptions, FixedBucketsOptions, AutoBucketsOptions, PackOptions>;
+
+// The planner's name: "PadToMax", "FixedBuckets", "AutoBuckets" or "Pack".
+const char* PlannerName(const PlannerOptions& options);
+
+// Throws InvalidArgumentError, naming the planner, the option and the value
+// found, for options that no data could make valid (a count <= 0, an unset
+// required option, boundaries out of order, a row count that is not a
+// multiple of rows_multiple, lookahead with open_rows). Plan() calls it; a
+// caller building options calls it to fail where they are written.
+void ValidatePlannerOptions(const PlannerOptions& options);
 
 // Plans batches over `lengths` (indexed by example id). `order` lists the
 // example ids to plan, in the order to consider them (a shuffle or a shard);

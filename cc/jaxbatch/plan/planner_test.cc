@@ -26,6 +26,11 @@
 namespace jaxbatch {
 namespace {
 
+// A random count where 0 stands for an option left unset.
+std::optional<int64_t> UnsetIfZero(int64_t value) {
+  return value == 0 ? std::nullopt : std::optional<int64_t>(value);
+}
+
 using testing::Contains;
 using testing::ThrownMessage;
 
@@ -193,12 +198,12 @@ RefPlan NaivePack(const std::vector<int64_t>& lengths, const std::vector<int64_t
     }
     kept.push_back(id);
   }
-  const int64_t segments = o.max_segments_per_row > 0 ? o.max_segments_per_row
-                                                      : NaiveSegments(lengths, kept, o.row_length);
+  const int64_t segments =
+      o.max_segments_per_row ? *o.max_segments_per_row : NaiveSegments(lengths, kept, o.row_length);
   // The packer itself is checked against naive first and best fit in
   // packer_test.cc.
   const PackedRows packed =
-      PackRows(lengths, kept, o.row_length, segments, o.algorithm, o.lookahead);
+      PackRows(lengths, kept, o.row_length, segments, o.algorithm, o.lookahead.value_or(0));
   std::vector<std::vector<int64_t>> rows;
   for (int64_t r = 0; r < packed.num_rows(); ++r) {
     rows.emplace_back(packed.example_ids.begin() + packed.row_begin[static_cast<size_t>(r)],
@@ -391,10 +396,10 @@ TEST(FixedBucketsTest, MatchesNaiveReference) {
       SCOPED_TRACE(::testing::Message()
                    << "trial " << trial << " remainder " << static_cast<int>(remainder));
       const BatchPlan plan = Plan(in.lengths, o, in.order);
-      CheckPlan(plan, in.lengths, in.ids, /*packed=*/false, o.token_budget);
+      CheckPlan(plan, in.lengths, in.ids, /*packed=*/false, o.token_budget.value_or(0));
       ASSERT_EQ(ToString(FromPlan(plan)),
-                ToString(NaiveBuckets(in.lengths, in.ids, boundaries, o.batch_size, o.token_budget,
-                                      1, remainder, o.too_long)));
+                ToString(NaiveBuckets(in.lengths, in.ids, boundaries, o.batch_size.value_or(0),
+                                      o.token_budget.value_or(0), 1, remainder, o.too_long)));
     }
   }
 }
@@ -457,7 +462,7 @@ TEST(AutoBucketsTest, MatchesBruteForceOptimumAndNaiveBuckets) {
       SCOPED_TRACE(::testing::Message()
                    << "trial " << trial << " remainder " << static_cast<int>(remainder));
       const BatchPlan plan = Plan(in.lengths, o, in.order);
-      CheckPlan(plan, in.lengths, in.ids, /*packed=*/false, o.token_budget);
+      CheckPlan(plan, in.lengths, in.ids, /*packed=*/false, o.token_budget.value_or(0));
       EXPECT_FALSE(plan.allow_truncate);
       EXPECT_TRUE(plan.skipped_examples.empty());
       if (remainder != Remainder::kKeep) {
@@ -468,8 +473,8 @@ TEST(AutoBucketsTest, MatchesBruteForceOptimumAndNaiveBuckets) {
         continue;
       }
       auto rows = [&](int64_t length) {
-        int64_t r = o.batch_size > 0 ? o.batch_size : std::numeric_limits<int64_t>::max();
-        return o.token_budget > 0 ? std::min(r, o.token_budget / length) : r;
+        int64_t r = o.batch_size.value_or(std::numeric_limits<int64_t>::max());
+        return o.token_budget ? std::min(r, *o.token_budget / length) : r;
       };
       // The chosen boundaries: every bucket holds an example, so with pad or
       // keep each one shows up as a shape length.
@@ -486,9 +491,10 @@ TEST(AutoBucketsTest, MatchesBruteForceOptimumAndNaiveBuckets) {
         // With pad and keep the plan's padded elements are the DP's cost.
         EXPECT_EQ(plan.stats.padded_elements, best);
       }
-      ASSERT_EQ(ToString(FromPlan(plan)),
-                ToString(NaiveBuckets(in.lengths, in.ids, boundaries, o.batch_size, o.token_budget,
-                                      multiple, remainder, TooLong::kError)));
+      ASSERT_EQ(
+          ToString(FromPlan(plan)),
+          ToString(NaiveBuckets(in.lengths, in.ids, boundaries, o.batch_size.value_or(0),
+                                o.token_budget.value_or(0), multiple, remainder, TooLong::kError)));
     }
   }
 }
@@ -498,12 +504,13 @@ TEST(PackTest, MatchesNaiveReference) {
   for (int trial = 0; trial < 300; ++trial) {
     const Input in = RandomInput(rng, 24);
     for (Remainder remainder : kRemainders) {
-      PackOptions o{.row_length = std::uniform_int_distribution<int64_t>(1, 32)(rng),
-                    .rows_per_batch = std::uniform_int_distribution<int64_t>(1, 5)(rng),
-                    .max_segments_per_row = std::uniform_int_distribution<int64_t>(0, 4)(rng),
-                    .algorithm = rng() % 2 ? PackAlgorithm::kFirstFit : PackAlgorithm::kBestFit,
-                    .lookahead = std::uniform_int_distribution<int64_t>(0, 10)(rng),
-                    .remainder = remainder};
+      PackOptions o{
+          .row_length = std::uniform_int_distribution<int64_t>(1, 32)(rng),
+          .rows_per_batch = std::uniform_int_distribution<int64_t>(1, 5)(rng),
+          .max_segments_per_row = UnsetIfZero(std::uniform_int_distribution<int64_t>(0, 4)(rng)),
+          .algorithm = rng() % 2 ? PackAlgorithm::kFirstFit : PackAlgorithm::kBestFit,
+          .lookahead = UnsetIfZero(std::uniform_int_distribution<int64_t>(0, 10)(rng)),
+          .remainder = remainder};
       const bool fits = Longest(in) <= o.row_length;
       o.too_long =
           fits && rng() % 2 ? TooLong::kError : (rng() % 2 ? TooLong::kTruncate : TooLong::kSkip);
@@ -513,8 +520,8 @@ TEST(PackTest, MatchesNaiveReference) {
       CheckPlan(plan, in.lengths, in.ids, /*packed=*/true, 0);
       for (const BatchShape& s : plan.shapes) {
         EXPECT_EQ(s.length, o.row_length);
-        if (o.max_segments_per_row > 0) {
-          EXPECT_EQ(s.segments, o.max_segments_per_row);
+        if (o.max_segments_per_row) {
+          EXPECT_EQ(s.segments, *o.max_segments_per_row);
         } else {
           EXPECT_LE(s.segments, o.row_length);
         }
@@ -688,7 +695,7 @@ TEST(PlanTest, RowsMultipleRefusesWhatCannotSplit) {
                "token_budget 30 is smaller than the longest example (example 1, length 9) x "
                "rows_multiple=4; raise token_budget to at least 36"));
   EXPECT_TRUE(Contains(message(PadToMaxOptions{.batch_size = 4, .rows_multiple = 0}),
-                       "PadToMax: rows_multiple must be > 0, found 0"));
+                       "PadToMax: rows_multiple must be a positive integer, found 0"));
   // Found by plan_fuzzer: the suggested multiple must not overflow.
   const int64_t max = std::numeric_limits<int64_t>::max();
   EXPECT_EQ(message(PadToMaxOptions{.batch_size = max, .rows_multiple = 2}),
