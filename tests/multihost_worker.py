@@ -8,7 +8,10 @@ example ids, and the stream after a restore) and runs a job (jb.run with
 shard="jax") into OUT_DIR/job; ``train`` runs two epochs of a
 jitted training step over global batches and checkpoints after CHECKPOINT_STEP
 steps; ``resume`` restores that checkpoint and trains to the end; ``die``:
-process $DIE (default 1) exits after two steps, the others keep training. Each process writes
+process $DIE (default 1) exits after two steps, the others keep training; ``mismatch``
+builds Loaders that are equal on every process, then one per MISMATCH_KINDS that
+differs on process 1, recording each error, and ends with the last one's;
+``absent``: process 1 builds no Loader. Each process writes
 OUT_DIR/<mode>-<process>.json. The data, model and step are importable so
 the test computes the single-process reference with the same code.
 """
@@ -38,9 +41,9 @@ SHUFFLES = (True, "block", False)
 TRAIN_PLANNER = jb.AutoBuckets(3, token_budget=100, rows_multiple=2)
 
 
-def dataset() -> jb.Dataset:
-    rng = np.random.default_rng(7)
-    lengths = rng.integers(1, 49, NUM_EXAMPLES)
+def dataset(num_examples: int = NUM_EXAMPLES, seed: int = 7) -> jb.Dataset:
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(1, 49, num_examples)
     tokens = [rng.normal(size=n).astype(np.float32) for n in lengths]
     target = np.array([3.0 * t.mean() - 1.0 for t in tokens], np.float32)
     return jb.Dataset.from_arrays({"tokens": tokens, "target": target})
@@ -116,6 +119,64 @@ def streams(ds, out_dir) -> dict:
     return out
 
 
+# Mismatch kinds, in the order every process builds them: process 1's Loader
+# differs from process 0's in that kind only. Each raises on both processes and
+# is recorded; the last is left to end both processes with its error.
+MISMATCH_KINDS = ("lengths", "seed", "planner", "epochs", "shuffle", "position",
+                  "global_batches_seed", "global_batches_unsharded",
+                  "global_batches_same_shard", "data")  # fmt: skip
+MISMATCH_PLANNERS = (jb.AutoBuckets(3, batch_size=4), jb.AutoBuckets(3, batch_size=5))
+
+
+def mismatch_args(kind: str, process: int) -> dict:
+    """The Loader process `process` builds for mismatch `kind` ("equal": the
+    same on every process)."""
+    other = int(process == 1)
+    args = dict(source=dataset(), planner=MISMATCH_PLANNERS[0], seed=3, epochs=2, shard="jax")
+    if kind == "data":
+        args["source"] = dataset(NUM_EXAMPLES + other)
+    elif kind == "lengths":
+        args["source"] = dataset(seed=7 + other)
+    elif kind == "seed":
+        args["seed"] = 3 + other
+    elif kind == "planner":
+        args["planner"] = MISMATCH_PLANNERS[other]
+    elif kind == "epochs":
+        args["epochs"] = 2 - other
+    elif kind == "shuffle":
+        args["shuffle"] = "block" if other else True
+    elif kind == "position":  # Restored from states 3 and 2 batches in.
+        with jb.Loader(**dict(args, shard=(process, 2))) as loader:
+            list(itertools.islice(loader, 3 - other))
+            args["state"] = loader.get_state()
+    elif kind == "global_batches_seed":  # Explicit shards: only global_batches can check.
+        args.update(shard=(process, 2), seed=3 + other)
+    elif kind == "global_batches_unsharded":
+        args["shard"] = None
+    elif kind == "global_batches_same_shard":
+        args["shard"] = (0, 2)
+    return args
+
+
+def build(kind: str, process: int) -> list:
+    """Builds kind's Loader (and global batches over it) and returns its stream."""
+    with jb.Loader(**mismatch_args(kind, process)) as loader:
+        if kind.startswith("global_batches"):
+            return [{k: list(v.shape) for k, v in b.items()} for b in jb.global_batches(loader)]
+        return [record(b) for b in loader]
+
+
+def mismatch(process) -> dict:
+    out = {"equal": build("equal", process), "equal_again": build("equal", process)}
+    for kind in MISMATCH_KINDS[:-1]:
+        try:
+            build(kind, process)
+            out[kind] = "no error"
+        except ValueError as e:
+            out[kind] = str(e)
+    return out
+
+
 def train(ds, out_dir, mode, process):
     import jax
 
@@ -165,9 +226,18 @@ def main():
         "count": jax.process_count(),
         "devices": jax.device_count(),
     }
-    result.update(streams(ds, out_dir) if mode == "streams" else train(ds, out_dir, mode, process))
+    if mode == "streams":
+        result.update(streams(ds, out_dir))
+    elif mode == "mismatch":
+        result.update(mismatch(process))
+    elif mode == "absent":  # Process 1 never builds its Loader.
+        result["stream"] = build("equal", process) if process != 1 else None
+    else:
+        result.update(train(ds, out_dir, mode, process))
     with open(os.path.join(out_dir, f"{mode}-{process}.json"), "w") as f:
         json.dump(result, f)
+    if mode == "mismatch":
+        build(MISMATCH_KINDS[-1], process)  # Raises: the process exits with the error.
     jax.distributed.shutdown()
 
 

@@ -13,6 +13,7 @@ import pytest
 
 import jaxbatch as jb
 from jaxbatch._launch import launch_local
+from jaxbatch._planners import planner_key
 
 WORKER = str(Path(__file__).with_name("multihost_worker.py"))
 TIMEOUT = 90
@@ -176,6 +177,94 @@ def test_jb_map_over_a_shard_returns_that_process_examples(streams):
         for e, v in outputs.items():
             np.testing.assert_allclose(v, ds.example(e)["tokens"].mean(), rtol=1e-5, atol=1e-6)
     assert seen == set(range(worker.NUM_EXAMPLES))
+
+
+def fingerprint(ds):
+    with jb.Loader(ds, worker.MISMATCH_PLANNERS[0]) as loader:
+        return loader.get_state()["fingerprint"]
+
+
+def expected_error(kind):
+    """The start of the error both processes raise for a mismatch kind."""
+    if kind == "global_batches_unsharded":
+        return "global_batches: every Loader has shard=(index, 1) but there are 2 processes"
+    if kind == "global_batches_same_shard":
+        return "global_batches: processes 0-1 have shard 0, so no process loads shard 1"
+    n = worker.NUM_EXAMPLES
+    other_data = worker.dataset(n + 1) if kind == "data" else worker.dataset(seed=8)
+    p0, p1 = (planner_key(p) for p in worker.MISMATCH_PLANNERS)
+    difference = {
+        "data": f"data: process 0 has {n} examples (fingerprint {fingerprint(worker.dataset())}), "
+        f"process 1 has {n + 1} examples (fingerprint {fingerprint(other_data)})",
+        "seed": "seed: process 0 has 3, process 1 has 4",
+        "planner": f"planner: process 0 has {p0}, process 1 has {p1}",
+        "epochs": "epochs: process 0 has 2, process 1 has 1",
+        "shuffle": "shuffle: process 0 has global, process 1 has block",
+        "position": "position: process 0 has step 3 of epoch 0, process 1 has step 2 of epoch 0",
+    }
+    difference["lengths"] = difference["data"].replace(f"{n + 1} examples", f"{n} examples")
+    difference["global_batches_seed"] = difference["seed"]
+    caller = "global_batches" if kind.startswith("global_batches") else "Loader(shard='jax')"
+    # What differs, and nothing else: the list of differences ends there.
+    return f"{caller}: the processes were given different {difference[kind]}. Every process"
+
+
+@pytest.fixture(scope="module")
+def mismatches(tmp_path_factory):
+    """2 processes building equal Loaders, then one per mismatch kind
+    (worker.MISMATCH_KINDS), each differing on process 1 only: how each
+    process ended, and the errors it recorded on the way."""
+    out = tmp_path_factory.mktemp("mismatch")
+    results = launch_local([sys.executable, WORKER, "mismatch", str(out)], 2, timeout=TIMEOUT)
+    for r in results:
+        path = out / f"mismatch-{r.process_id}.json"
+        assert path.exists(), f"process {r.process_id}: rc={r.returncode}\n{r.output}"
+    return results, [json.loads((out / f"mismatch-{i}.json").read_text()) for i in range(2)]
+
+
+@pytest.mark.parametrize("kind", worker.MISMATCH_KINDS[:-1])
+def test_processes_given_different_settings_raise_on_both(mismatches, kind):
+    _, records = mismatches
+    for process, record in enumerate(records):
+        assert record[kind].startswith(expected_error(kind)), (process, record[kind])
+
+
+def test_processes_given_different_data_both_exit_with_the_error(mismatches):
+    """The last kind goes uncaught: both processes end with it, neither hangs."""
+    results, _ = mismatches
+    assert worker.MISMATCH_KINDS[-1] == "data"
+    for r in results:
+        assert not r.timed_out and r.returncode != 0, r.output
+        assert f"ValueError: {expected_error('data')}" in r.output, r.output
+
+
+def test_processes_given_equal_settings_load_as_before(mismatches):
+    """Several equal Loaders in a row (each one round of agreement): each
+    process's stream is its shard's, with the same steps and shapes on both."""
+    _, records = mismatches
+    for i, record in enumerate(records):
+        args = dict(worker.mismatch_args("equal", i), shard=(i, 2))
+        with jb.Loader(**args) as loader:
+            expected = [worker.record(b) for b in loader]
+        assert record["equal"] == record["equal_again"] == expected
+    s0, s1 = (r["equal"] for r in records)
+    assert [b["shapes"] for b in s0] == [b["shapes"] for b in s1] and len(s0) > 2
+
+
+def test_a_process_that_never_builds_its_loader_is_named(tmp_path):
+    """Process 1 builds no Loader: process 0 stops at the agreement's
+    timeout, naming it, instead of waiting forever."""
+    results = launch_local(
+        [sys.executable, WORKER, "absent", str(tmp_path)], 2, timeout=TIMEOUT,
+        env={"JAXBATCH_AGREE_TIMEOUT": "3"},
+    )  # fmt: skip
+    waited, absent = results
+    assert not waited.timed_out and waited.returncode != 0, waited.output
+    assert (
+        "TimeoutError: Loader(shard='jax'): process 1 of 2 did not reach its shard='jax' "
+        "Loader number 1 within 3 s" in waited.output
+    ), waited.output
+    assert absent.returncode == 0, absent.output
 
 
 @pytest.mark.parametrize("dead", [1, 0], ids=["worker", "coordinator"])

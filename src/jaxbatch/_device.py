@@ -115,6 +115,11 @@ def global_batches(
     the local rows, process 0's first. A jitted step over it runs one SPMD
     program; gradients are all-reduced over `axis` by XLA.
 
+    With more than one process it first checks, as ``Loader(shard="jax")``
+    does, that every process feeds the same stream (data, settings, position
+    and mesh) and a shard of its own, raising ValueError on every process
+    otherwise: call it in the same order on every process.
+
     Example::
 
         jax.distributed.initialize()
@@ -129,7 +134,31 @@ def global_batches(
         mesh = Mesh(np.array(jax.devices()), (axis,))
     if axis not in mesh.axis_names:
         raise ValueError(f"global_batches: mesh has axes {mesh.axis_names}, not {axis!r}")
+    _agree_on_source(iterable, mesh, axis)
     return device_prefetch(iterable, size=size, sharding=NamedSharding(mesh, PartitionSpec(axis)))
+
+
+def _agree_on_source(iterable: Any, mesh: Any, axis: str) -> None:
+    """Under jax.distributed, every process must feed the same stream's own
+    shard: raises on every process (see jaxbatch._agree) when a Loader's data,
+    settings or position differ, or two processes load the same shard."""
+    from jaxbatch._agree import agree, loader_settings, shard_problem
+    from jaxbatch._loader import Loader
+
+    loader = iterable if isinstance(iterable, Loader) else None
+
+    def settings() -> dict[str, str]:
+        source = {"source": type(iterable).__name__} if loader is None else loader_settings(loader)
+        return {"mesh": f"{dict(mesh.shape)} over {axis!r}", **source}
+
+    if loader is None:
+        agree("global_batches", "global_batches", settings)
+        return
+    shards = agree("global_batches", "global_batches", settings, loader._args["shard_index"])
+    # One process: any shard is its own (a test of one shard of many, say).
+    problem = len(shards) > 1 and shard_problem(shards, loader._args["shard_count"])
+    if problem:
+        raise ValueError(f"global_batches: {problem}: build every Loader with shard='jax'")
 
 
 def process_local(tree: Any) -> Any:

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from jaxbatch import _core
+from jaxbatch._agree import agree, loader_settings
 from jaxbatch._collate import Batch, _batch_from_core, _pad_values
 from jaxbatch._dataset import Dataset
 from jaxbatch._dtypes import dtype_name
@@ -106,7 +107,13 @@ class Loader:
         sequential at the cost of a weaker shuffle.
       shard: ``(index, count)`` or ``"jax"`` (``jax.process_index()``,
         ``jax.process_count()``): processes get disjoint batches, the same
-        number of steps and the same batch shape at every step.
+        number of steps and the same batch shape at every step. With
+        ``"jax"`` under ``jax.distributed`` the processes first check, through
+        JAX's key-value store, that they were given the same data and
+        settings, and raise ValueError on every process naming what differs
+        on which process; every process must build its ``"jax"`` Loaders in
+        the same order (see docs/multi-host.md). ``(index, count)`` is not
+        checked.
       num_threads: worker threads (default: the CPU count, at most 8; at most
         1024). A thread the system cannot start raises RuntimeError.
       prefetch: ready batches kept ahead of the consumer.
@@ -176,7 +183,7 @@ class Loader:
             if stream:
                 raise ValueError("Loader: stream=True reads a Parquet file; got a Dataset")
             self.dataset, self.source = source, "dataset"
-            core_schema = self._schema(schema or {})
+            core_schema = rules = self._schema(schema or {})
         elif _should_stream(source, stream, host_memory_limit, columns):
             from jaxbatch._sources import StreamedParquet, parquet_column_names
 
@@ -186,9 +193,8 @@ class Loader:
                     "row groups"
                 )
             names = parquet_column_names(source, columns)
-            self._stream = StreamedParquet(
-                source, columns, column, aligned, self._schema(schema or {}, names)
-            )
+            rules = self._schema(schema or {}, names)
+            self._stream = StreamedParquet(source, columns, column, aligned, rules)
             self.dataset, self.source = self._stream, str(source)
             core_schema = []  # Applied per row group while opening.
         else:
@@ -196,7 +202,8 @@ class Loader:
 
             self.dataset = open_source(source, columns, column, aligned)
             self.source = str(source)
-            core_schema = self._schema(schema or {})
+            core_schema = rules = self._schema(schema or {})
+        self._schema_rules = rules
         mapped = list(self.dataset._mapped_files)
         self.planner = planner
         self._core_loader = None
@@ -264,6 +271,12 @@ class Loader:
         self._fixed = tuple(n for n, f in fixed.items() if f)
         self._length_column = column or self.dataset.default_length_column
         self._start(state)
+        if shard == "jax":
+            try:
+                agree("loader", "Loader(shard='jax')", lambda: loader_settings(self))
+            except BaseException:
+                self.close()
+                raise
 
     def _schema(self, schema: Mapping[str, ColumnSchema], names: list[str] | None = None) -> list:
         names = self.dataset.column_names if names is None else names
