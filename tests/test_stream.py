@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 
 import numpy as np
 import pyarrow as pa
@@ -492,3 +493,41 @@ def test_streaming_loaders_restored_mid_epoch_always_close(tmp_path):
     result = json.loads(out.stdout)
     assert result["cycles"] == cycles
     assert result["batches"] > cycles  # The cycles read batches, not only opened and closed.
+
+
+@pytest.mark.parametrize("when", ["before", "during"])
+def test_close_before_or_during_next_raises_instead_of_ending(tmp_path, monkeypatch, when):
+    # Ending quietly (StopIteration) would pass a stream cut short for one
+    # that reached the end of its data.
+    from jaxbatch._sources import StreamedParquet
+
+    path = write_parquet(tmp_path / "data.parquet")
+    held = threading.Event()  # Set: the reader reads nothing more.
+    go_on = threading.Event()
+    read_chunk = StreamedParquet.read_chunk
+
+    def held_back(self, reader, group):
+        if held.is_set():
+            go_on.wait(timeout=60)
+        return read_chunk(self, reader, group)
+
+    monkeypatch.setattr(StreamedParquet, "read_chunk", held_back)
+    loader = jb.Loader(path, jb.PadToMax(8), stream=True, host_memory_limit=LIMIT, epochs=None)
+    next(loader)
+    held.set()  # Once the batches read ahead are taken, next() waits.
+    closer = threading.Timer(0.2, loader.close)
+    if when == "before":
+        loader.close()
+    else:
+        closer.start()  # From another thread, while next() waits.
+    try:
+        with pytest.raises(RuntimeError, match="Loader: closed"):
+            for _ in range(100):
+                next(loader)
+    finally:
+        go_on.set()  # The feeder may end: close() joins it.
+    if when == "during":
+        closer.join(timeout=60)
+        assert not closer.is_alive()
+    with pytest.raises(RuntimeError, match="Loader: closed; next\\(\\) after close\\(\\)"):
+        next(loader)  # And on every later call.

@@ -244,6 +244,27 @@ TEST(ChunkedSourceTest, AFailedChunkEndsTheStreamWithItsMessage) {
   feeder.join();
 }
 
+// A Close() from another thread while Next() waits (here for chunks no
+// feeder reads) ends the wait with an error, never as the end of the stream
+// (which a training loop would take for success).
+TEST(ChunkedSourceTest, CloseWhileNextWaitsThrowsInsteadOfEndingTheStream) {
+  LoaderOptions o;
+  o.schedule.planner = PadToMaxOptions{.batch_size = 4};
+  o.num_threads = 2;
+  o.host_memory_limit = 64 << 10;
+  Loader loader(Build(Split(ThreeColumns(40, 1), 10)), o);  // No feeder: Next() waits.
+  std::thread closer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    loader.Close();
+  });
+  const std::string message =
+      testing::ReturnsWithin(std::chrono::seconds(60), "Loader::Next during Close",
+                             [&] { return testing::ThrownMessage<Error>([&] { loader.Next(); }); });
+  closer.join();
+  EXPECT_TRUE(testing::Contains(message, "Loader: closed")) << message;
+  EXPECT_THROW(loader.Next(), Error);
+}
+
 // Thousands of streaming loaders restored mid-epoch, read a little and closed
 // at random moments, with random small delays in the consumer and the
 // feeder, and in some cycles a reader that stops: every batch is the
