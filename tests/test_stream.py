@@ -341,6 +341,7 @@ FIXED_OVERHEAD = 32 << 20
 OVERHEAD_PER_EXAMPLE = 128
 
 
+@pytest.mark.timeout(660)  # Two subprocesses of up to 300 s each.
 def test_streaming_equals_reading_whole_with_rss_under_the_limit_plus_overhead(tmp_path):
     big, small = tmp_path / "big.parquet", tmp_path / "small.parquet"
     write_big(big, groups=200, per_group=1000, length=500)  # ~400 MB of tokens decoded
