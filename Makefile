@@ -21,6 +21,14 @@ CORE_SOURCES := $(shell find cc examples/cpp -name '*.cc' -o -name '*.h') CMakeL
 # Every C++ file clang-format checks: the core, the example and the benchmarks'.
 CXX_FILES = $$(find cc examples/cpp bench/cpp -name '*.cc' -o -name '*.h')
 CMAKE_FLAGS := -G Ninja -DCMAKE_MAKE_PROGRAM=$(abspath $(VENV))/bin/ninja -DJAXBATCH_BUILD_TESTS=ON
+# No test may hang the suite: a hang fails within minutes, with a stack,
+# instead of holding CI to its own limit. ctest stops any one test after
+# CTEST_TIMEOUT seconds (the slowest takes about 10 under ASan); HANG_CHECK
+# runs a whole binary under a limit, sending SIGABRT first (the sanitizers,
+# with handle_abort=1, and libFuzzer print the stack on it), then SIGKILL
+# 30 s later. pytest's limits are pytest-timeout's, in pyproject.toml.
+CTEST_TIMEOUT ?= 300
+HANG_CHECK = timeout --signal=ABRT --kill-after=30
 
 .PHONY: demo test system-deps build test-cpp test-asan test-tsan test-py lint format bench clean \
 	build-fuzz fuzz test-fuzz
@@ -72,21 +80,23 @@ build: $(VENV)/.built
 test-cpp: $(VENV)/.deps
 	$(CMAKE) -S . -B build/cpp $(CMAKE_FLAGS) -DCMAKE_BUILD_TYPE=Release
 	$(CMAKE) --build build/cpp -j $(JOBS)
-	$(VENV)/bin/ctest --test-dir build/cpp --output-on-failure -j $(JOBS)
+	$(VENV)/bin/ctest --test-dir build/cpp --output-on-failure -j $(JOBS) --timeout $(CTEST_TIMEOUT)
 
 test-asan: $(VENV)/.deps
 	$(CMAKE) -S . -B build/asan $(CMAKE_FLAGS) -DCMAKE_BUILD_TYPE=Debug -DJAXBATCH_SANITIZE=address,undefined
 	$(CMAKE) --build build/asan -j $(JOBS)
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-	  $(VENV)/bin/ctest --test-dir build/asan --output-on-failure -j $(JOBS)
+	  $(VENV)/bin/ctest --test-dir build/asan --output-on-failure -j $(JOBS) --timeout $(CTEST_TIMEOUT)
 
 # The threaded input pipeline's tests, and collation (threaded for large
 # batches), under ThreadSanitizer.
 test-tsan: $(VENV)/.deps
 	$(CMAKE) -S . -B build/tsan $(CMAKE_FLAGS) -DCMAKE_BUILD_TYPE=Debug -DJAXBATCH_SANITIZE=thread
 	$(CMAKE) --build build/tsan -j $(JOBS) --target jaxbatch_load_test jaxbatch_core_test
-	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 build/tsan/jaxbatch_load_test
-	TSAN_OPTIONS=halt_on_error=1 build/tsan/jaxbatch_core_test --gtest_filter='Collat*'
+	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:handle_abort=1 \
+	  $(HANG_CHECK) 600 build/tsan/jaxbatch_load_test
+	TSAN_OPTIONS=halt_on_error=1:handle_abort=1 \
+	  $(HANG_CHECK) 600 build/tsan/jaxbatch_core_test --gtest_filter='Collat*'
 
 # libFuzzer targets (cc/fuzz/), built with clang, ASan and UBSan in their own
 # folder. `make fuzz` grows build/fuzz/corpus/<name> from the committed seeds;
@@ -105,17 +115,20 @@ build-fuzz: $(VENV)/.deps
 fuzz: build-fuzz
 	for f in $(FUZZERS); do \
 	  mkdir -p build/fuzz/corpus/$$f && \
-	  build/fuzz/$$f build/fuzz/corpus/$$f cc/fuzz/corpus/$$f $(LIBFUZZER_OPTS) \
+	  $(HANG_CHECK) $$(($(FUZZ_SECONDS) + 120)) \
+	    build/fuzz/$$f build/fuzz/corpus/$$f cc/fuzz/corpus/$$f $(LIBFUZZER_OPTS) \
 	    -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 || exit 1; \
 	done
 
 test-fuzz: build-fuzz
 	for f in $(FUZZERS); do \
 	  crashes=$$(find cc/fuzz/regressions/$$f -type f 2>/dev/null); \
-	  if [ -n "$$crashes" ]; then build/fuzz/$$f $(LIBFUZZER_OPTS) $$crashes || exit 1; fi; \
+	  if [ -n "$$crashes" ]; then \
+	    $(HANG_CHECK) 300 build/fuzz/$$f $(LIBFUZZER_OPTS) $$crashes || exit 1; \
+	  fi; \
 	  rm -rf build/fuzz/test-corpus/$$f && mkdir -p build/fuzz/test-corpus/$$f && \
-	  build/fuzz/$$f build/fuzz/test-corpus/$$f cc/fuzz/corpus/$$f $(LIBFUZZER_OPTS) \
-	    -max_total_time=20 || exit 1; \
+	  $(HANG_CHECK) 300 build/fuzz/$$f build/fuzz/test-corpus/$$f cc/fuzz/corpus/$$f \
+	    $(LIBFUZZER_OPTS) -max_total_time=20 || exit 1; \
 	done
 
 test-py: build

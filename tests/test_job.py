@@ -318,6 +318,7 @@ def test_cli_runs_resumes_and_refuses(tmp_path):
     assert cli_main(["run", "no_such_module:f", *args[1:]]) == 2
 
 
+@pytest.mark.timeout(600)  # The final run alone may take its own 300 s limit.
 def test_kill_9_at_random_moments_then_resume_gives_the_uninterrupted_output(tmp_path):
     tokens = token_lists(3000, seed=11, max_length=24)
     source = write_parquet(tmp_path / "in.parquet", tokens)

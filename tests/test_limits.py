@@ -127,6 +127,7 @@ HUGE_SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.timeout(360)  # Above its subprocess's own 300 s limit.
 def test_huge_batch_sizes_and_shard_counts_plan_in_memory_of_the_data(tmp_path):
     result = subprocess.run(
         [sys.executable, "-c", HUGE_SCRIPT, str(tmp_path / "lines.txt")],
@@ -177,6 +178,7 @@ THREADS_SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.timeout(360)  # Above its subprocess's own 300 s limit.
 def test_thread_that_cannot_start_raises_instead_of_aborting():
     result = subprocess.run(
         [sys.executable, "-c", THREADS_SCRIPT], capture_output=True, text=True, timeout=300

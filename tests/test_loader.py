@@ -565,3 +565,19 @@ def test_old_state_without_truncated_still_restores():
 def test_bad_schema_values_name_the_column_and_field(spec, message):
     with pytest.raises(ValueError, match=message):
         jb.Loader(make_dataset(n=10), jb.PadToMax(4), schema={"tokens": spec})
+
+
+def test_next_after_close_raises_unless_the_data_had_ended():
+    # A stream cut short must not pass for one that ended (StopIteration).
+    cut = jb.Loader(make_dataset(n=40), jb.PadToMax(8))
+    next(cut)
+    cut.close()
+    for _ in range(2):
+        with pytest.raises(RuntimeError, match="Loader: closed; next\\(\\) after close\\(\\)"):
+            next(cut)
+    ended = jb.Loader(make_dataset(n=40), jb.PadToMax(8))
+    assert len(drain(ended)) == 5
+    ended.close()
+    for _ in range(2):
+        with pytest.raises(StopIteration):
+            next(ended)

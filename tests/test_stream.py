@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 
 import numpy as np
 import pyarrow as pa
@@ -340,6 +341,7 @@ FIXED_OVERHEAD = 32 << 20
 OVERHEAD_PER_EXAMPLE = 128
 
 
+@pytest.mark.timeout(660)  # Two subprocesses of up to 300 s each.
 def test_streaming_equals_reading_whole_with_rss_under_the_limit_plus_overhead(tmp_path):
     big, small = tmp_path / "big.parquet", tmp_path / "small.parquet"
     write_big(big, groups=200, per_group=1000, length=500)  # ~400 MB of tokens decoded
@@ -432,3 +434,101 @@ def test_ctrl_c_and_exit_without_close_end_the_feeder_cleanly(tmp_path, how):
     else:
         assert "KeyboardInterrupt" in out.stderr, out.stderr
         assert out.returncode in (1, -signal.SIGINT), out.stderr
+
+
+CLOSE_CYCLES_SCRIPT = textwrap.dedent(
+    """
+    import faulthandler, hashlib, json, random, sys, time
+    import numpy as np
+    import jaxbatch as jb
+
+    path, cycles = sys.argv[1], int(sys.argv[2])
+    options = dict(seed=3, num_threads=2, prefetch=2)
+
+    def digest(batch):
+        h = hashlib.sha256()
+        for key in sorted(batch):
+            h.update(key.encode() + np.ascontiguousarray(batch[key]).tobytes())
+        return h.hexdigest()
+
+    # The reference: every batch of the file read whole, and the state before each.
+    whole = jb.Loader(path, jb.Pack(32, 2), **options)
+    states, expected = [whole.get_state()], []
+    for batch in whole:
+        expected.append(digest(batch))
+        states.append(whole.get_state())
+    rng = random.Random(0)
+    read = 0
+    for cycle in range(cycles):
+        # A hang anywhere in the cycle (a close that never returns) prints
+        # every thread's stack and exits 1, instead of stalling the suite.
+        faulthandler.dump_traceback_later(30, exit=True)
+        start = rng.randrange(len(expected) - 3)
+        loader = jb.Loader(path, jb.Pack(32, 2), stream=True, host_memory_limit=32_000,
+                           state=states[start], **options)
+        for k in range(rng.randrange(4)):
+            time.sleep(rng.random() * 0.001)
+            assert digest(next(loader)) == expected[start + k], (cycle, start, k)
+            read += 1
+        time.sleep(rng.random() * 0.001)
+        loader.close()
+        faulthandler.cancel_dump_traceback_later()
+    print(json.dumps({"cycles": cycles, "batches": read}))
+    """
+)
+
+
+def test_streaming_loaders_restored_mid_epoch_always_close(tmp_path):
+    # Closing a streaming loader could hang (7 closes in 400): one landing
+    # while a worker used a row group left that worker waiting for another
+    # that the feeder, gone, never read. Every batch must also be the one
+    # reading the file whole gives.
+    path = write_parquet(tmp_path / "data.parquet", n=300, row_group_size=20, packable=True)
+    cycles = 400
+    out = subprocess.run(
+        [sys.executable, "-c", CLOSE_CYCLES_SCRIPT, str(path), str(cycles)],
+        capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert "Timeout (0:00:30)!" not in out.stderr, out.stderr  # faulthandler's dump of a hang
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert result["cycles"] == cycles
+    assert result["batches"] > cycles  # The cycles read batches, not only opened and closed.
+
+
+@pytest.mark.parametrize("when", ["before", "during"])
+def test_close_before_or_during_next_raises_instead_of_ending(tmp_path, monkeypatch, when):
+    # Ending quietly (StopIteration) would pass a stream cut short for one
+    # that reached the end of its data.
+    from jaxbatch._sources import StreamedParquet
+
+    path = write_parquet(tmp_path / "data.parquet")
+    held = threading.Event()  # Set: the reader reads nothing more.
+    go_on = threading.Event()
+    read_chunk = StreamedParquet.read_chunk
+
+    def held_back(self, reader, group):
+        if held.is_set():
+            go_on.wait(timeout=60)
+        return read_chunk(self, reader, group)
+
+    monkeypatch.setattr(StreamedParquet, "read_chunk", held_back)
+    loader = jb.Loader(path, jb.PadToMax(8), stream=True, host_memory_limit=LIMIT, epochs=None)
+    next(loader)
+    held.set()  # Once the batches read ahead are taken, next() waits.
+    closer = threading.Timer(0.2, loader.close)
+    if when == "before":
+        loader.close()
+    else:
+        closer.start()  # From another thread, while next() waits.
+    try:
+        with pytest.raises(RuntimeError, match="Loader: closed"):
+            for _ in range(100):
+                next(loader)
+    finally:
+        go_on.set()  # The feeder may end: close() joins it.
+    if when == "during":
+        closer.join(timeout=60)
+        assert not closer.is_alive()
+    with pytest.raises(RuntimeError, match="Loader: closed; next\\(\\) after close\\(\\)"):
+        next(loader)  # And on every later call.

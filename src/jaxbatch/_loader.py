@@ -307,6 +307,7 @@ class Loader:
         self._start_core(core_state)
 
     def _start_core(self, core_state) -> None:
+        self._ended = False  # Set once next() reached the end of the data.
         if self._stream is None:
             self._core_loader = _core.Loader(self.dataset._core, state=core_state, **self._args)
             return
@@ -458,10 +459,19 @@ class Loader:
         return self
 
     def __next__(self) -> Batch:
-        if self._core_loader is None:
-            raise StopIteration
-        item = self._core_loader.next()
+        core = self._core_loader  # Once: close() from another thread may clear it.
+        if core is None:
+            if self._ended:
+                raise StopIteration
+            # Not StopIteration: a loop would take a stream cut short for the
+            # end of the data and carry on as if it had finished.
+            raise RuntimeError(
+                "Loader: closed; next() after close() has no batch to give (the data had not "
+                "ended): open a new Loader, with state= from get_state() to continue"
+            )
+        item = core.next()  # Raises RuntimeError when close() cuts its wait short.
         if item is None:
+            self._ended = True
             raise StopIteration
         arrays, epoch, step, _ = item
         packed = isinstance(self.planner, Pack)
@@ -476,12 +486,19 @@ class Loader:
         return batch
 
     def close(self) -> None:
-        """Stops and joins every worker thread. Idempotent."""
-        if self._core_loader is not None:
-            self._core_loader.close()
+        """Stops and joins every worker thread. Idempotent, and safe from
+        another thread: a ``next()`` waiting there, and every later one,
+        raises RuntimeError saying the loader was closed (unless the data had
+        ended: then StopIteration, as before)."""
+        # Read once each: another thread may be closing too (the core
+        # serialises closers, so each returns with every thread joined).
+        core = self._core_loader
+        if core is not None:
+            core.close()
             self._core_loader = None
-        if self._feeder is not None:
-            self._feeder.join()  # Sees the core closed within its next wait.
+        feeder = self._feeder
+        if feeder is not None:
+            feeder.join()  # Sees the core closed within its next wait.
             self._feeder = None
 
     def __enter__(self) -> Loader:

@@ -4,7 +4,13 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <future>
 #include <string>
+#include <string_view>
+#include <utility>
 
 namespace jaxbatch::testing {
 
@@ -18,6 +24,24 @@ std::string ThrownMessage(F&& f) {
   }
   ADD_FAILURE() << "expected an exception, none was thrown";
   return "";
+}
+
+// Runs `body` on a thread of its own and returns what it returns (rethrowing
+// what it throws). A call still running after `limit` is a hang, and a hung
+// test holds the whole suite: the binary then aborts, naming `what`, so the
+// run fails at once instead of at the suite's timeout.
+// Example:
+//   testing::ReturnsWithin(std::chrono::seconds(60), "Loader::Close", [&] { loader.Close(); });
+template <typename F>
+auto ReturnsWithin(std::chrono::seconds limit, std::string_view what, F&& body) {
+  auto result = std::async(std::launch::async, std::forward<F>(body));
+  if (result.wait_for(limit) != std::future_status::ready) {
+    std::fprintf(stderr, "%.*s did not return within %lld s: a wait nobody wakes; aborting\n",
+                 static_cast<int>(what.size()), what.data(), static_cast<long long>(limit.count()));
+    std::fflush(stderr);
+    std::abort();
+  }
+  return result.get();
 }
 
 inline bool Contains(const std::string& text, const std::string& part) {

@@ -68,18 +68,23 @@ void ChunkCache::ForEach(std::span<const int64_t> chunks, int64_t priority,
       for (const int64_t c : *pending) cache->Unwant(c, priority);
     }
   } release{this, &pending, priority};
-  while (!pending.empty()) {
-    const auto ready = std::find_if(pending.begin(), pending.end(), [&](int64_t c) {
+  const auto find_ready = [&] {
+    return std::find_if(pending.begin(), pending.end(), [&](int64_t c) {
       const State state = slots_[static_cast<size_t>(c)].state;
       return state == State::kLoaded || state == State::kFailed;
     });
-    if (ready != pending.end() && slots_[static_cast<size_t>(*ready)].state == State::kFailed) {
+  };
+  while (!pending.empty()) {
+    // The closed and failed states are checked on every pass, not only after
+    // a wakeup: a Close() or Fail(message) that came while `use` ran (the
+    // lock released) notified nobody, and once the feeder has seen it no
+    // chunk ever arrives to wake this wait.
+    loaded_cv_.wait(lock,
+                    [&] { return closed_ || !failure_.empty() || find_ready() != pending.end(); });
+    CheckOpen();
+    const auto ready = find_ready();
+    if (slots_[static_cast<size_t>(*ready)].state == State::kFailed) {
       throw IoError(slots_[static_cast<size_t>(*ready)].failure);
-    }
-    if (ready == pending.end()) {
-      loaded_cv_.wait(lock);
-      CheckOpen();
-      continue;
     }
     const int64_t c = *ready;
     *ready = pending.back();

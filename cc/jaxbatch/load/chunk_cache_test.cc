@@ -4,12 +4,15 @@
 
 #include <atomic>
 #include <chrono>
+#include <future>
 #include <map>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "jaxbatch/base/error.h"
+#include "jaxbatch/base/testing.h"
 #include "jaxbatch/load/test_util.h"
 
 namespace jaxbatch {
@@ -180,6 +183,41 @@ TEST(ChunkCacheTest, CloseWakesAWaitingWorker) {
   });
   EXPECT_THROW(cache.ForEach(std::vector<int64_t>{0}, 0, [](int64_t, const Dataset&) {}), Error);
   closer.join();
+}
+
+// The interleaving that hung streaming loaders' close: Close() (or
+// Fail(message)) lands while the worker uses one chunk, outside the lock, and
+// the feeder then ends, so the chunk the worker still needs never comes. The
+// worker must see the close before it waits for that chunk, not sleep
+// through a notification that came while nobody waited.
+TEST(ChunkCacheTest, CloseOrFailWhileAWorkerUsesAChunkEndsItsWait) {
+  for (const bool fail : {false, true}) {
+    SCOPED_TRACE(fail ? "Fail(message)" : "Close()");
+    ChunkCache cache(std::vector<int64_t>(2, 10), 20);
+    std::future<std::string> worker = std::async(std::launch::async, [&]() -> std::string {
+      try {
+        cache.ForEach(std::vector<int64_t>{0, 1}, 0, [&](int64_t chunk, const Dataset&) {
+          EXPECT_EQ(chunk, 0);
+          // From another thread, finished before this use returns.
+          std::thread([&] { fail ? cache.Fail("the reader stopped") : cache.Close(); }).join();
+        });
+      } catch (const IoError& e) {
+        return StrCat("IoError: ", e.what());
+      } catch (const Error& e) {
+        return StrCat("Error: ", e.what());
+      }
+      return "returned";
+    });
+    // The feeder reads chunk 0 only (the most urgent: same priority, lower
+    // index), then is gone.
+    ASSERT_EQ(cache.NextRequest(milliseconds(60000)), 0);
+    cache.Provide(0, Chunk(0));
+    const std::string outcome = testing::ReturnsWithin(
+        std::chrono::seconds(60), "ChunkCache::ForEach after a close during use",
+        [&] { return worker.get(); });
+    EXPECT_EQ(outcome, fail ? "IoError: the reader stopped" : "Error: ChunkCache: closed");
+    EXPECT_EQ(cache.NextRequest(milliseconds(1)), ChunkCache::kClosed);
+  }
 }
 
 TEST(ChunkCacheTest, RefusesUnknownChunksAndUnrequestedProvides) {

@@ -3,11 +3,14 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <functional>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "jaxbatch/base/error.h"
+#include "jaxbatch/base/testing.h"
 #include "jaxbatch/data/dataset_builder.h"
 #include "jaxbatch/load/loader.h"
 #include "jaxbatch/load/test_util.h"
@@ -58,15 +61,26 @@ std::shared_ptr<const ChunkedSource> Build(const std::vector<Dataset>& chunks, S
 using testing::Drain;
 using testing::Fingerprint;
 
+constexpr char kReaderStopped[] = "data.parquet: the reader stopped";
+
 // Serves a streaming loader's chunk requests from `chunks` until it closes.
+// `serve(chunk)`, when given, runs before each chunk is handed over (to
+// pause, say); when it returns false the reader stops instead, as a feeder
+// that dies does: FailChunk(-1, kReaderStopped), and the feeder ends.
 class Feeder {
  public:
-  Feeder(Loader& loader, const std::vector<Dataset>& chunks)
-      : thread_([&loader, &chunks] {
+  Feeder(Loader& loader, const std::vector<Dataset>& chunks,
+         std::function<bool(int64_t chunk)> serve = {})
+      : thread_([&loader, &chunks, serve = std::move(serve)] {
           while (true) {
             const int64_t c = loader.NextChunkRequest(std::chrono::milliseconds(5));
             if (c == ChunkCache::kClosed) return;
-            if (c >= 0) loader.ProvideChunk(c, chunks[static_cast<size_t>(c)]);
+            if (c < 0) continue;
+            if (serve && !serve(c)) {
+              loader.FailChunk(-1, kReaderStopped);
+              return;
+            }
+            loader.ProvideChunk(c, chunks[static_cast<size_t>(c)]);
           }
         }) {}
   ~Feeder() { thread_.join(); }
@@ -159,17 +173,27 @@ TEST(ChunkedSourceTest, StreamEqualsTheInMemoryStream) {
   }
 }
 
-TEST(ChunkedSourceTest, PackedStreamAndRestoreEqualTheInMemoryStream) {
-  // Packing needs every ragged column aligned with the length column.
-  const Dataset three = ThreeColumns(200, 2);
-  auto data = std::make_shared<const Dataset>(
+// ThreeColumns without noise: packing needs every ragged column aligned
+// with the length column.
+std::shared_ptr<const Dataset> Packable(size_t n, uint32_t seed) {
+  const Dataset three = ThreeColumns(n, seed);
+  return std::make_shared<const Dataset>(
       std::vector<RaggedColumn>{three.column("tokens"), three.column("label")});
-  const std::vector<Dataset> chunks = Split(*data, 10);
-  const auto source = Build(chunks);
+}
+
+LoaderOptions PackedOptions() {
   LoaderOptions o;
   o.schedule.planner = PackOptions{.row_length = 32, .rows_per_batch = 2};
   o.num_threads = 2;
   o.host_memory_limit = 32 << 10;
+  return o;
+}
+
+TEST(ChunkedSourceTest, PackedStreamAndRestoreEqualTheInMemoryStream) {
+  const auto data = Packable(200, 2);
+  const std::vector<Dataset> chunks = Split(*data, 10);
+  const auto source = Build(chunks);
+  const LoaderOptions o = PackedOptions();
   Loader whole(data, o);
   const std::vector<std::string> expected = Drain(whole);
   ASSERT_GT(expected.size(), 6u);
@@ -218,6 +242,100 @@ TEST(ChunkedSourceTest, AFailedChunkEndsTheStreamWithItsMessage) {
   EXPECT_EQ(batches, 5);  // Examples 0..19 (chunks 0 and 1) in batches of 4.
   loader.Close();
   feeder.join();
+}
+
+// A Close() from another thread while Next() waits (here for chunks no
+// feeder reads) ends the wait with an error, never as the end of the stream
+// (which a training loop would take for success).
+TEST(ChunkedSourceTest, CloseWhileNextWaitsThrowsInsteadOfEndingTheStream) {
+  LoaderOptions o;
+  o.schedule.planner = PadToMaxOptions{.batch_size = 4};
+  o.num_threads = 2;
+  o.host_memory_limit = 64 << 10;
+  Loader loader(Build(Split(ThreeColumns(40, 1), 10)), o);  // No feeder: Next() waits.
+  std::thread closer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    loader.Close();
+  });
+  const std::string message =
+      testing::ReturnsWithin(std::chrono::seconds(60), "Loader::Next during Close",
+                             [&] { return testing::ThrownMessage<Error>([&] { loader.Next(); }); });
+  closer.join();
+  EXPECT_TRUE(testing::Contains(message, "Loader: closed")) << message;
+  EXPECT_THROW(loader.Next(), Error);
+}
+
+// Thousands of streaming loaders restored mid-epoch, read a little and closed
+// at random moments, with random small delays in the consumer and the
+// feeder, and in some cycles a reader that stops: every batch is the
+// uninterrupted stream's, and every Close() returns (a close that landed
+// while a worker used a chunk used to leave it waiting forever).
+TEST(ChunkedSourceTest, RestoreReadCloseCyclesEqualTheStreamAndNeverHang) {
+#if defined(__SANITIZE_THREAD__)
+  constexpr int kCycles = 2000;  // About 3 times slower there, and as many closes that race.
+#else
+  constexpr int kCycles = 3000;
+#endif
+  const auto data = Packable(120, 6);
+  const std::vector<Dataset> chunks = Split(*data, 8);
+  const auto source = Build(chunks);
+  LoaderOptions o = PackedOptions();
+  o.prefetch = 2;
+  // The reference: every batch, and the state before each.
+  std::vector<std::string> expected;
+  std::vector<LoaderState> before;
+  {
+    Loader whole(data, o);
+    for (before.push_back(whole.state()); std::optional<LoadedBatch> b = whole.Next();) {
+      expected.push_back(Fingerprint(*b));
+      before.push_back(whole.state());
+    }
+  }
+  ASSERT_GT(expected.size(), 8u);
+  const auto pause = [](std::mt19937& rng) {
+    const uint32_t roll = rng() % 4;
+    if (roll == 1) std::this_thread::yield();
+    if (roll == 2) std::this_thread::sleep_for(std::chrono::microseconds(rng() % 200));
+  };
+  int64_t batches = 0;
+  int64_t stopped = 0;
+  for (int cycle = 0; cycle < kCycles; ++cycle) {
+    std::mt19937 rng(static_cast<uint32_t>(cycle));
+    const size_t start = rng() % expected.size();
+    const int reads = static_cast<int>(rng() % 4);
+    const int64_t stop_at = rng() % 5 == 0 ? static_cast<int64_t>(rng() % 6) : -1;
+    std::mt19937 feeder_rng(static_cast<uint32_t>(cycle) + 1000003u);
+    int64_t served = 0;
+    Loader loader(source, o, before[start]);
+    Feeder feeder(loader, chunks, [&](int64_t) {
+      pause(feeder_rng);
+      return served++ != stop_at;
+    });
+    for (int k = 0; k < reads; ++k) {
+      pause(rng);
+      std::optional<LoadedBatch> batch;
+      try {
+        batch = loader.Next();
+      } catch (const IoError& e) {
+        ASSERT_STREQ(e.what(), kReaderStopped) << "cycle " << cycle;
+        ASSERT_GE(stop_at, 0) << "cycle " << cycle;
+        ++stopped;
+        break;
+      }
+      if (start + k >= expected.size()) {
+        ASSERT_FALSE(batch) << "cycle " << cycle;
+        break;
+      }
+      ASSERT_TRUE(batch) << "cycle " << cycle;
+      ASSERT_EQ(Fingerprint(*batch), expected[start + k]) << "cycle " << cycle << ", batch " << k;
+      ++batches;
+    }
+    pause(rng);
+    testing::ReturnsWithin(std::chrono::seconds(60), StrCat("Loader::Close of cycle ", cycle),
+                           [&] { loader.Close(); });
+  }
+  EXPECT_GT(batches, kCycles / 2);  // The cycles did read, not only open and close.
+  EXPECT_GT(stopped, 0);
 }
 
 TEST(ChunkedSourceTest, RefusesALimitThatCannotHoldAChunk) {

@@ -528,6 +528,7 @@ void Loader::CheckMemoryStall() {
 
 bool Loader::TryNext(std::chrono::milliseconds timeout, std::optional<LoadedBatch>* out) {
   std::unique_lock<std::mutex> lock(mu_);
+  const bool closed_before = stop_;
   const bool ready = result_cv_.wait_for(lock, timeout, [&] {
     return stop_ || results_.count(consume_seq_) > 0 || (end_seq_ >= 0 && consume_seq_ >= end_seq_);
   });
@@ -537,15 +538,28 @@ bool Loader::TryNext(std::chrono::milliseconds timeout, std::optional<LoadedBatc
   }
   stall_since_.reset();
   out->reset();
-  if (!stop_ && empty_epoch_ >= 0 && consume_seq_ >= end_seq_) {
+  if (stop_) {
+    // A stream the consumer saw end stays ended. Any other is cut short, and
+    // ending it quietly would pass for the end of the data (a training loop
+    // would stop early and report success).
+    if (ended_) return true;
+    throw Error(closed_before
+                    ? "Loader: closed; Next() after Close() has no batch to give (the stream had "
+                      "not ended): restart it from a saved state in a new Loader"
+                    : "Loader: closed while waiting for a batch (Close() was called, from "
+                      "another thread?)");
+  }
+  if (empty_epoch_ >= 0 && consume_seq_ >= end_seq_) {
     // The stream ended at an epoch with nothing to yield: still count what
     // it left out (and raise for its bad records).
     const int64_t epoch = std::exchange(empty_epoch_, -1);
     EnterEpoch(epoch, *schedules_.at(epoch));
   }
-  if (stop_ || (end_seq_ >= 0 && consume_seq_ >= end_seq_) || results_.count(consume_seq_) == 0) {
+  if (end_seq_ >= 0 && consume_seq_ >= end_seq_) {
+    ended_ = true;
     return true;
   }
+  if (results_.count(consume_seq_) == 0) return true;
   Result result = std::move(results_[consume_seq_]);
   results_.erase(consume_seq_);
   ++consume_seq_;

@@ -11,7 +11,8 @@
 //   - Output buffers come from a BufferArena and return to it when the
 //     consumer lets go, so steady state allocates nothing per batch.
 //   - An exception in a worker reaches the consumer, from Next(), with its
-//     original message. Close() (or the destructor) ends every thread.
+//     original message. Close() (or the destructor) ends every thread; a
+//     Next() it cuts short throws rather than pass for the end of the data.
 //
 // Example:
 //   LoaderOptions options;
@@ -122,16 +123,19 @@ class Loader {
   Loader(const Loader&) = delete;
   Loader& operator=(const Loader&) = delete;
 
-  // The next batch, or nullopt at the end. Rethrows a worker's exception;
-  // throws InvalidArgumentError for a bad record under ErrorPolicy::kRaise
-  // and Error when max_errors is exceeded.
+  // The next batch, or nullopt at the end (and on every call after it).
+  // Rethrows a worker's exception; throws InvalidArgumentError for a bad
+  // record under ErrorPolicy::kRaise and Error when max_errors is exceeded.
   // Throws Error when every buffer host_memory_limit allows is held by the
-  // caller, so no batch can ever be made (it would otherwise wait forever).
+  // caller, so no batch can ever be made (it would otherwise wait forever),
+  // and when the loader is closed before the end, before or during the call:
+  // a stream cut short must not pass for one that ended.
   std::optional<LoadedBatch> Next();
 
   // Next() that waits at most `timeout`: returns true with `*batch` set
   // (nullopt at the end), or false when no batch is ready yet; a caller that
-  // must stay interruptible (Python's Ctrl-C) calls it in short slices.
+  // must stay interruptible (Python's Ctrl-C) calls it in short slices. It
+  // throws what Next() throws, a Close() from another thread included.
   // Example:
   //   std::optional<LoadedBatch> batch;
   //   while (!loader.TryNext(std::chrono::milliseconds(50), &batch)) CheckForSignals();
@@ -163,7 +167,9 @@ class Loader {
   int64_t num_threads() const { return static_cast<int64_t>(workers_.size()); }
   const BufferArena& arena() const { return *arena_; }
 
-  // Stops and joins every worker; Next() then returns nullopt. Idempotent.
+  // Stops and joins every worker; idempotent. A Next() waiting in another
+  // thread, and every later one, then throws Error, unless the consumer
+  // already saw the stream end (nullopt stays the answer).
   void Close();
 
  private:
@@ -235,6 +241,7 @@ class Loader {
   int64_t consume_seq_ = 0;
   int64_t end_seq_ = -1;      // set once the last position is claimed
   int64_t empty_epoch_ = -1;  // the epoch with no steps that ended the stream
+  bool ended_ = false;        // the consumer was given the end (nullopt)
   std::map<int64_t, Result> results_;
   LoaderState state_;
   int64_t entered_epoch_ = -1;

@@ -236,7 +236,7 @@ TEST(LoaderTest, CloseAndDestructionEndEveryThread) {
     EXPECT_EQ(ThreadCount(), before + 4);
     loader.Close();
     EXPECT_EQ(SettledThreadCount(before), before);
-    EXPECT_FALSE(loader.Next());
+    EXPECT_THROW(loader.Next(), Error);  // Closed before the end (epochs = 0: it has none).
   }
   {
     Loader loader(ds, Options(PadToMaxOptions{.batch_size = 4}, 3, 0));
@@ -253,7 +253,25 @@ TEST(LoaderTest, CloseFromTwoThreadsAtOnce) {
   loader.Close();
   other.join();
   EXPECT_EQ(loader.num_threads(), 0);
-  EXPECT_FALSE(loader.Next());
+  EXPECT_THROW(loader.Next(), Error);
+}
+
+// Next() after Close() says the loader was closed, so a stream cut short never
+// passes for one that ended; a stream the consumer saw end stays ended.
+TEST(LoaderTest, NextAfterCloseThrowsUnlessTheStreamHadEnded) {
+  auto ds = testing::TokensDataset(testing::RandomLengths(40, 10, 3));
+  Loader cut(ds, Options(PadToMaxOptions{.batch_size = 4}, 2, 1));
+  ASSERT_TRUE(cut.Next());
+  cut.Close();
+  for (int call = 0; call < 2; ++call) {
+    const std::string message = testing::ThrownMessage<Error>([&] { cut.Next(); });
+    EXPECT_TRUE(testing::Contains(message, "Loader: closed; Next() after Close()")) << message;
+  }
+  Loader ended(ds, Options(PadToMaxOptions{.batch_size = 4}, 2, 1));
+  EXPECT_EQ(Drain(ended).size(), 10u);
+  ended.Close();
+  EXPECT_FALSE(ended.Next());
+  EXPECT_FALSE(ended.Next());
 }
 
 TEST(LoaderTest, BadOptionsThrowBeforeAnyThreadStarts) {
