@@ -224,14 +224,29 @@ def corrupt_row_group(path, group):
     os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
 
 
-def test_corrupt_row_group_mid_run_ends_the_stream_naming_it(tmp_path):
+def test_corrupt_row_group_mid_run_ends_the_stream_naming_it(tmp_path, monkeypatch):
     path = write_parquet(tmp_path / "data.parquet", n=400, row_group_size=40)
+    # Row group 8 (examples 320..359: batches 40.. need it) is damaged just
+    # before the feeder reads it again, from the feeder's own thread: the
+    # only worker then waits for that row group, so nothing can see the
+    # file's time stamp between the write and its restoring.
+    from jaxbatch._sources import StreamedParquet
+
+    read_chunk, opened = StreamedParquet.read_chunk, []
+
+    def damage_first(self, reader, group):
+        if opened and group == 8 and not opened[0]:
+            opened[0] = True
+            corrupt_row_group(path, 8)
+        return read_chunk(self, reader, group)
+
+    monkeypatch.setattr(StreamedParquet, "read_chunk", damage_first)
     # One thread, one batch ahead: row group 8 is far from what is read ahead.
     loader = jb.Loader(
         path, jb.PadToMax(8), shuffle=False, stream=True, host_memory_limit=LIMIT,
         num_threads=1, prefetch=1,
     )  # fmt: skip
-    corrupt_row_group(path, 8)  # Examples 320..359: batches 40.. need it.
+    opened.append(False)  # Opening read every row group; now the stream runs.
     got = []
     with pytest.raises(OSError, match=f"row group 8 of {path}|{path}, chunk 8"):
         for batch in loader:
