@@ -431,8 +431,11 @@ def test_ctrl_c_at_any_moment_stops_the_run(tmp_path):
         except subprocess.TimeoutExpired:
             process.kill()
             pytest.fail(f"SIGINT at {delay} s: still running after {TIMEOUT_S} s")
+        # 130: jaxbatch caught it; -SIGINT: Python's own default (before
+        # jaxbatch started, or while it imported jax), the same to a shell.
         assert process.returncode in (130, -signal.SIGINT), (delay, process.returncode, stderr)
-        assert "KeyboardInterrupt" in stderr or "interrupted" in stderr, stderr
+        if process.returncode == 130:
+            assert "interrupted; re-run the same command to resume" in stderr, stderr
 
 
 def test_a_partial_or_an_object_keys_a_resumable_job(tmp_path):
