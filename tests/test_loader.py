@@ -467,6 +467,10 @@ def test_state_from_other_data_of_the_same_size_is_refused():
         ({"examples": True}, 1, "the state's examples must be an int, found bool"),
         ({"seed": None}, 1, "the state's seed must be an int, found NoneType"),
         ({"step": None, "epoch": None}, 1, "the state's epoch must be an int"),
+        ({"version": 7}, 1, "expected a state of version 2, found 7"),
+        ({"fingerprint": "not hex"}, 1, "the state's fingerprint must be 16 hex digits"),
+        ({"shuffle": "sorted"}, 1, "shuffle must be 'none', 'global' or 'block', found 'sorted'"),
+        ({"shard": [0]}, 1, r"the state's shard must be \[index, count\], found \[0\]"),
     ],
 )
 def test_malformed_or_out_of_range_state_is_refused(change, epochs, message):
@@ -481,7 +485,6 @@ def test_malformed_or_out_of_range_state_is_refused(change, epochs, message):
     [
         ([1, 2], "state must be a dict from get_state\\(\\), found list"),
         ({"version": 1}, "the state lacks 'num_examples', 'planner', 'seed'"),
-        ({"version": 7}, "expected a state of version 2, found 7"),
     ],
 )
 def test_state_that_is_not_a_get_state_dict_is_refused(state, message):

@@ -6,7 +6,7 @@
 
 #include "bindings.h"
 #include "jaxbatch/base/hash.h"
-#include "jaxbatch/job/fingerprint.h"
+#include "jaxbatch/data/fingerprint.h"
 #include "jaxbatch/job/journal.h"
 
 namespace jaxbatch::bindings {

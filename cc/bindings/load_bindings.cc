@@ -62,8 +62,24 @@ void BindLoad(nb::module_& m) {
       .def_rw("max_length", &ColumnSchema::max_length)
       .def_rw("finite", &ColumnSchema::finite);
 
+  m.def("shuffle_mode_name", &ShuffleModeName, nb::arg("mode"));
+  m.def("parse_shuffle_mode", &ParseShuffleMode, nb::arg("name"));
+  m.attr("LOADER_STATE_VERSION") = kLoaderStateVersion;
+
+  nb::class_<StreamKey>(m, "StreamKey")
+      .def(nb::init<>())
+      .def_rw("version", &StreamKey::version)
+      .def_rw("num_examples", &StreamKey::num_examples)
+      .def_rw("fingerprint", &StreamKey::fingerprint, nb::arg("value").none())
+      .def_rw("planner", &StreamKey::planner)
+      .def_rw("shuffle", &StreamKey::shuffle)
+      .def_rw("block_size", &StreamKey::block_size)
+      .def_rw("shard_index", &StreamKey::shard_index)
+      .def_rw("shard_count", &StreamKey::shard_count);
+
   nb::class_<LoaderState>(m, "LoaderState")
       .def(nb::init<>())
+      .def_rw("key", &LoaderState::key, nb::arg("value").none())
       .def_rw("seed", &LoaderState::seed)
       .def_rw("epoch", &LoaderState::epoch)
       .def_rw("step", &LoaderState::step)

@@ -3,8 +3,12 @@
 //   RaggedColumn, Dataset  data/      named ragged and fixed-shape columns
 //   Plan(), BatchPlan      plan/      pad, bucket, token-budget and pack planners
 //   Collate()              collate/   a planned batch into dense padded arrays
+//   Loader                 load/      threads that shuffle, shard, plan, collate and
+//                                     prefetch; LoaderState to resume
+//   Journal, WriteFileAtomic job/     a job's durable log and its files
 //
-// Example (see examples/cpp/plan_and_collate.cc):
+// Examples: examples/cpp/plan_and_collate.cc, examples/cpp/load_and_resume.cc.
+//
 //   Dataset ds({RaggedColumn::Ragged("tokens", DType::kInt32, {}, values, n_values,
 //                                    offsets, n, nullptr)});
 //   BatchPlan plan = Plan(ds.column("tokens").Lengths(),
@@ -20,10 +24,19 @@
 #include "jaxbatch/data/dataset.h"
 #include "jaxbatch/data/dataset_builder.h"
 #include "jaxbatch/data/dtype.h"
+#include "jaxbatch/data/fingerprint.h"
 #include "jaxbatch/data/ragged_column.h"
+#include "jaxbatch/job/files.h"
+#include "jaxbatch/job/journal.h"
+#include "jaxbatch/load/chunk_cache.h"
+#include "jaxbatch/load/chunked_source.h"
+#include "jaxbatch/load/loader.h"
+#include "jaxbatch/load/schedule.h"
+#include "jaxbatch/load/schema.h"
 #include "jaxbatch/plan/batch_plan.h"
 #include "jaxbatch/plan/buckets.h"
 #include "jaxbatch/plan/packer.h"
 #include "jaxbatch/plan/planner.h"
+#include "jaxbatch/plan/planner_key.h"
 
 #endif  // JAXBATCH_JAXBATCH_H_

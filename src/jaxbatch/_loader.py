@@ -25,13 +25,8 @@ from jaxbatch._planners import (
     Pack,
     PadToMax,
     Planner,
-    planner_key,
-    same_planner,
 )
 
-# 2: block shuffle keeps the planner's batch order (1 shuffled it); a
-# version 1 state restores as before for every other shuffle.
-_STATE_VERSION = 2
 _SHUFFLE = {True: _core.ShuffleMode.global_, False: _core.ShuffleMode.none,
             "global": _core.ShuffleMode.global_, "block": _core.ShuffleMode.block,
             "none": _core.ShuffleMode.none}  # fmt: skip
@@ -207,7 +202,6 @@ class Loader:
         mapped = list(self.dataset._mapped_files)
         self.planner = planner
         self._core_loader = None
-        self._fingerprint_cache: str | None = None
         if shuffle not in _SHUFFLE:
             raise ValueError(f"Loader: shuffle must be True, False or 'block', found {shuffle!r}")
         if on_error not in _ON_ERROR:
@@ -322,110 +316,60 @@ class Loader:
         _STREAMING.add(self)
 
     def _parse_state(self, state: Mapping[str, Any]):
+        """The core's LoaderState from a get_state() dict. Only the dict's
+        Python types are checked here; the engine checks the state against
+        this loader (version, data, planner, shuffle, shard, position)."""
         if not isinstance(state, Mapping):
             raise ValueError(
                 f"Loader: state must be a dict from get_state(), found {type(state).__name__}"
             )
-        version = state.get("version")
-        if version not in (1, _STATE_VERSION):
-            raise ValueError(
-                f"Loader: expected a state of version {_STATE_VERSION}, found {version!r}"
-            )
-        if version == 1 and state.get("shuffle") == "block":
-            raise ValueError(
-                "Loader: the state (version 1) was saved by a jaxbatch whose block shuffle "
-                "shuffled the batches' order too; this one keeps the blocks' order, so the "
-                "stream would differ: restart the epoch (set the state's step to 0) or use "
-                "that version"
-            )
         required = [f for f in _STATE_FIELDS if f not in _OPTIONAL_STATE_FIELDS]
-        missing = [k for k in ("num_examples", "planner", *required) if k not in state]
+        missing = [k for k in ("version", "num_examples", "planner", *required) if k not in state]
         if missing:
             raise ValueError(
                 f"Loader: the state lacks {', '.join(map(repr, missing))}; expected a dict "
                 f"from get_state()"
             )
-        for field in ("num_examples", *_STATE_FIELDS):
-            if field not in state:
-                continue
-            value, limit = state[field], 2**64 if field == "seed" else 2**63
-            if isinstance(value, bool) or not isinstance(value, int | np.integer):
-                raise ValueError(
-                    f"Loader: the state's {field} must be an int, found "
-                    f"{type(value).__name__} {value!r}"
-                )
-            if not 0 <= value < limit:
-                raise ValueError(
-                    f"Loader: the state's {field} must be in [0, 2**{limit.bit_length() - 1}), "
-                    f"found {value}"
-                )
-        if state["num_examples"] != self.dataset.num_examples:
-            raise ValueError(
-                f"Loader: the state was saved for {state['num_examples']} examples but this "
-                f"source has {self.dataset.num_examples}"
-            )
-        # States saved before the fingerprint was added (same version) carry
-        # none: they are accepted on the checks above.
-        if "fingerprint" in state and state["fingerprint"] != self._fingerprint():
-            raise ValueError(
-                f"Loader: the state was saved for other data (fingerprint "
-                f"{state['fingerprint']!r}) than this source ({self._fingerprint()!r}): the "
-                f"same number of examples but other columns or lengths"
-            )
-        stream = self._stream_settings()
-        for key, value in stream.items():
-            if state.get(key) != value:
-                raise ValueError(
-                    f"Loader: the state was saved with {key}={state.get(key)!r} but this loader "
-                    f"has {key}={value!r}; the stream would differ"
-                )
-        if not same_planner(state["planner"], self.planner):
-            raise ValueError(
-                f"Loader: the state was saved with planner {state['planner']} but this "
-                f"loader has {planner_key(self.planner)}"
-            )
+        for field in ("version", "num_examples", "block_size", *_STATE_FIELDS):
+            if field in state:
+                _check_state_int(field, state[field])
+        key = _core.StreamKey()
+        key.version = int(state["version"])
+        key.num_examples = int(state["num_examples"])
+        key.planner = str(state["planner"])
+        key.fingerprint = _parse_fingerprint(state.get("fingerprint"))
+        key.shuffle = _core.parse_shuffle_mode(str(state.get("shuffle", "")))
+        key.block_size = int(state.get("block_size", -1))
+        shard = state.get("shard")
+        if not (isinstance(shard, Sequence) and len(shard) == 2):
+            raise ValueError(f"Loader: the state's shard must be [index, count], found {shard!r}")
+        for v in shard:
+            _check_state_int("shard", v)
+        key.shard_index, key.shard_count = int(shard[0]), int(shard[1])
         s = _core.LoaderState()
         for field in _STATE_FIELDS:
             setattr(s, field, int(state.get(field, 0)))
+        s.key = key
         return s
 
-    def _fingerprint(self) -> str:
-        """A hash of the columns' names, dtypes, shapes and every ragged
-        column's lengths: what decides the stream's plan, without reading the
-        values (so saving a state stays O(1) after the first)."""
-        if self._fingerprint_cache is None:
-            h = 0
-            for name in self.dataset.column_names:
-                col = self.dataset._core.column(name)
-                kind = "fixed" if col.is_fixed else "ragged"
-                h = _core.hash64(f"{name}:{col.dtype}:{list(col.inner_shape)}:{kind}".encode(), h)
-                if not col.is_fixed:
-                    lengths = self.dataset.lengths(name)
-                    h = _core.hash64(np.ascontiguousarray(lengths).tobytes(), h)
-            self._fingerprint_cache = f"{h:016x}"
-        return self._fingerprint_cache
-
     def get_state(self) -> dict[str, Any]:
-        """A small JSON-serialisable dict: seed, epoch, position and counts.
-        Its size does not grow with the data or the prefetch depth."""
+        """A small JSON-serialisable dict: seed, epoch, position and counts,
+        and the key of the stream they belong to (the engine's: data
+        fingerprint, planner, shuffle, shard). Its size does not grow with
+        the data or the prefetch depth."""
         s = self._live().state()
+        key = s.key
         out = {field: getattr(s, field) for field in _STATE_FIELDS}
         out.update(
-            version=_STATE_VERSION,
-            num_examples=self.dataset.num_examples,
-            fingerprint=self._fingerprint(),
-            planner=planner_key(self.planner),
-            **self._stream_settings(),
+            version=key.version,
+            num_examples=key.num_examples,
+            fingerprint=f"{key.fingerprint:016x}",
+            planner=key.planner,
+            shuffle=_core.shuffle_mode_name(key.shuffle),
+            block_size=key.block_size,
+            shard=[key.shard_index, key.shard_count],
         )
         return out
-
-    def _stream_settings(self) -> dict[str, Any]:
-        """What, beside the seed and planner, decides the stream."""
-        return {
-            "shuffle": self._args["shuffle"].name.rstrip("_"),
-            "block_size": self._args["block_size"],
-            "shard": [self._args["shard_index"], self._args["shard_count"]],
-        }
 
     def set_state(self, state: Mapping[str, Any]) -> None:
         """Continues from `state` (from :meth:`get_state`) with exactly the
@@ -599,6 +543,29 @@ def _resolve_shard(shard) -> tuple[int, int]:
     raise ValueError(
         f"Loader: shard must be (index, count) with 0 <= index < count or 'jax', found {shard!r}"
     )
+
+
+def _check_state_int(field: str, value) -> None:
+    limit = 2**64 if field == "seed" else 2**63
+    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+        raise ValueError(
+            f"Loader: the state's {field} must be an int, found {type(value).__name__} {value!r}"
+        )
+    if not 0 <= value < limit:
+        bits = limit.bit_length() - 1
+        raise ValueError(f"Loader: the state's {field} must be in [0, 2**{bits}), found {value}")
+
+
+def _parse_fingerprint(text) -> int | None:
+    """A state's fingerprint (16 hex digits); None for a state saved before it."""
+    if text is None:
+        return None
+    try:
+        return int(text, 16)
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"Loader: the state's fingerprint must be 16 hex digits, found {text!r}"
+        ) from None
 
 
 def _check_int_option(option: str, value, low: int | None) -> None:

@@ -1,6 +1,7 @@
 #include "jaxbatch/load/loader.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <fstream>
 #include <limits>
 #include <utility>
@@ -8,10 +9,19 @@
 #include "jaxbatch/base/checked.h"
 #include "jaxbatch/base/error.h"
 #include "jaxbatch/base/threads.h"
+#include "jaxbatch/data/fingerprint.h"
 #include "jaxbatch/load/prefetch.h"
+#include "jaxbatch/plan/planner_key.h"
 
 namespace jaxbatch {
 namespace {
+
+// A fingerprint as states print it: 16 hex digits, quoted.
+std::string Hex(uint64_t value) {
+  char text[17];
+  std::snprintf(text, sizeof(text), "%016llx", static_cast<unsigned long long>(value));
+  return StrCat("'", text, "'");
+}
 
 std::string JsonEscape(const std::string& text) {
   std::string out;
@@ -89,22 +99,7 @@ Loader::Loader(std::shared_ptr<const Dataset> dataset, std::shared_ptr<const Chu
                  options_.host_memory_limit));
     }
   }
-  if (options_.prefetch < 1) {
-    throw InvalidArgumentError(StrCat("Loader: prefetch must be >= 1, found ", options_.prefetch));
-  }
-  if (options_.epochs < 0) {
-    throw InvalidArgumentError(
-        StrCat("Loader: epochs must be >= 1 (or 0 for forever), found ", options_.epochs));
-  }
-  if (options_.num_threads < 0) {
-    throw InvalidArgumentError(StrCat(
-        "Loader: num_threads must be >= 1 (or 0 for automatic), found ", options_.num_threads));
-  }
-  CheckThreadCount(options_.num_threads, "Loader: num_threads");
-  if (options_.host_memory_limit < 0) {
-    throw InvalidArgumentError(
-        StrCat("Loader: host_memory_limit must be >= 0, found ", options_.host_memory_limit));
-  }
+  ValidateLoaderOptions(options_);
   const std::string& length_column =
       options_.length_column.empty() ? dataset_->default_length_column() : options_.length_column;
   if (dataset_->column(length_column).is_fixed()) {
@@ -119,17 +114,18 @@ Loader::Loader(std::shared_ptr<const Dataset> dataset, std::shared_ptr<const Chu
   layout_ = BatchLayout{.packed = std::holds_alternative<PackOptions>(options_.schedule.planner),
                         .allow_truncate = false,
                         .length_column = length_column};
-  // Schedule options are checked here, before any thread, not at the first batch.
-  if (options_.schedule.shuffle == ShuffleMode::kBlock && options_.schedule.block_size < 1) {
-    throw InvalidArgumentError(
-        StrCat("Loader: block_size must be >= 1, found ", options_.schedule.block_size));
-  }
-  if (options_.schedule.shard_count < 1 || options_.schedule.shard_index < 0 ||
-      options_.schedule.shard_index >= options_.schedule.shard_count) {
-    throw InvalidArgumentError(StrCat("Loader: shard must satisfy 0 <= index < count, found (",
-                                      options_.schedule.shard_index, ", ",
-                                      options_.schedule.shard_count, ")"));
-  }
+  const ScheduleOptions& schedule = options_.schedule;
+  key_ = StreamKey{.num_examples = num_examples_,
+                   .fingerprint = chunked_ ? LayoutFingerprint(*dataset_,
+                                                               [&](const RaggedColumn& c) {
+                                                                 return chunked_->lengths(c.name());
+                                                               })
+                                           : LayoutFingerprint(*dataset_),
+                   .planner = PlannerKey(schedule.planner),
+                   .shuffle = schedule.shuffle,
+                   .block_size = schedule.block_size,
+                   .shard_index = schedule.shard_index,
+                   .shard_count = schedule.shard_count};
   for (const std::string& path : options_.mapped_files) {
     const auto [size, modified] = FileStamp(path, "when the loader starts");
     mapped_files_.push_back(MappedFile{path, size, modified});
@@ -139,6 +135,7 @@ Loader::Loader(std::shared_ptr<const Dataset> dataset, std::shared_ptr<const Chu
   for (const BadRecord& r : bad_records_) excluded_[static_cast<size_t>(r.example)] = 1;
 
   state_.seed = options_.schedule.seed;
+  state_.key = key_;
   if (start) {
     if (start->seed != options_.schedule.seed) {
       throw InvalidArgumentError(StrCat("Loader: the state was saved with seed ", start->seed,
@@ -146,6 +143,7 @@ Loader::Loader(std::shared_ptr<const Dataset> dataset, std::shared_ptr<const Chu
     }
     CheckStartState(*start);
     state_ = *start;
+    state_.key = key_;
     entered_epoch_ = state_.step > 0 ? state_.epoch : state_.epoch - 1;
   }
   claim_epoch_ = state_.epoch;
@@ -179,7 +177,82 @@ Loader::Loader(std::shared_ptr<const Dataset> dataset, std::shared_ptr<const Chu
 
 Loader::~Loader() { Close(); }
 
+void ValidateLoaderOptions(const LoaderOptions& options) {
+  ValidateScheduleOptions(options.schedule);
+  if (options.prefetch < 1) {
+    throw InvalidArgumentError(StrCat("Loader: prefetch must be >= 1, found ", options.prefetch));
+  }
+  if (options.epochs < 0) {
+    throw InvalidArgumentError(
+        StrCat("Loader: epochs must be >= 1 (or 0 for forever), found ", options.epochs));
+  }
+  if (options.num_threads < 0) {
+    throw InvalidArgumentError(StrCat(
+        "Loader: num_threads must be >= 1 (or 0 for automatic), found ", options.num_threads));
+  }
+  CheckThreadCount(options.num_threads, "Loader: num_threads");
+  if (options.host_memory_limit < 0) {
+    throw InvalidArgumentError(
+        StrCat("Loader: host_memory_limit must be >= 0, found ", options.host_memory_limit));
+  }
+  if (options.max_errors < -1) {
+    throw InvalidArgumentError(
+        StrCat("Loader: max_errors must be >= 0 (or -1 for no limit), found ", options.max_errors));
+  }
+}
+
+void Loader::CheckStreamKey(const StreamKey& key) const {
+  if (key.version != 1 && key.version != kLoaderStateVersion) {
+    throw InvalidArgumentError(StrCat("Loader: expected a state of version ", kLoaderStateVersion,
+                                      ", found ", key.version));
+  }
+  if (key.version == 1 && key.shuffle == ShuffleMode::kBlock) {
+    throw InvalidArgumentError(
+        "Loader: the state (version 1) was saved by a jaxbatch whose block shuffle shuffled the "
+        "batches' order too; this one keeps the blocks' order, so the stream would differ: "
+        "restart the epoch (set the state's step to 0) or use that version");
+  }
+  if (key.num_examples != key_.num_examples) {
+    throw InvalidArgumentError(StrCat("Loader: the state was saved for ", key.num_examples,
+                                      " examples but this source has ", key_.num_examples));
+  }
+  if (key.fingerprint && key.fingerprint != key_.fingerprint) {
+    throw InvalidArgumentError(
+        StrCat("Loader: the state was saved for other data (fingerprint ", Hex(*key.fingerprint),
+               ") than this source (", Hex(*key_.fingerprint),
+               "): the same number of examples but other columns or lengths"));
+  }
+  auto differs = [](const char* what, const std::string& saved, const std::string& mine) {
+    throw InvalidArgumentError(StrCat("Loader: the state was saved with ", what, "=", saved,
+                                      " but this loader has ", what, "=", mine,
+                                      "; the stream would differ"));
+  };
+  if (key.shuffle != key_.shuffle) {
+    differs("shuffle", StrCat("'", ShuffleModeName(key.shuffle), "'"),
+            StrCat("'", ShuffleModeName(key_.shuffle), "'"));
+  }
+  if (key.block_size != key_.block_size) {
+    differs("block_size", StrCat(key.block_size), StrCat(key_.block_size));
+  }
+  if (key.shard_index != key_.shard_index || key.shard_count != key_.shard_count) {
+    differs("shard", StrCat("[", key.shard_index, ", ", key.shard_count, "]"),
+            StrCat("[", key_.shard_index, ", ", key_.shard_count, "]"));
+  }
+  PlannerOptions saved;
+  try {
+    saved = ParsePlannerKey(key.planner);
+  } catch (const InvalidArgumentError& e) {
+    throw InvalidArgumentError(
+        StrCat("Loader: the state's planner cannot be read (", e.what(), ")"));
+  }
+  if (!(saved == options_.schedule.planner)) {
+    throw InvalidArgumentError(StrCat("Loader: the state was saved with planner ", key.planner,
+                                      " but this loader has ", key_.planner));
+  }
+}
+
 void Loader::CheckStartState(const LoaderState& start) {
+  if (start.key) CheckStreamKey(*start.key);
   const std::pair<const char*, int64_t> counters[] = {
       {"epoch", start.epoch},     {"step", start.step},
       {"batches", start.batches}, {"examples", start.examples},

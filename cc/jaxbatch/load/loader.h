@@ -76,6 +76,30 @@ struct LoaderOptions {
   std::vector<std::string> mapped_files;
 };
 
+// Validates everything about `options` that does not need the data: the
+// schedule (ValidateScheduleOptions), prefetch, epochs, num_threads and
+// host_memory_limit. Throws InvalidArgumentError naming the option; the
+// Loader calls it first.
+void ValidateLoaderOptions(const LoaderOptions& options);
+
+// 2: block shuffle keeps the planner's batch order (1 shuffled it).
+inline constexpr int64_t kLoaderStateVersion = 2;
+
+// What makes a loader's stream besides its seed and position. A state
+// restores only into a loader whose key is the same; the Loader refuses any
+// other, naming what differs.
+struct StreamKey {
+  int64_t version = kLoaderStateVersion;
+  int64_t num_examples = 0;
+  // LayoutFingerprint of the data; absent in states saved before it was added.
+  std::optional<uint64_t> fingerprint = std::nullopt;
+  std::string planner = {};  // PlannerKey (or one an earlier release stored)
+  ShuffleMode shuffle = kDefaultShuffle;
+  int64_t block_size = kDefaultBlockSize;
+  int64_t shard_index = 0;
+  int64_t shard_count = 1;
+};
+
 // Where a loader is and what it has counted: restoring it continues with
 // exactly the batches an uninterrupted run would have produced.
 struct LoaderState {
@@ -89,6 +113,9 @@ struct LoaderState {
   int64_t dropped = 0;          // examples left out by the remainder policy (plan or shards)
   int64_t padding_batches = 0;  // empty batches that even out shards
   int64_t truncated = 0;        // examples cut to their batch's shape by too_long="truncate"
+  // Set by Loader::state(). A state made by hand without one is checked for
+  // its seed and position only.
+  std::optional<StreamKey> key = std::nullopt;
 };
 
 struct LoadedBatch {
@@ -184,9 +211,11 @@ class Loader {
     int64_t examples = 0;
   };
 
-  // Throws InvalidArgumentError for a start state with a negative counter or
-  // a position past the stream's end or its epoch's last step; plans that epoch.
+  // Throws InvalidArgumentError for a start state with a negative counter,
+  // a position past the stream's end or its epoch's last step, or a key of
+  // another stream; plans that epoch.
   void CheckStartState(const LoaderState& start);
+  void CheckStreamKey(const StreamKey& key) const;
   void WorkerLoop();
   // Throws IoError naming a mapped file whose size or modification time
   // differs from when the loader started.
@@ -218,6 +247,7 @@ class Loader {
   std::vector<int64_t> lengths_;
   std::vector<uint8_t> excluded_;
   std::vector<BadRecord> bad_records_;
+  StreamKey key_;  // this loader's, in every state()
   struct MappedFile {
     std::string path;
     uintmax_t size = 0;

@@ -15,6 +15,7 @@
 
 #include "jaxbatch/base/error.h"
 #include "jaxbatch/base/testing.h"
+#include "jaxbatch/data/fingerprint.h"
 #include "jaxbatch/load/test_util.h"
 
 namespace jaxbatch {
@@ -390,6 +391,61 @@ TEST(LoaderTest, MappedFileChangedWhileLoadingFailsNamingIt) {
   std::filesystem::remove(path);
   o.mapped_files = {path};
   EXPECT_THROW(Loader(testing::TokensDataset({1, 2}), o), IoError);  // Gone before the start.
+}
+
+// A state carries the key of the stream it came from: restoring it into a
+// loader of another stream is refused naming what differs, as Python shows it.
+TEST(LoaderTest, AStateOfAnotherStreamIsRefusedNamingWhatDiffers) {
+  const auto ds = testing::TokensDataset(testing::RandomLengths(60, 20, 3));
+  const LoaderOptions o = Options(AutoBucketsOptions{.max_shapes = 3, .batch_size = 4}, 1);
+  LoaderState saved;
+  {
+    Loader loader(ds, o);
+    loader.Next();
+    saved = loader.state();
+  }
+  ASSERT_TRUE(saved.key);
+  EXPECT_EQ(saved.key->planner,
+            "AutoBuckets(max_shapes=3, token_budget=None, batch_size=4, pad_to_multiple=1, "
+            "remainder='pad')");
+  EXPECT_EQ(saved.key->fingerprint, LayoutFingerprint(*ds));
+  const auto refused = [&](const std::shared_ptr<const Dataset>& data, LoaderOptions options,
+                           const LoaderState& state) {
+    return testing::ThrownMessage<InvalidArgumentError>([&] { Loader(data, options, state); });
+  };
+  Loader same(ds, o, saved);  // The same stream restores.
+  LoaderOptions other = o;
+  other.schedule.planner = AutoBucketsOptions{.max_shapes = 4, .batch_size = 4};
+  EXPECT_TRUE(testing::Contains(refused(ds, other, saved),
+                                "the state was saved with planner AutoBuckets(max_shapes=3"));
+  other = o;
+  other.schedule.shuffle = ShuffleMode::kNone;
+  EXPECT_TRUE(testing::Contains(refused(ds, other, saved),
+                                "saved with shuffle='global' but this loader has shuffle='none'"));
+  other = o;
+  other.schedule.shard_count = 2;
+  EXPECT_TRUE(testing::Contains(refused(ds, other, saved),
+                                "shard=[0, 1] but this loader has "
+                                "shard=[0, 2]"));
+  EXPECT_TRUE(testing::Contains(
+      refused(testing::TokensDataset(testing::RandomLengths(61, 20, 3)), o, saved),
+      "saved for 60 examples but this source has 61"));
+  EXPECT_TRUE(testing::Contains(
+      refused(testing::TokensDataset(testing::RandomLengths(60, 20, 4)), o, saved),
+      "saved for other data (fingerprint"));
+  LoaderState unreadable = saved;
+  unreadable.key->planner = "Sorted(batch_size=4)";
+  EXPECT_TRUE(testing::Contains(refused(ds, o, unreadable), "planner cannot be read"));
+  LoaderState future = saved;
+  future.key->version = 9;
+  EXPECT_TRUE(testing::Contains(refused(ds, o, future), "expected a state of version 2, found 9"));
+  // A key an earlier release stored (fields in another order, one left out)
+  // names the same planner.
+  LoaderState older = saved;
+  older.key->planner = "AutoBuckets(batch_size=4, max_shapes=3)";
+  older.key->fingerprint.reset();  // saved before fingerprints
+  Loader restored(ds, o, older);
+  EXPECT_EQ(restored.state().key->planner, saved.key->planner);
 }
 
 TEST(LoaderTest, StartStatePastTheEndOrNegativeIsRefused) {

@@ -69,15 +69,40 @@ BatchView EpochSchedule::StepBatch(int64_t t) const {
   return view;
 }
 
+const char* ShuffleModeName(ShuffleMode mode) {
+  switch (mode) {
+    case ShuffleMode::kNone:
+      return "none";
+    case ShuffleMode::kGlobal:
+      return "global";
+    case ShuffleMode::kBlock:
+      return "block";
+  }
+  return "?";
+}
+
+ShuffleMode ParseShuffleMode(std::string_view name) {
+  for (const ShuffleMode mode : {ShuffleMode::kNone, ShuffleMode::kGlobal, ShuffleMode::kBlock}) {
+    if (name == ShuffleModeName(mode)) return mode;
+  }
+  throw InvalidArgumentError(
+      StrCat("Loader: shuffle must be 'none', 'global' or 'block', found '", name, "'"));
+}
+
+void ValidateScheduleOptions(const ScheduleOptions& o) {
+  ValidatePlannerOptions(o.planner);
+  if (o.block_size < 1) {
+    throw InvalidArgumentError(StrCat("Loader: block_size must be >= 1, found ", o.block_size));
+  }
+  if (o.shard_count < 1 || o.shard_index < 0 || o.shard_index >= o.shard_count) {
+    throw InvalidArgumentError(StrCat("Loader: shard must satisfy 0 <= index < count, found (",
+                                      o.shard_index, ", ", o.shard_count, ")"));
+  }
+}
+
 EpochSchedule MakeEpochSchedule(std::span<const int64_t> lengths, std::span<const uint8_t> excluded,
                                 const ScheduleOptions& o, int64_t epoch) {
-  if (o.shard_count < 1 || o.shard_index < 0 || o.shard_index >= o.shard_count) {
-    throw InvalidArgumentError(StrCat("shard: expected 0 <= index < count, found index ",
-                                      o.shard_index, " and count ", o.shard_count));
-  }
-  if (o.shuffle == ShuffleMode::kBlock && o.block_size < 1) {
-    throw InvalidArgumentError(StrCat("block_size must be >= 1, found ", o.block_size));
-  }
+  ValidateScheduleOptions(o);
   std::vector<int64_t> candidates;
   candidates.reserve(lengths.size());
   for (size_t i = 0; i < lengths.size(); ++i) {

@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "jaxbatch/plan/batch_plan.h"
@@ -33,11 +34,17 @@ enum class ShuffleMode {
 };
 
 inline constexpr int64_t kDefaultBlockSize = 1024;
+inline constexpr ShuffleMode kDefaultShuffle = ShuffleMode::kGlobal;
+
+// "none", "global" or "block": the text states and messages use.
+const char* ShuffleModeName(ShuffleMode mode);
+// Throws InvalidArgumentError naming the names it knows.
+ShuffleMode ParseShuffleMode(std::string_view name);
 
 struct ScheduleOptions {
   PlannerOptions planner;
-  ShuffleMode shuffle = ShuffleMode::kGlobal;
-  int64_t block_size = kDefaultBlockSize;
+  ShuffleMode shuffle = kDefaultShuffle;
+  int64_t block_size = kDefaultBlockSize;  // >= 1 (used by ShuffleMode::kBlock)
   uint64_t seed = 0;
   int64_t shard_index = 0;
   int64_t shard_count = 1;
@@ -59,8 +66,12 @@ struct EpochSchedule {
   BatchView StepBatch(int64_t t) const;
 };
 
-// Throws InvalidArgumentError for a bad shard or block size, and whatever
-// the planner throws.
+// Throws InvalidArgumentError, naming the option, for a bad planner (see
+// ValidatePlannerOptions), block size or shard (0 <= index < count).
+void ValidateScheduleOptions(const ScheduleOptions& options);
+
+// Throws what ValidateScheduleOptions throws and whatever the planner throws
+// for the data.
 EpochSchedule MakeEpochSchedule(std::span<const int64_t> lengths, std::span<const uint8_t> excluded,
                                 const ScheduleOptions& options, int64_t epoch);
 

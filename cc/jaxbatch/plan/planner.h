@@ -64,9 +64,9 @@ struct PadToMaxOptions {
 };
 
 struct FixedBucketsOptions {
-  std::vector<int64_t> boundaries;      // required: strictly increasing, > 0
-  std::optional<int64_t> batch_size;    // rows per batch (or from token_budget)
-  std::optional<int64_t> token_budget;  // elements per batch; batch_size and/or it
+  std::vector<int64_t> boundaries = {};                // required: strictly increasing, > 0
+  std::optional<int64_t> batch_size = std::nullopt;    // rows per batch (or from token_budget)
+  std::optional<int64_t> token_budget = std::nullopt;  // elements per batch; batch_size and/or it
   Remainder remainder = kDefaultRemainder;
   TooLong too_long = kDefaultTooLong;
   int64_t rows_multiple = kDefaultRowsMultiple;
@@ -75,8 +75,8 @@ struct FixedBucketsOptions {
 
 struct AutoBucketsOptions {
   int64_t max_shapes = 0;  // required
-  std::optional<int64_t> token_budget;
-  std::optional<int64_t> batch_size;  // batch_size and/or token_budget
+  std::optional<int64_t> token_budget = std::nullopt;
+  std::optional<int64_t> batch_size = std::nullopt;  // batch_size and/or token_budget
   int64_t pad_to_multiple = kDefaultPadToMultiple;
   Remainder remainder = kDefaultRemainder;
   int64_t rows_multiple = kDefaultRowsMultiple;
@@ -87,12 +87,12 @@ struct PackOptions {
   int64_t row_length = 0;      // required
   int64_t rows_per_batch = 0;  // required
   // Unset: the most examples a row can hold, from the lengths (DefaultSegments).
-  std::optional<int64_t> max_segments_per_row;
+  std::optional<int64_t> max_segments_per_row = std::nullopt;
   PackAlgorithm algorithm = kDefaultPackAlgorithm;
-  std::optional<int64_t> lookahead;  // examples packed together; unset = all
+  std::optional<int64_t> lookahead = std::nullopt;  // examples packed together; unset = all
   // Set: stream with at most this many rows open (PackRowsStreaming), in
   // input order; excludes lookahead.
-  std::optional<int64_t> open_rows;
+  std::optional<int64_t> open_rows = std::nullopt;
   TooLong too_long = kDefaultTooLong;
   Remainder remainder = kDefaultRemainder;
   int64_t rows_multiple = kDefaultRowsMultiple;

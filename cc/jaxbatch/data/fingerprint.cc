@@ -1,4 +1,4 @@
-#include "jaxbatch/job/fingerprint.h"
+#include "jaxbatch/data/fingerprint.h"
 
 #include <string>
 #include <vector>
@@ -36,6 +36,28 @@ uint64_t DatasetFingerprint(const Dataset& dataset) {
       h = Hash64(column.example_data(0), static_cast<size_t>(rows * column.row_bytes()), h);
   }
   return h;
+}
+
+uint64_t LayoutFingerprint(const Dataset& columns, const LengthsOf& lengths_of) {
+  uint64_t h = 0;
+  for (const RaggedColumn& column : columns.columns()) {
+    std::string inner = "[";
+    for (size_t k = 0; k < column.inner_shape().size(); ++k) {
+      inner += (k ? ", " : "") + std::to_string(column.inner_shape()[k]);
+    }
+    const std::string text = column.name() + ":" + std::string(DTypeName(column.dtype())) + ":" +
+                             inner + "]:" + (column.is_fixed() ? "fixed" : "ragged");
+    h = Hash64(text.data(), text.size(), h);
+    if (!column.is_fixed()) {
+      const std::vector<int64_t> lengths = lengths_of(column);
+      h = Hash64(lengths.data(), lengths.size() * sizeof(int64_t), h);
+    }
+  }
+  return h;
+}
+
+uint64_t LayoutFingerprint(const Dataset& dataset) {
+  return LayoutFingerprint(dataset, [](const RaggedColumn& c) { return c.Lengths(); });
 }
 
 }  // namespace jaxbatch

@@ -1,10 +1,13 @@
-#include "jaxbatch/job/fingerprint.h"
+#include "jaxbatch/data/fingerprint.h"
 
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
+
+#include "jaxbatch/base/hash.h"
 
 namespace jaxbatch {
 namespace {
@@ -43,6 +46,26 @@ TEST(DatasetFingerprintTest, AnyChangeChangesIt) {
 TEST(DatasetFingerprintTest, EmptyDatasetHashes) {
   const std::vector<int32_t> values;
   EXPECT_EQ(DatasetFingerprint(Tokens(values, {0})), DatasetFingerprint(Tokens(values, {0})));
+}
+
+// What loader states of every release hold: the chain over
+// "name:dtype:[inner]:kind" and the lengths, written out by hand.
+TEST(LayoutFingerprintTest, IsTheStoredChainOverColumnsAndLengths) {
+  const std::vector<int32_t> values = {1, 2, 3, 4, 5};
+  const std::vector<int64_t> offsets = {0, 2, 5};
+  const std::string text = "tokens:int32:[]:ragged";
+  const std::vector<int64_t> lengths = {2, 3};
+  const uint64_t expected =
+      Hash64(lengths.data(), 16, Hash64(text.data(), text.size(), /*seed=*/0));
+  EXPECT_EQ(LayoutFingerprint(Tokens(values, offsets)), expected);
+  // Values do not count; lengths do.
+  const std::vector<int32_t> other = {9, 9, 9, 9, 9};
+  EXPECT_EQ(LayoutFingerprint(Tokens(other, offsets)), expected);
+  EXPECT_NE(LayoutFingerprint(Tokens(values, {0, 1, 5})), expected);
+  // Lengths from elsewhere (a streaming source) hash as the column's would.
+  EXPECT_EQ(
+      LayoutFingerprint(Tokens(other, {0, 5, 5}), [&](const RaggedColumn&) { return lengths; }),
+      expected);
 }
 
 }  // namespace
