@@ -375,7 +375,7 @@ def test_padding_positions_do_not_count_as_non_finite():
     assert result.quarantine == [] and len(result.outputs) == 20
 
 
-def test_map_over_a_loader_warns_when_compilations_exceed_the_plan():
+def test_map_over_a_loader_warns_when_compilations_exceed_the_plan(monkeypatch):
     _, ds = ragged_dataset(n=30)
     loader = jb.Loader(ds, jb.AutoBuckets(2, batch_size=8), shuffle=False)
     result = jb.map(masked_sum, loader)
@@ -383,15 +383,30 @@ def test_map_over_a_loader_warns_when_compilations_exceed_the_plan():
     batches = [jb.collate(ds, spec) for spec in jb.plan(ds, jb.PadToMax(4))]
     plain = jb.map(masked_sum, batches)
     assert plain.stats.compilations > 2
-    from jaxbatch import _map
+    # A Loader that tells fewer shapes than it yields (as if its plan were wrong).
+    original = jb.Loader.shapes.fget
+    monkeypatch.setattr(jb.Loader, "shapes", property(lambda self: original(self)[:1]))
+    with pytest.warns(UserWarning, match="compilations for a plan of 1 shape"):
+        jb.map(masked_sum, jb.Loader(ds, jb.PadToMax(4), shuffle=False))
 
-    with pytest.warns(UserWarning, match="compilations for a plan of 1 shapes"):
-        original = _map._plan_shapes
-        _map._plan_shapes = lambda dataset, planner: original(dataset, planner)[:1]
-        try:
-            jb.map(masked_sum, jb.Loader(ds, jb.PadToMax(4), shuffle=False))
-        finally:
-            _map._plan_shapes = original
+
+def test_a_loader_tells_its_steps_and_shapes_before_it_runs():
+    """len(loader), loader.steps(epoch) and loader.shapes against what the
+    loader then yields, for a shuffled packer over 3 epochs and 2 shards."""
+    _, ds = ragged_dataset(n=200)
+    for planner in (jb.Pack(64, 2, algorithm="first_fit"), jb.AutoBuckets(3, batch_size=8)):
+        loader = jb.Loader(ds, planner, shuffle=True, epochs=3, shard=(1, 2))
+        steps, shapes = [loader.steps(e) for e in range(3)], loader.shapes
+        total = len(loader)
+        seen_steps, seen_shapes = [0, 0, 0], []
+        for batch in loader:
+            seen_steps[batch.epoch] += 1
+            if batch.shape not in seen_shapes:
+                seen_shapes.append(batch.shape)
+        assert steps == seen_steps and total == sum(seen_steps)
+        assert shapes == seen_shapes
+    with pytest.raises(TypeError, match="endless stream"):
+        len(jb.Loader(ds, jb.PadToMax(4), epochs=None))
 
 
 def test_map_progress_bar_counts_examples(capsys):

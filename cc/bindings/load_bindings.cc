@@ -176,8 +176,10 @@ void BindLoad(nb::module_& m) {
                if (PyErr_CheckSignals() != 0) throw nb::python_error();
              }
              if (!batch) return nb::none();
+             const BatchShape& shape = batch->shape;
              return nb::make_tuple(ToPython(batch->arrays), batch->epoch, batch->step,
-                                   batch->examples);
+                                   batch->examples,
+                                   nb::make_tuple(shape.rows, shape.length, shape.segments));
            })
       .def(
           "next_chunk_request",
@@ -194,6 +196,21 @@ void BindLoad(nb::module_& m) {
       .def_ro_static("NO_CHUNK_REQUEST", &ChunkCache::kNoRequest)
       .def_ro_static("CHUNKS_CLOSED", &ChunkCache::kClosed)
       .def("state", &Loader::state)
+      .def("steps", &Loader::Steps, nb::arg("epoch"), nb::call_guard<nb::gil_scoped_release>())
+      .def("total_steps", &Loader::TotalSteps, nb::call_guard<nb::gil_scoped_release>())
+      .def(
+          "planned_shapes",
+          [](const Loader& loader, int64_t from_epoch) {
+            std::vector<BatchShape> shapes;
+            {
+              nb::gil_scoped_release release;
+              shapes = loader.PlannedShapes(from_epoch);
+            }
+            std::vector<std::tuple<int64_t, int64_t, int64_t>> out;
+            for (const BatchShape& s : shapes) out.emplace_back(s.rows, s.length, s.segments);
+            return out;
+          },
+          nb::arg("from_epoch"))
       .def("quarantine",
            [](const Loader& loader) {
              std::vector<std::pair<int64_t, std::string>> out;

@@ -62,7 +62,6 @@ from jaxbatch._map import (
     flag_reason,
 )
 from jaxbatch._output_layout import per_token_leaves
-from jaxbatch._plan import plan
 from jaxbatch._planners import (
     AutoBuckets,
     FixedBuckets,
@@ -479,8 +478,7 @@ class _Job:
         map_policy = "raise" if on_error == "raise" else "quarantine"
         self.executor = _Executor(fun, check_finite, check, length_column)
         if not shards:  # A resumed job may need only some shapes: compile as they come.
-            shapes = plan(dataset, planner, column=length_column).shapes
-            self.executor.compile_ahead(shapes, isinstance(planner, Pack))
+            self.executor.compile_ahead(self.loader.shapes, isinstance(planner, Pack))
         self.map_policy = map_policy
         self.run_batch = _OomSplitter(self.executor, "split", 0.9, 1)
         self.bar = _ProgressBar(progress, self.total, sum(s["examples"] for s in shards))

@@ -417,17 +417,42 @@ class Loader:
         if item is None:
             self._ended = True
             raise StopIteration
-        arrays, epoch, step, _ = item
+        arrays, epoch, step, _, planned = item
         packed = isinstance(self.planner, Pack)
-        rows = arrays[-1][2].shape
-        shape = BatchShape(
-            rows[0], _padded_length(arrays, self._length_column), rows[1] if packed else 0
-        )
+        shape = BatchShape(*planned)
         batch = _batch_from_core(
             arrays, step, shape, packed, self._length_column, self._ragged, self._fixed
         )
         batch.epoch = epoch
         return batch
+
+    def steps(self, epoch: int = 0) -> int:
+        """This process's steps (batches) in `epoch`, exactly: the engine
+        plans that epoch (a shuffled packer's epochs can differ in length).
+        For an Optax schedule, ``len(loader)`` counts all of them."""
+        return self._live().steps(int(epoch))
+
+    def __len__(self) -> int:
+        """Every step of the stream, over all its epochs; TypeError for an
+        endless stream (``epochs=None``): use :meth:`steps` per epoch."""
+        if self._args["epochs"] == 0:
+            raise TypeError(
+                "Loader: len() of an endless stream (epochs=None) has no answer; count one "
+                "epoch's steps with loader.steps(epoch)"
+            )
+        return self._live().total_steps()
+
+    def __bool__(self) -> bool:
+        return True  # Not len(): a loader is a loader, however many steps it has left.
+
+    @property
+    def shapes(self) -> list[BatchShape]:
+        """The distinct batch shapes this process's stream will yield from
+        its current epoch on (every remaining epoch's, or just the current
+        one's for an endless stream), in the order the batches first use
+        them: what to compile ahead, after shuffle, shard and bad records."""
+        live = self._live()
+        return [BatchShape(*s) for s in live.planned_shapes(live.state().epoch)]
 
     def close(self) -> None:
         """Stops and joins every worker thread. Idempotent, and safe from
@@ -516,13 +541,6 @@ def _feed(core_loader, stream) -> None:
             core_loader.fail_chunk(-1, f"Loader: the reader of {stream.path} stopped: {e!r}")
         except Exception:  # noqa: BLE001 - closed already
             pass
-
-
-def _padded_length(arrays, column: str) -> int:
-    for name, _, array in arrays:
-        if name == column:
-            return int(array.shape[1])
-    return 0
 
 
 def _resolve_shard(shard) -> tuple[int, int]:

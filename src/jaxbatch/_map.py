@@ -459,26 +459,19 @@ def _collect(out, flags, batch, stats, outputs, quarantine, on_error, per_token=
 
 
 def _batches(fun, data, planner, batch_size, memory_budget):
-    """The batches to run, the plan's shapes (None: unknown), and the length column."""
+    """The batches to run, the shapes they will have (None: unknown), and the
+    length column. A Loader says its shapes itself (the engine's, after
+    shuffle, shard and bad records), so nothing is planned twice."""
     if isinstance(data, Loader):
         if planner is not None:
             raise ValueError("jb.map: planner= is for a Dataset; the Loader has its own")
-        # From the lengths alone: a streamed file's too (it keeps no values).
-        shapes = _plan_shapes(data.dataset.lengths(data._length_column), data.planner)
-        return data, shapes, data._length_column
+        return data, data.shapes, data._length_column
     if isinstance(data, Dataset):
         rows = _rows_for(fun, data, batch_size, memory_budget)
         planner = planner or AutoBuckets(DEFAULT_MAX_SHAPES, batch_size=rows)
         loader = Loader(data, planner, shuffle=False)
-        return loader, _plan_shapes(data, planner), loader._length_column
+        return loader, loader.shapes, loader._length_column
     return data, None, getattr(data, "length_column", "")
-
-
-def _plan_shapes(dataset, planner) -> list:
-    """The plan's batch shapes, in the order its batches first use them."""
-    from jaxbatch._plan import plan
-
-    return list(plan(dataset, planner).shapes)
 
 
 def _rows_for(fun, dataset, batch_size, memory_budget) -> int:

@@ -477,6 +477,7 @@ void Loader::WorkerLoop() {
       BatchLayout layout = layout_;
       layout.allow_truncate = schedule->plan.allow_truncate;
       result.examples = static_cast<int64_t>(view.all_examples().size());
+      result.shape = view.shape;
       if (cache_) {
         const GatheredBatch gathered = GatherBatch(*chunked_, *cache_, view, seq);
         result.arrays = CollateView(*gathered.dataset, gathered.view(), layout, options_.collate);
@@ -658,10 +659,63 @@ bool Loader::TryNext(std::chrono::milliseconds timeout, std::optional<LoadedBatc
     state_.epoch += 1;
     state_.step = 0;
   }
-  out->emplace(LoadedBatch{std::move(result.arrays), result.epoch, result.step, result.examples});
+  out->emplace(LoadedBatch{std::move(result.arrays), result.epoch, result.step, result.examples,
+                           result.shape, layout_.packed});
   lock.unlock();
   work_cv_.notify_one();  // One slot freed: one worker can claim it.
   return true;
+}
+
+std::shared_ptr<const EpochSchedule> Loader::PlannedEpoch(int64_t epoch) const {
+  if (epoch < 0 || (options_.epochs > 0 && epoch >= options_.epochs)) {
+    throw OutOfRangeError(StrCat("Loader: epoch ", epoch, " out of range; the stream has ",
+                                 options_.epochs > 0 ? StrCat(options_.epochs) : "endless",
+                                 " epochs"));
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (const auto it = schedules_.find(epoch); it != schedules_.end()) return it->second;
+  }
+  // Lengths, exclusions and options never change after construction.
+  return std::make_shared<const EpochSchedule>(
+      MakeEpochSchedule(lengths_, excluded_, options_.schedule, epoch));
+}
+
+bool Loader::EpochsMayDiffer() const {
+  const bool ordered = std::holds_alternative<PadToMaxOptions>(options_.schedule.planner) ||
+                       std::holds_alternative<PackOptions>(options_.schedule.planner);
+  return ordered && options_.schedule.shuffle != ShuffleMode::kNone;
+}
+
+int64_t Loader::Steps(int64_t epoch) const {
+  return static_cast<int64_t>(PlannedEpoch(epoch)->steps.size());
+}
+
+int64_t Loader::TotalSteps() const {
+  if (options_.epochs == 0) {
+    throw InvalidArgumentError(
+        "Loader: an endless stream (epochs=0, None in Python) has no total number of steps; "
+        "count the steps of one epoch with Steps(epoch)");
+  }
+  if (!EpochsMayDiffer()) return SaturatingMul(Steps(0), options_.epochs);
+  int64_t total = 0;
+  for (int64_t e = 0; e < options_.epochs; ++e) total = SaturatingAdd(total, Steps(e));
+  return total;
+}
+
+std::vector<BatchShape> Loader::PlannedShapes(int64_t from_epoch) const {
+  std::vector<BatchShape> shapes;
+  if (options_.epochs > 0 && from_epoch == options_.epochs) return shapes;  // At the end.
+  const int64_t last =
+      options_.epochs == 0 || !EpochsMayDiffer() ? from_epoch : options_.epochs - 1;
+  for (int64_t e = from_epoch; e <= last; ++e) {
+    const std::shared_ptr<const EpochSchedule> schedule = PlannedEpoch(e);
+    for (size_t t = 0; t < schedule->steps.size(); ++t) {
+      const BatchShape shape = schedule->StepBatch(static_cast<int64_t>(t)).shape;
+      if (std::find(shapes.begin(), shapes.end(), shape) == shapes.end()) shapes.push_back(shape);
+    }
+  }
+  return shapes;
 }
 
 LoaderState Loader::state() const {

@@ -123,6 +123,8 @@ struct LoadedBatch {
   int64_t epoch = 0;
   int64_t step = 0;
   int64_t examples = 0;
+  BatchShape shape;  // rows x length (x segments when packed) of the planned batch
+  bool packed = false;
 };
 
 class Loader {
@@ -189,6 +191,17 @@ class Loader {
   int64_t chunk_cache_bytes() const { return cache_ ? cache_->capacity_bytes() : 0; }
 
   LoaderState state() const;
+
+  // What the stream will yield, exactly (it plans the epochs it needs,
+  // without the workers). Steps(epoch): this process's steps in `epoch`.
+  // TotalSteps(): every step of the stream (all epochs; InvalidArgumentError
+  // for epochs = 0, which never ends). PlannedShapes(): the distinct batch
+  // shapes of every epoch from `from_epoch` on (just that epoch's for an
+  // endless stream), in the order the steps first use them: what to compile
+  // ahead. Throws OutOfRangeError for an epoch past the stream's end.
+  int64_t Steps(int64_t epoch) const;
+  int64_t TotalSteps() const;
+  std::vector<BatchShape> PlannedShapes(int64_t from_epoch = 0) const;
   // Every quarantined record (each once, in example order).
   std::vector<BadRecord> quarantine() const;
   int64_t num_threads() const { return static_cast<int64_t>(workers_.size()); }
@@ -209,7 +222,14 @@ class Loader {
     int64_t epoch = 0;
     int64_t step = 0;
     int64_t examples = 0;
+    BatchShape shape;
   };
+  // `epoch`'s schedule: the workers' when they hold it, else planned now
+  // (not kept). Throws what planning throws.
+  std::shared_ptr<const EpochSchedule> PlannedEpoch(int64_t epoch) const;
+  // Whether epochs can differ in steps or shapes: a shuffled PadToMax or
+  // Pack (buckets' batch counts and shapes do not depend on the order).
+  bool EpochsMayDiffer() const;
 
   // Throws InvalidArgumentError for a start state with a negative counter,
   // a position past the stream's end or its epoch's last step, or a key of

@@ -393,6 +393,54 @@ TEST(LoaderTest, MappedFileChangedWhileLoadingFailsNamingIt) {
   EXPECT_THROW(Loader(testing::TokensDataset({1, 2}), o), IoError);  // Gone before the start.
 }
 
+// What the loader says it will yield is what it yields: steps per epoch,
+// all steps, and the shapes in first-use order, for every planner, shuffle
+// and shard (a shuffled packer's epochs can differ).
+TEST(LoaderTest, StepsAndShapesAreWhatTheStreamYields) {
+  const auto ds = testing::TokensDataset(testing::RandomLengths(97, 30, 8));
+  for (const PlannerOptions& planner : AllPlanners()) {
+    for (const ShuffleMode shuffle :
+         {ShuffleMode::kNone, ShuffleMode::kGlobal, ShuffleMode::kBlock}) {
+      for (const int64_t shards : {1, 3}) {
+        LoaderOptions o = Options(planner, 2, /*epochs=*/3);
+        o.schedule.shuffle = shuffle;
+        o.schedule.block_size = 16;
+        o.schedule.shard_index = shards - 1;
+        o.schedule.shard_count = shards;
+        Loader loader(ds, o);
+        std::vector<int64_t> steps(3, 0);
+        std::vector<BatchShape> shapes;
+        while (std::optional<LoadedBatch> batch = loader.Next()) {
+          ++steps[static_cast<size_t>(batch->epoch)];
+          EXPECT_EQ(batch->packed, std::holds_alternative<PackOptions>(planner));
+          if (std::find(shapes.begin(), shapes.end(), batch->shape) == shapes.end()) {
+            shapes.push_back(batch->shape);
+          }
+          // The batch's arrays have its shape.
+          EXPECT_EQ(batch->arrays[0].shape[0], batch->shape.rows);
+          EXPECT_EQ(batch->arrays[0].shape[1], batch->shape.length);
+        }
+        SCOPED_TRACE(::testing::Message() << PlannerName(planner) << " shuffle "
+                                          << ShuffleModeName(shuffle) << " shards " << shards);
+        int64_t total = 0;
+        for (int64_t e = 0; e < 3; ++e) {
+          EXPECT_EQ(loader.Steps(e), steps[static_cast<size_t>(e)]) << "epoch " << e;
+          total += steps[static_cast<size_t>(e)];
+        }
+        EXPECT_EQ(loader.TotalSteps(), total);
+        EXPECT_EQ(loader.PlannedShapes(), shapes);
+      }
+    }
+  }
+  LoaderOptions endless = Options(PadToMaxOptions{.batch_size = 4}, 1, /*epochs=*/0);
+  Loader forever(ds, endless);
+  EXPECT_TRUE(testing::Contains(
+      testing::ThrownMessage<InvalidArgumentError>([&] { forever.TotalSteps(); }), "endless"));
+  EXPECT_EQ(forever.Steps(5), 25);
+  Loader two(ds, Options(PadToMaxOptions{.batch_size = 4}, 1, 2));
+  EXPECT_THROW(two.Steps(2), OutOfRangeError);
+}
+
 // A state carries the key of the stream it came from: restoring it into a
 // loader of another stream is refused naming what differs, as Python shows it.
 TEST(LoaderTest, AStateOfAnotherStreamIsRefusedNamingWhatDiffers) {
