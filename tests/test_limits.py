@@ -143,7 +143,7 @@ def test_huge_batch_sizes_and_shard_counts_plan_in_memory_of_the_data(tmp_path):
 def test_absurd_thread_counts_are_refused_naming_num_threads(threads):
     ds = small_dataset()
     with pytest.raises(
-        ValueError, match=f"num_threads must be between 1 and 1024, found {threads}"
+        ValueError, match=f"num_threads must be at most 1024 threads, found {threads}"
     ):
         jb.Loader(ds, jb.PadToMax(2), num_threads=threads)
     plan = jb.plan(ds, jb.PadToMax(2))

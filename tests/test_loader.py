@@ -348,9 +348,12 @@ def test_source_errors_before_any_thread_starts(tmp_path):
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"shuffle": "maybe"}, "shuffle must be True, False or 'block'"),
+        ({"shuffle": "maybe"}, "shuffle must be 'none', 'global' or 'block', found 'maybe'"),
+        ({"shuffle": 1.5}, "shuffle must be True, False, 'global', 'block' or 'none'"),
         ({"on_error": "ignore"}, "on_error must be 'raise', 'skip' or 'quarantine'"),
-        ({"shard": (2, 2)}, "shard must be \\(index, count\\)"),
+        ({"shard": (2, 2)}, "shard must satisfy 0 <= index < count, found \\(2, 2\\)"),
+        ({"shard": "all"}, "shard must be \\(index, count\\) or 'jax'"),
+        ({"nonsense": 1}, "unexpected keyword argument 'nonsense'"),
         ({"max_errors": 2.5}, "max_errors must be an int"),
         ({"epochs": 0}, "epochs must be >= 1 or None"),
         ({"prefetch": 0}, "prefetch must be >= 1"),
@@ -360,8 +363,30 @@ def test_source_errors_before_any_thread_starts(tmp_path):
     ],
 )
 def test_bad_loader_arguments(kwargs, message):
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises((ValueError, TypeError), match=message):
         jb.Loader(make_dataset(n=10), jb.PadToMax(4), **kwargs)
+    if "schema" not in kwargs and "nonsense" not in kwargs:  # Needs no data: refused when written.
+        with pytest.raises(ValueError, match=message):
+            jb.LoaderOptions(**kwargs)
+
+
+def test_loader_options_take_the_engines_defaults_and_are_shared():
+    from jaxbatch import _core
+
+    core = _core.LoaderOptions()
+    options = jb.LoaderOptions()
+    assert options.prefetch == core.prefetch and options.block_size == core.schedule.block_size
+    assert options.epochs == core.epochs and options.seed == core.schedule.seed
+    assert options.on_error == _core.error_policy_name(core.on_error)
+    ds = make_dataset(n=40)
+    shared = jb.LoaderOptions(shuffle="block", block_size=8, seed=3, epochs=2)
+    by_options = drain(jb.Loader(ds, jb.PadToMax(4), options=shared))
+    by_keywords = drain(jb.Loader(ds, jb.PadToMax(4), shuffle="block", block_size=8, seed=3,
+                                  epochs=2))  # fmt: skip
+    assert by_options == by_keywords
+    # Keywords beside options= override them.
+    overridden = drain(jb.Loader(ds, jb.PadToMax(4), options=shared, seed=4))
+    assert overridden != by_options
 
 
 def test_block_shuffle_reads_contiguous_blocks():

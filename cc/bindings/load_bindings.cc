@@ -63,6 +63,8 @@ void BindLoad(nb::module_& m) {
       .def_rw("finite", &ColumnSchema::finite);
 
   m.def("shuffle_mode_name", &ShuffleModeName, nb::arg("mode"));
+  m.def("error_policy_name", &ErrorPolicyName, nb::arg("policy"));
+  m.def("parse_error_policy", &ParseErrorPolicy, nb::arg("name"));
   m.def("parse_shuffle_mode", &ParseShuffleMode, nb::arg("name"));
   m.attr("LOADER_STATE_VERSION") = kLoaderStateVersion;
 
@@ -117,50 +119,53 @@ void BindLoad(nb::module_& m) {
         return std::make_shared<const ChunkedSource>(std::move(b).Finish());
       });
 
+  nb::class_<ScheduleOptions>(m, "ScheduleOptions")
+      .def(nb::init<>())
+      .def_rw("planner", &ScheduleOptions::planner)
+      .def_rw("shuffle", &ScheduleOptions::shuffle)
+      .def_rw("block_size", &ScheduleOptions::block_size)
+      .def_rw("seed", &ScheduleOptions::seed)
+      .def_rw("shard_index", &ScheduleOptions::shard_index)
+      .def_rw("shard_count", &ScheduleOptions::shard_count);
+  nb::class_<LoaderOptions>(m, "LoaderOptions")
+      .def(nb::init<>())
+      .def_rw("schedule", &LoaderOptions::schedule)
+      .def_rw("length_column", &LoaderOptions::length_column)
+      .def_rw("num_threads", &LoaderOptions::num_threads)
+      .def_rw("prefetch", &LoaderOptions::prefetch)
+      .def_rw("epochs", &LoaderOptions::epochs)
+      .def_rw("on_error", &LoaderOptions::on_error)
+      .def_rw("max_errors", &LoaderOptions::max_errors)
+      .def_rw("max_error_fraction", &LoaderOptions::max_error_fraction)
+      .def_prop_rw(
+          "schema", [](const LoaderOptions& o) { return o.schema.columns; },
+          [](LoaderOptions& o, std::vector<ColumnSchema> columns) {
+            o.schema.columns = std::move(columns);
+          })
+      .def_prop_rw(
+          "pad_values", [](const LoaderOptions& o) { return o.collate.pad_values; },
+          [](LoaderOptions& o, std::vector<std::pair<std::string, Scalar>> pads) {
+            o.collate.pad_values = std::move(pads);
+          })
+      .def_prop_rw(
+          "default_pad_value", [](const LoaderOptions& o) { return o.collate.default_pad_value; },
+          [](LoaderOptions& o, Scalar pad) { o.collate.default_pad_value = pad; })
+      .def_rw("host_memory_limit", &LoaderOptions::host_memory_limit)
+      .def_rw("quarantine_path", &LoaderOptions::quarantine_path)
+      .def_rw("source", &LoaderOptions::source)
+      .def_rw("mapped_files", &LoaderOptions::mapped_files);
+  m.def("validate_loader_options", &ValidateLoaderOptions, nb::arg("options"));
+
   using Source = std::variant<std::shared_ptr<const Dataset>, std::shared_ptr<const ChunkedSource>>;
   nb::class_<Loader>(m, "Loader")
       .def(
           "__init__",
-          [](Loader* self, Source data, const PlannerOptions& planner, std::string length_column,
-             ShuffleMode shuffle, int64_t block_size, uint64_t seed, int64_t shard_index,
-             int64_t shard_count, int64_t num_threads, int64_t prefetch, int64_t epochs,
-             ErrorPolicy on_error, int64_t max_errors, double max_error_fraction,
-             std::vector<ColumnSchema> schema,
-             std::vector<std::pair<std::string, Scalar>> pad_values, Scalar default_pad_value,
-             int64_t host_memory_limit, std::string quarantine_path, std::string source,
-             std::vector<std::string> mapped_files, std::optional<LoaderState> state) {
-            LoaderOptions o;
-            o.schedule = ScheduleOptions{.planner = planner,
-                                         .shuffle = shuffle,
-                                         .block_size = block_size,
-                                         .seed = seed,
-                                         .shard_index = shard_index,
-                                         .shard_count = shard_count};
-            o.length_column = std::move(length_column);
-            o.num_threads = num_threads;
-            o.prefetch = prefetch;
-            o.epochs = epochs;
-            o.on_error = on_error;
-            o.max_errors = max_errors;
-            o.max_error_fraction = max_error_fraction;
-            o.schema.columns = std::move(schema);
-            o.collate.pad_values = std::move(pad_values);
-            o.collate.default_pad_value = default_pad_value;
-            o.host_memory_limit = host_memory_limit;
-            o.quarantine_path = std::move(quarantine_path);
-            o.source = std::move(source);
-            o.mapped_files = std::move(mapped_files);
+          [](Loader* self, Source data, LoaderOptions options, std::optional<LoaderState> state) {
             nb::gil_scoped_release release;
-            std::visit([&](auto& data) { new (self) Loader(std::move(data), std::move(o), state); },
+            std::visit([&](auto& d) { new (self) Loader(std::move(d), std::move(options), state); },
                        data);
           },
-          nb::arg("dataset"), nb::arg("planner"), nb::arg("length_column"), nb::arg("shuffle"),
-          nb::arg("block_size"), nb::arg("seed"), nb::arg("shard_index"), nb::arg("shard_count"),
-          nb::arg("num_threads"), nb::arg("prefetch"), nb::arg("epochs"), nb::arg("on_error"),
-          nb::arg("max_errors"), nb::arg("max_error_fraction"), nb::arg("schema"),
-          nb::arg("pad_values"), nb::arg("default_pad_value"), nb::arg("host_memory_limit"),
-          nb::arg("quarantine_path"), nb::arg("source"), nb::arg("mapped_files"),
-          nb::arg("state").none())
+          nb::arg("dataset"), nb::arg("options"), nb::arg("state").none())
       .def("next",
            [](Loader& loader) -> nb::object {
              // Waits in short slices without the GIL, so Ctrl-C (and other

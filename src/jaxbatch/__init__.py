@@ -28,7 +28,7 @@ from jaxbatch._dataset import Dataset
 from jaxbatch._device import device_prefetch, global_batches, process_local
 from jaxbatch._job import JobError, JobReport, run
 from jaxbatch._job_output import read_output
-from jaxbatch._loader import ColumnSchema, Loader, LoaderStats
+from jaxbatch._loader import ColumnSchema, Loader, LoaderOptions, LoaderStats
 from jaxbatch._map import MapResult, MapStats, map
 from jaxbatch._memory import MemoryEstimate, estimate_memory, max_batch_size
 from jaxbatch._plan import BatchPlan, BatchShape, BatchSpec, PlanStats, plan
@@ -50,6 +50,7 @@ __all__ = [
     "JobError",
     "JobReport",
     "Loader",
+    "LoaderOptions",
     "LoaderStats",
     "MapResult",
     "MapStats",

@@ -70,9 +70,8 @@ def loader_settings(loader: Any) -> dict[str, str]:
     already computes: its state (data fingerprint, planner key, seed,
     shuffle, position, shard count) and the options the state does not hold."""
     state = loader.get_state()
-    args = loader._args
-    errors, fraction = args["max_errors"], args["max_error_fraction"]
-    limit = errors if errors >= 0 else fraction if fraction >= 0 else None
+    options = loader.options
+    limit = options.max_errors
     rules = "; ".join(
         f"{r.name}: dtype {r.dtype or 'any'}, inner_shape "
         f"{'any' if r.inner_shape is None else list(r.inner_shape)}, "
@@ -87,11 +86,10 @@ def loader_settings(loader: Any) -> dict[str, str]:
         "seed": str(state["seed"]),
         "shuffle": state["shuffle"],
         "block_size": str(state["block_size"]),
-        "epochs": str(args["epochs"]) if args["epochs"] else "None (forever)",
+        "epochs": str(options.epochs) if options.epochs else "None (forever)",
         "shard count": str(state["shard"][1]),
         "position": f"step {state['step']} of epoch {state['epoch']}",
-        "bad records": f"on_error={args['on_error'].name.rstrip('_')!r}, max_errors={limit}, "
-        f"schema {{{rules}}}",
+        "bad records": f"on_error={options.on_error!r}, max_errors={limit}, schema {{{rules}}}",
     }
 
 

@@ -154,9 +154,10 @@ def _agree_on_source(iterable: Any, mesh: Any, axis: str) -> None:
     if loader is None:
         agree("global_batches", "global_batches", settings)
         return
-    shards = agree("global_batches", "global_batches", settings, loader._args["shard_index"])
+    shard_index, shard_count = loader.get_state()["shard"]
+    shards = agree("global_batches", "global_batches", settings, shard_index)
     # One process: any shard is its own (a test of one shard of many, say).
-    problem = len(shards) > 1 and shard_problem(shards, loader._args["shard_count"])
+    problem = len(shards) > 1 and shard_problem(shards, shard_count)
     if problem:
         raise ValueError(f"global_batches: {problem}: build every Loader with shard='jax'")
 

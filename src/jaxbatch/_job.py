@@ -53,7 +53,7 @@ from jaxbatch._job_folder import (
 )
 from jaxbatch._job_key import function_fingerprint, function_key
 from jaxbatch._job_output import batch_columns, concat_columns, encode_parquet, to_table
-from jaxbatch._loader import ColumnSchema, Loader, _resolve_shard
+from jaxbatch._loader import ColumnSchema, Loader, LoaderOptions, _resolve_shard
 from jaxbatch._map import (
     DEFAULT_MAX_SHAPES,
     _Executor,
@@ -82,7 +82,6 @@ DEFAULT_CHECKPOINT_EVERY = 8192
 _FORMAT_VERSION = 2
 _FORMATS_RESUMED = (1, 2)
 _OPTIONS_ADDED = ("on_error", "checkpoint_every")  # in format 2
-_ON_ERROR = ("raise", "skip", "quarantine")
 
 
 @dataclasses.dataclass
@@ -178,7 +177,7 @@ def run(
     check: Callable | None = None,
     pad_value: float | Mapping[str, float] = 0,
     num_threads: int | None = None,
-    prefetch: int = 4,
+    prefetch: int | None = None,
     progress: bool = True,
     overwrite: bool = False,
     tag: str | None = None,
@@ -235,7 +234,7 @@ def run(
         raise ImportError(
             "jb.run writes Parquet and needs pyarrow: pip install 'jaxbatch[arrow]'"
         ) from None
-    _check_args(checkpoint_every, on_error)
+    _check_args(checkpoint_every)
     if isinstance(source, Dataset):
         dataset, source_name = source, "a Dataset"
     else:
@@ -243,6 +242,20 @@ def run(
 
         dataset, source_name = open_source(source, columns, column, None), str(source)
     length_column = column or dataset.default_length_column
+    # The job's loader reads in example order, once; the engine checks the
+    # rest here, before any folder is made.
+    options = LoaderOptions(
+        column=length_column,
+        shuffle=False,
+        epochs=1,
+        shard=shard,
+        on_error=on_error,
+        max_errors=max_errors,
+        schema=schema,
+        pad_value=pad_value,
+        num_threads=num_threads,
+        **({} if prefetch is None else {"prefetch": prefetch}),
+    )
     shard_index, shard_count = _resolve_shard(shard)
     fingerprint = {
         "format": _FORMAT_VERSION,
@@ -316,15 +329,7 @@ def run(
                 journal,
                 folder,
                 shards,
-                loader_options={
-                    "shard": (shard_index, shard_count),
-                    "on_error": on_error,
-                    "max_errors": max_errors,
-                    "schema": schema,
-                    "pad_value": pad_value,
-                    "num_threads": num_threads,
-                    "prefetch": prefetch,
-                },
+                loader_options=dataclasses.replace(options, shard=(shard_index, shard_count)),
                 check_finite=check_finite,
                 check=check,
                 checkpoint_every=checkpoint_every,
@@ -359,7 +364,7 @@ def run(
     return report
 
 
-def _check_args(checkpoint_every, on_error) -> None:
+def _check_args(checkpoint_every) -> None:
     if (
         isinstance(checkpoint_every, bool)
         or not isinstance(checkpoint_every, int | np.integer)
@@ -368,10 +373,6 @@ def _check_args(checkpoint_every, on_error) -> None:
         raise ValueError(
             f"jb.run: checkpoint_every must be an int >= 1 (examples per shard), found "
             f"{checkpoint_every!r}"
-        )
-    if on_error not in _ON_ERROR:
-        raise ValueError(
-            f"jb.run: on_error must be 'raise', 'skip' or 'quarantine', found {on_error!r}"
         )
 
 
@@ -461,20 +462,12 @@ class _Job:
         progress,
     ):
         self.journal, self.folder, self.shards = journal, folder, list(shards)
-        on_error = loader_options["on_error"]
+        on_error = loader_options.on_error
         self.on_error, self.checkpoint_every = on_error, checkpoint_every
-        count = loader_options["shard"][1]
+        count = loader_options.shard[1]
         self.total = -(-dataset.num_examples // count)  # A shard's, about.
         state = shards[-1]["state"] if shards else None
-        self.loader = Loader(
-            dataset,
-            planner,
-            column=length_column,
-            shuffle=False,
-            epochs=1,
-            state=state,
-            **loader_options,
-        )
+        self.loader = Loader(dataset, planner, options=loader_options, state=state)
         map_policy = "raise" if on_error == "raise" else "quarantine"
         self.executor = _Executor(fun, check_finite, check, length_column)
         if not shards:  # A resumed job may need only some shapes: compile as they come.

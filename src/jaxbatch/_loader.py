@@ -9,7 +9,7 @@ import threading
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -27,11 +27,6 @@ from jaxbatch._planners import (
     Planner,
 )
 
-_SHUFFLE = {True: _core.ShuffleMode.global_, False: _core.ShuffleMode.none,
-            "global": _core.ShuffleMode.global_, "block": _core.ShuffleMode.block,
-            "none": _core.ShuffleMode.none}  # fmt: skip
-_ON_ERROR = {"raise": _core.ErrorPolicy.raise_, "skip": _core.ErrorPolicy.skip,
-             "quarantine": _core.ErrorPolicy.quarantine}  # fmt: skip
 _STATE_FIELDS = ("seed", "epoch", "step", "batches", "examples", "skipped", "quarantined",
                  "dropped", "padding_batches", "truncated")  # fmt: skip
 # Fields a state may lack (saved before they were added): they count from 0.
@@ -76,6 +71,107 @@ class LoaderStats:
     #: Row groups a streaming loader read since it started (or set_state):
     #: more than the file's row groups per epoch means some were read again.
     chunk_reads: int = 0
+
+
+_CORE = _core.LoaderOptions()  # The engine's defaults.
+Shuffle = Literal["global", "block", "none"]
+OnError = Literal["raise", "skip", "quarantine"]
+
+
+@dataclasses.dataclass(frozen=True)
+class LoaderOptions:
+    """Everything about a :class:`Loader` but its source, planner and state,
+    as one value: ``jb.Loader(ds, planner, options=opts)`` or keyword
+    arguments of the same names (see :class:`Loader`). The defaults are the
+    engine's, and an option the engine refuses fails here, where it was
+    written; what needs the data (``schema``, ``pad_value`` per column,
+    ``columns``) is checked when a Loader opens its source.
+
+    Example::
+
+        opts = jb.LoaderOptions(shuffle="block", block_size=4096, epochs=None,
+                                host_memory_limit=2**30)
+        loader = jb.Loader("corpus.parquet", jb.Pack(1024, 8), options=opts)
+    """
+
+    columns: Sequence[str] | None = None
+    column: str | None = None
+    aligned: Sequence[Sequence[str]] | None = None
+    shuffle: bool | Shuffle = True
+    block_size: int = _CORE.schedule.block_size
+    seed: int = _CORE.schedule.seed
+    shard: tuple[int, int] | Literal["jax"] | None = None
+    num_threads: int | None = None
+    prefetch: int = _CORE.prefetch
+    epochs: int | None = _CORE.epochs
+    on_error: OnError = _core.error_policy_name(_CORE.on_error)
+    max_errors: int | float | None = None
+    schema: Mapping[str, ColumnSchema] | None = None
+    quarantine_file: str | os.PathLike | None = None
+    pad_value: int | float | Mapping[str, int | float] = _CORE.default_pad_value
+    host_memory_limit: int | None = None
+    stream: bool | None = None
+
+    def __post_init__(self) -> None:
+        if self.stream not in (None, True, False):
+            raise ValueError(f"Loader: stream must be None, True or False, found {self.stream!r}")
+        # A "jax" shard is known only where the Loader starts.
+        shard = (0, 1) if self.shard == "jax" else _resolve_shard(self.shard)
+        _core.validate_loader_options(self._core(shard))
+
+    def _core(self, shard: tuple[int, int]) -> _core.LoaderOptions:
+        """The engine's options (source, schema and mapped files are the
+        Loader's to fill). Only Python types are checked here."""
+        o = _core.LoaderOptions()
+        o.schedule.shuffle = _shuffle_mode(self.shuffle)
+        for option in ("block_size", "prefetch"):
+            _check_int(option, getattr(self, option))
+        if self.epochs is not None:
+            _check_int("epochs", self.epochs)
+            if self.epochs == 0:  # The engine's "forever" is None here.
+                raise ValueError("Loader: epochs must be >= 1 or None (forever), found 0")
+        for option in ("num_threads", "host_memory_limit"):
+            if getattr(self, option) is not None:
+                _check_int(option, getattr(self, option))
+        seed = self.seed
+        if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed >= 2**64:
+            raise ValueError(f"Loader: seed must be an int in [0, 2**64), found {seed!r}")
+        if seed < 0:
+            raise ValueError(f"Loader: seed must be an int in [0, 2**64), found {seed!r}")
+        o.schedule.block_size = int(self.block_size)
+        o.schedule.seed = int(seed)
+        o.schedule.shard_index, o.schedule.shard_count = shard
+        o.length_column = self.column or ""
+        o.num_threads = 0 if self.num_threads is None else int(self.num_threads)
+        o.prefetch = int(self.prefetch)
+        o.epochs = 0 if self.epochs is None else int(self.epochs)
+        o.on_error = _core.parse_error_policy(str(self.on_error))
+        o.max_errors, o.max_error_fraction = _resolve_max_errors(self.max_errors)
+        o.pad_values, o.default_pad_value = _pad_values(self.pad_value, "Loader")
+        o.host_memory_limit = int(self.host_memory_limit or 0)
+        o.quarantine_path = os.fspath(self.quarantine_file) if self.quarantine_file else ""
+        return o
+
+
+def _shuffle_mode(shuffle):
+    if shuffle is True:
+        return _core.ShuffleMode.global_
+    if shuffle is False:
+        return _core.ShuffleMode.none
+    if not isinstance(shuffle, str):
+        raise ValueError(
+            f"Loader: shuffle must be True, False, 'global', 'block' or 'none', found {shuffle!r}"
+        )
+    return _core.parse_shuffle_mode(shuffle)
+
+
+def _check_int(option: str, value) -> None:
+    """ValueError naming `option` unless `value` is an int the core's int64
+    holds (the engine checks its range)."""
+    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+        raise ValueError(f"Loader: {option} must be an int, found {type(value).__name__} {value!r}")
+    if not -(2**63) <= value < 2**63:
+        raise ValueError(f"Loader: {option} must be below 2**63, found {value}")
 
 
 class Loader:
@@ -147,125 +243,67 @@ class Loader:
         source: Dataset | str | os.PathLike,
         planner: Planner,
         *,
-        columns: Sequence[str] | None = None,
-        column: str | None = None,
-        aligned: Sequence[Sequence[str]] | None = None,
-        shuffle: bool | str = True,
-        block_size: int = 1024,
-        seed: int = 0,
-        shard: tuple[int, int] | str | None = None,
-        num_threads: int | None = None,
-        prefetch: int = 4,
-        epochs: int | None = 1,
-        on_error: str = "raise",
-        max_errors: int | float | None = None,
-        schema: Mapping[str, ColumnSchema] | None = None,
-        quarantine_file: str | os.PathLike | None = None,
-        pad_value: int | float | Mapping[str, int | float] = 0,
-        host_memory_limit: int | None = None,
-        stream: bool | None = None,
+        options: LoaderOptions | None = None,
         state: Mapping[str, Any] | None = None,
+        **kwargs: Any,
     ):
         if not isinstance(planner, PadToMax | FixedBuckets | AutoBuckets | Pack):
             raise TypeError(f"Loader: expected a planner, found {type(planner).__name__}")
-        if stream not in (None, True, False):
-            raise ValueError(f"Loader: stream must be None, True or False, found {stream!r}")
+        if options is None:
+            options = LoaderOptions(**kwargs)
+        elif kwargs:
+            options = dataclasses.replace(options, **kwargs)
+        self.options = options
+        o = options
         self._feeder: threading.Thread | None = None
         self._stream = None
         if isinstance(source, Dataset):
-            if columns is not None:
+            if o.columns is not None:
                 raise ValueError("Loader: columns= selects columns of a file; got a Dataset")
-            if stream:
+            if o.stream:
                 raise ValueError("Loader: stream=True reads a Parquet file; got a Dataset")
             self.dataset, self.source = source, "dataset"
-            core_schema = rules = self._schema(schema or {})
-        elif _should_stream(source, stream, host_memory_limit, columns):
+            core_schema = rules = self._schema(o.schema or {})
+        elif _should_stream(source, o.stream, o.host_memory_limit, o.columns):
             from jaxbatch._sources import StreamedParquet, parquet_column_names
 
-            if not host_memory_limit:
+            if not o.host_memory_limit:
                 raise ValueError(
                     "Loader: stream=True needs host_memory_limit (bytes) to size the cache of "
                     "row groups"
                 )
-            names = parquet_column_names(source, columns)
-            rules = self._schema(schema or {}, names)
-            self._stream = StreamedParquet(source, columns, column, aligned, rules)
+            names = parquet_column_names(source, o.columns)
+            rules = self._schema(o.schema or {}, names)
+            self._stream = StreamedParquet(source, o.columns, o.column, o.aligned, rules)
             self.dataset, self.source = self._stream, str(source)
             core_schema = []  # Applied per row group while opening.
         else:
             from jaxbatch._sources import open_source
 
-            self.dataset = open_source(source, columns, column, aligned)
+            self.dataset = open_source(source, o.columns, o.column, o.aligned)
             self.source = str(source)
-            core_schema = rules = self._schema(schema or {})
+            core_schema = rules = self._schema(o.schema or {})
         self._schema_rules = rules
-        mapped = list(self.dataset._mapped_files)
         self.planner = planner
         self._core_loader = None
-        if shuffle not in _SHUFFLE:
-            raise ValueError(f"Loader: shuffle must be True, False or 'block', found {shuffle!r}")
-        if on_error not in _ON_ERROR:
-            raise ValueError(
-                f"Loader: on_error must be 'raise', 'skip' or 'quarantine', found {on_error!r}"
-            )
-        for option, value, low in (
-            ("block_size", block_size, 1),
-            ("prefetch", prefetch, 1),
-            ("epochs", 1 if epochs is None else epochs, None),  # checked below
-            ("host_memory_limit", host_memory_limit or 0, 0),
-        ):
-            _check_int_option(option, value, low)
-        if isinstance(pad_value, Mapping):
-            unknown = [k for k in pad_value if k not in self.dataset.column_names]
+        if isinstance(o.pad_value, Mapping):
+            unknown = [k for k in o.pad_value if k not in self.dataset.column_names]
             if unknown:
                 raise ValueError(
                     f"Loader: pad_value names column {unknown[0]!r}, which the data does not "
                     f"have; columns are {self.dataset.column_names}"
                 )
-        if (
-            isinstance(seed, bool)
-            or not isinstance(seed, int | np.integer)
-            or not 0 <= seed < 2**64
-        ):
-            raise ValueError(f"Loader: seed must be an int in [0, 2**64), found {seed!r}")
-        shard_index, shard_count = _resolve_shard(shard)
-        errors, fraction = _resolve_max_errors(max_errors)
-        pads, default_pad = _pad_values(pad_value, "Loader")
-        self._args = dict(
-            planner=planner._options(),
-            length_column=column or "",
-            shuffle=_SHUFFLE[shuffle],
-            block_size=int(block_size),
-            seed=int(seed),
-            shard_index=shard_index,
-            shard_count=shard_count,
-            num_threads=0 if num_threads is None else int(num_threads),
-            prefetch=int(prefetch),
-            epochs=0 if epochs is None else int(epochs),
-            on_error=_ON_ERROR[on_error],
-            max_errors=errors,
-            max_error_fraction=fraction,
-            schema=core_schema,
-            pad_values=pads,
-            default_pad_value=default_pad,
-            host_memory_limit=int(host_memory_limit or 0),
-            quarantine_path=os.fspath(quarantine_file) if quarantine_file else "",
-            source=self.source,
-            mapped_files=mapped,
-        )
-        if epochs is not None and epochs < 1:
-            raise ValueError(f"Loader: epochs must be >= 1 or None (forever), found {epochs}")
-        most = _core.MAX_THREADS
-        if num_threads is not None and not 1 <= num_threads <= most:
-            raise ValueError(
-                f"Loader: num_threads must be between 1 and {most}, found {num_threads}"
-            )
+        self._core_options = o._core(_resolve_shard(o.shard))
+        self._core_options.schedule.planner = planner._options()
+        self._core_options.schema = core_schema
+        self._core_options.source = self.source
+        self._core_options.mapped_files = list(self.dataset._mapped_files)
         fixed = {n: self.dataset._core.column(n).is_fixed for n in self.dataset.column_names}
         self._ragged = tuple(n for n, f in fixed.items() if not f)
         self._fixed = tuple(n for n, f in fixed.items() if f)
-        self._length_column = column or self.dataset.default_length_column
+        self._length_column = o.column or self.dataset.default_length_column
         self._start(state)
-        if shard == "jax":
+        if o.shard == "jax":
             try:
                 agree("loader", "Loader(shard='jax')", lambda: loader_settings(self))
             except BaseException:
@@ -303,9 +341,9 @@ class Loader:
     def _start_core(self, core_state) -> None:
         self._ended = False  # Set once next() reached the end of the data.
         if self._stream is None:
-            self._core_loader = _core.Loader(self.dataset._core, state=core_state, **self._args)
+            self._core_loader = _core.Loader(self.dataset._core, self._core_options, core_state)
             return
-        self._core_loader = _core.Loader(self._stream._source, state=core_state, **self._args)
+        self._core_loader = _core.Loader(self._stream._source, self._core_options, core_state)
         # The feeder holds the core loader and the file, never this Loader, so
         # dropping the Loader still closes it (and so ends the feeder).
         self._feeder = threading.Thread(
@@ -435,7 +473,7 @@ class Loader:
     def __len__(self) -> int:
         """Every step of the stream, over all its epochs; TypeError for an
         endless stream (``epochs=None``): use :meth:`steps` per epoch."""
-        if self._args["epochs"] == 0:
+        if self.options.epochs is None:
             raise TypeError(
                 "Loader: len() of an endless stream (epochs=None) has no answer; count one "
                 "epoch's steps with loader.steps(epoch)"
@@ -544,6 +582,7 @@ def _feed(core_loader, stream) -> None:
 
 
 def _resolve_shard(shard) -> tuple[int, int]:
+    """(index, count) from a shard option; the engine checks the range."""
     if shard is None:
         return 0, 1
     if shard == "jax":
@@ -553,14 +592,11 @@ def _resolve_shard(shard) -> tuple[int, int]:
     if (
         isinstance(shard, tuple | list)
         and len(shard) == 2
-        and all(isinstance(v, int | np.integer) for v in shard)
+        and all(isinstance(v, int | np.integer) and not isinstance(v, bool) for v in shard)
+        and all(-(2**63) <= v < 2**63 for v in shard)
     ):
-        index, count = int(shard[0]), int(shard[1])
-        if 1 <= count < 2**63 and 0 <= index < count:
-            return index, count
-    raise ValueError(
-        f"Loader: shard must be (index, count) with 0 <= index < count or 'jax', found {shard!r}"
-    )
+        return int(shard[0]), int(shard[1])
+    raise ValueError(f"Loader: shard must be (index, count) or 'jax', found {shard!r}")
 
 
 def _check_state_int(field: str, value) -> None:

@@ -99,6 +99,7 @@ Loader::Loader(std::shared_ptr<const Dataset> dataset, std::shared_ptr<const Chu
                  options_.host_memory_limit));
     }
   }
+  ValidatePlannerOptions(options_.schedule.planner);
   ValidateLoaderOptions(options_);
   const std::string& length_column =
       options_.length_column.empty() ? dataset_->default_length_column() : options_.length_column;
@@ -176,6 +177,26 @@ Loader::Loader(std::shared_ptr<const Dataset> dataset, std::shared_ptr<const Chu
 }
 
 Loader::~Loader() { Close(); }
+
+const char* ErrorPolicyName(ErrorPolicy policy) {
+  switch (policy) {
+    case ErrorPolicy::kRaise:
+      return "raise";
+    case ErrorPolicy::kSkip:
+      return "skip";
+    case ErrorPolicy::kQuarantine:
+      return "quarantine";
+  }
+  return "?";
+}
+
+ErrorPolicy ParseErrorPolicy(std::string_view name) {
+  for (const ErrorPolicy p : {ErrorPolicy::kRaise, ErrorPolicy::kSkip, ErrorPolicy::kQuarantine}) {
+    if (name == ErrorPolicyName(p)) return p;
+  }
+  throw InvalidArgumentError(
+      StrCat("Loader: on_error must be 'raise', 'skip' or 'quarantine', found '", name, "'"));
+}
 
 void ValidateLoaderOptions(const LoaderOptions& options) {
   ValidateScheduleOptions(options.schedule);

@@ -33,6 +33,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -47,6 +48,12 @@
 namespace jaxbatch {
 
 enum class ErrorPolicy { kRaise, kSkip, kQuarantine };
+inline constexpr ErrorPolicy kDefaultErrorPolicy = ErrorPolicy::kRaise;
+
+// "raise", "skip" or "quarantine": the text options and messages use.
+const char* ErrorPolicyName(ErrorPolicy policy);
+// Throws InvalidArgumentError naming the names it knows.
+ErrorPolicy ParseErrorPolicy(std::string_view name);
 
 inline constexpr int64_t kDefaultPrefetch = 4;
 inline constexpr int64_t kMaxDefaultThreads = 8;
@@ -62,7 +69,7 @@ struct LoaderOptions {
   int64_t num_threads = 0;    // 0 = hardware threads, at most kMaxDefaultThreads; <= kMaxThreads
   int64_t prefetch = kDefaultPrefetch;  // ready batches kept ahead of the consumer
   int64_t epochs = 1;                   // 0 = forever
-  ErrorPolicy on_error = ErrorPolicy::kRaise;
+  ErrorPolicy on_error = kDefaultErrorPolicy;
   int64_t max_errors = -1;           // bad records allowed in all; -1 = no limit
   double max_error_fraction = -1.0;  // bad records / examples allowed; < 0 = no limit
   Schema schema;
@@ -76,10 +83,11 @@ struct LoaderOptions {
   std::vector<std::string> mapped_files;
 };
 
-// Validates everything about `options` that does not need the data: the
-// schedule (ValidateScheduleOptions), prefetch, epochs, num_threads and
+// Validates everything about `options` that does not need the data or the
+// planner (which ValidatePlannerOptions checks): the schedule
+// (ValidateScheduleOptions), prefetch, epochs, num_threads, max_errors and
 // host_memory_limit. Throws InvalidArgumentError naming the option; the
-// Loader calls it first.
+// Loader calls both first.
 void ValidateLoaderOptions(const LoaderOptions& options);
 
 // 2: block shuffle keeps the planner's batch order (1 shuffled it).

@@ -90,7 +90,6 @@ ShuffleMode ParseShuffleMode(std::string_view name) {
 }
 
 void ValidateScheduleOptions(const ScheduleOptions& o) {
-  ValidatePlannerOptions(o.planner);
   if (o.block_size < 1) {
     throw InvalidArgumentError(StrCat("Loader: block_size must be >= 1, found ", o.block_size));
   }

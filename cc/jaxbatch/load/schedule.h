@@ -66,12 +66,12 @@ struct EpochSchedule {
   BatchView StepBatch(int64_t t) const;
 };
 
-// Throws InvalidArgumentError, naming the option, for a bad planner (see
-// ValidatePlannerOptions), block size or shard (0 <= index < count).
+// Throws InvalidArgumentError, naming the option, for a bad block size or
+// shard (0 <= index < count). The planner has its own ValidatePlannerOptions.
 void ValidateScheduleOptions(const ScheduleOptions& options);
 
-// Throws what ValidateScheduleOptions throws and whatever the planner throws
-// for the data.
+// Throws what ValidateScheduleOptions and ValidatePlannerOptions throw, and
+// whatever the planner throws for the data.
 EpochSchedule MakeEpochSchedule(std::span<const int64_t> lengths, std::span<const uint8_t> excluded,
                                 const ScheduleOptions& options, int64_t epoch);
 
