@@ -186,6 +186,22 @@ def test_bad_record_under_raise_names_the_example(tmp_path):
     loader.close()
 
 
+def test_null_in_a_later_row_group_is_named_by_its_example_index_in_the_file(tmp_path):
+    tokens = [[1, 2]] * 30
+    tokens[23] = [1, None]  # row group 2 (of 10 examples each), its example 3
+    labels = [[0]] * 30
+    labels[17] = None  # row group 1, a null list
+    path = tmp_path / "data.parquet"
+    table = pa.table({"tokens": pa.array(tokens, pa.list_(pa.int32())), "label": labels})
+    pq.write_table(table, path, row_group_size=10)
+    for columns, row_group, example in ((["tokens"], 2, 23), (["label"], 1, 17)):
+        options = dict(columns=columns, host_memory_limit=LIMIT)
+        with pytest.raises(ValueError, match=f"row group {row_group}: .*, example {example}: "):
+            jb.Loader(path, jb.PadToMax(4), stream=True, **options)
+        with pytest.raises(ValueError, match=f", example {example}: expected no null"):
+            jb.Loader(path, jb.PadToMax(4), stream=False, **options)
+
+
 def test_restore_resumes_exactly_and_states_move_between_bulk_and_stream(tmp_path):
     path = write_parquet(tmp_path / "data.parquet")
     options = dict(seed=9, epochs=2, num_threads=2, prefetch=2)

@@ -35,15 +35,15 @@ def _validated(name: str, column: Any) -> None:
         ) from e
 
 
-def _single_array(name: str, column: Any):
+def _single_array(name: str, column: Any, first_example: int):
     pa = _require_pyarrow()
     _validated(name, column)
     if isinstance(column, pa.ChunkedArray):
         column = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
     if column.null_count:
-        first = int(np.flatnonzero(np.asarray(column.is_null()))[0])
         raise ValueError(
-            f"column {name!r}, example {first}: expected no nulls, found {column.null_count}"
+            f"column {name!r}, example {first_example + _first_null(column)}: expected no "
+            f"nulls, found {column.null_count}"
         )
     return column
 
@@ -85,7 +85,7 @@ def _buffer_extent(array: Any, itemsize: int) -> np.ndarray:
 
 
 def _values_and_inner(
-    name: str, child: Any, offsets: np.ndarray | None
+    name: str, child: Any, offsets: np.ndarray | None, first_example: int
 ) -> tuple[np.ndarray, np.ndarray, list[int]]:
     """The values of a list's child (rows of the inner shape its nesting
     gives), the bytes the core may read (see _primitive_values) and that
@@ -102,8 +102,8 @@ def _values_and_inner(
     def example_of(index: int) -> int:
         row = index // scale
         if offsets is None:
-            return row
-        return int(np.searchsorted(offsets, row, side="right")) - 1
+            return first_example + row
+        return first_example + int(np.searchsorted(offsets, row, side="right")) - 1
 
     while pa.types.is_fixed_size_list(child.type):
         if child.null_count:
@@ -120,15 +120,28 @@ def _values_and_inner(
     return values.reshape([-1, *inner]) if inner else values, extent, inner
 
 
-def column_from_arrow(name: str, column: Any) -> _core.RaggedColumn:
+def _values_in_use(array: Any) -> tuple[np.ndarray, Any]:
+    """A list array's offsets (int64, from 0) and its child cut to the
+    values they cover: a sliced list's child still holds the values of the
+    examples sliced away, whose nulls are not this column's."""
+    offsets = np.asarray(array.offsets).astype(np.int64)
+    if offsets.size == 0:
+        return np.zeros(1, np.int64), array.values.slice(0, 0)
+    first = int(offsets[0])
+    offsets -= first
+    return offsets, array.values.slice(first, max(0, int(offsets[-1])))
+
+
+def column_from_arrow(name: str, column: Any, first_example: int = 0) -> _core.RaggedColumn:
     """One core column from an Arrow array or chunked array. The core reads
     only the bytes of the Arrow buffers that hold the values (their real
-    sizes) and refuses offsets or lengths past them."""
+    sizes) and refuses offsets or lengths past them. Errors number examples
+    from `first_example` (a row group's first example in its file)."""
     pa = _require_pyarrow()
-    array = _single_array(name, column)
+    array = _single_array(name, column, first_example)
     if pa.types.is_list(array.type) or pa.types.is_large_list(array.type):
-        offsets = np.asarray(array.offsets).astype(np.int64, copy=False)
-        values, extent, inner = _values_and_inner(name, array.values, offsets)
+        offsets, child = _values_in_use(array)
+        values, extent, inner = _values_and_inner(name, child, offsets, first_example)
         return _core.RaggedColumn.ragged(
             name,
             dtype_name(values.dtype, f"column {name!r}"),
@@ -138,9 +151,9 @@ def column_from_arrow(name: str, column: Any) -> _core.RaggedColumn:
             (values, offsets, array),
         )
     if pa.types.is_fixed_size_list(array.type):
-        values, extent, inner = _values_and_inner(name, array, None)
+        values, extent, inner = _values_and_inner(name, array, None, first_example)
     else:
-        values, extent = _primitive_values(name, array, lambda i: i)
+        values, extent = _primitive_values(name, array, lambda i: first_example + i)
         inner = []
     return _core.RaggedColumn.fixed(
         name,
