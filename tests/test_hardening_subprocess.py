@@ -150,7 +150,7 @@ def test_cli_plan_on_blank_lines(tmp_path):
     sys.exit(main(["plan", "blank.txt"]))
     """
     returncode, stderr = run_case(code, tmp_path)
-    assert returncode == 1 and stderr.strip().splitlines()[-1].startswith(
+    assert returncode == 2 and stderr.strip().splitlines()[-1].startswith(
         "jaxbatch plan: blank.txt"
     ), stderr
     assert "Traceback" not in stderr

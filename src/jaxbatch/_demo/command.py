@@ -23,13 +23,14 @@ jaxbatch, and show what the usual hand-written loop costs beside it.
 
 from __future__ import annotations
 
-import sys
 import tempfile
 import time
 import warnings
 from pathlib import Path
 
 import numpy as np
+
+from jaxbatch._cli_job import usage_error
 
 DEFAULT_QUERY = "How do I catch an exception and handle the error?"
 NAIVE_BATCH_SIZE = 32
@@ -184,8 +185,7 @@ def demo_command(args) -> int:
     try:
         return _demo(args)
     except (ValueError, ImportError, OSError) as e:
-        print(f"jaxbatch demo: {e}", file=sys.stderr)
-        return 2
+        return usage_error("demo", e)
 
 
 def _demo(args) -> int:
