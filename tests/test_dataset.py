@@ -274,6 +274,9 @@ def test_arrow_fixed_size_list_past_its_child_is_refused_by_the_engine():
     ragged = pa.ListArray.from_buffers(pa.list_(fixed.type), 1, [None, offsets], children=[fixed])
     with pytest.raises(ValueError, match=r"column 'x', example 0: offsets run past the values"):
         jb.Dataset.from_arrow(pa.table({"x": ragged}))
+    # Two such chunks: pyarrow's concatenation refuses them (an IndexError).
+    with pytest.raises(ValueError, match=r"column 'x': cannot combine its chunks: array slice"):
+        jb.Dataset.from_arrow(pa.table({"x": pa.chunked_array([fixed, fixed])}))
 
 
 def test_offsets_past_int64_are_refused_naming_the_column():

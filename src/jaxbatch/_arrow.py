@@ -38,8 +38,13 @@ def _validated(name: str, column: Any) -> None:
 def _single_array(name: str, column: Any, first_example: int):
     pa = _require_pyarrow()
     _validated(name, column)
-    if isinstance(column, pa.ChunkedArray):
-        column = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+    if isinstance(column, pa.ChunkedArray) and column.num_chunks == 1:
+        column = column.chunk(0)
+    elif isinstance(column, pa.ChunkedArray):
+        try:
+            column = column.combine_chunks()
+        except pa.ArrowException as e:  # what validation misses (see the engine's check)
+            raise ValueError(f"column {name!r}: cannot combine its chunks: {e}") from e
     if column.null_count:
         raise ValueError(
             f"column {name!r}, example {first_example + _first_null(column)}: expected no "
@@ -87,9 +92,8 @@ def _buffer_extent(array: Any, itemsize: int) -> np.ndarray:
 def _values_and_inner(
     name: str, child: Any, offsets: np.ndarray | None, first_example: int
 ) -> tuple[np.ndarray, np.ndarray, list[int]]:
-    """The values of a list's child (rows of the inner shape its nesting
-    gives), the bytes the core may read (see _primitive_values) and that
-    inner shape.
+    """The flat values of a list's child, the bytes the core may read (see
+    _primitive_values) and the inner shape its nesting gives.
 
     A null anywhere below the top level (a null fixed_size_list entry or a
     null value) is refused naming the example it belongs to: flattening would
@@ -116,8 +120,10 @@ def _values_and_inner(
         # Slice to the rows in use (a sliced parent's child starts at its offset).
         child = child.values.slice(child.offset * size, len(child) * size)
         scale *= size
+    # Flat: the core takes the bytes (`extent`) and the shape, and refuses
+    # a child shorter than a fixed_size_list's offset and length claim.
     values, extent = _primitive_values(name, child, example_of)
-    return values.reshape([-1, *inner]) if inner else values, extent, inner
+    return values, extent, inner
 
 
 def _values_in_use(array: Any) -> tuple[np.ndarray, Any]:
