@@ -40,6 +40,9 @@ def test_text_and_parquet_files(tmp_path, capsys):
     assert "'tokens'" in source
     assert main(["plan", str(text), "--max-shapes", "2", "--token-budget", "16"]) == 0
     assert "AutoBuckets(max_shapes=2)" in capsys.readouterr().out
+    text.write_text("one\n")
+    assert main(["plan", str(text)]) == 0
+    assert "\n1 example, 1 element; lengths" in capsys.readouterr().out
 
 
 def test_plot_is_written(tmp_path):

@@ -385,7 +385,7 @@ def test_map_over_a_loader_warns_when_compilations_exceed_the_plan():
     assert plain.stats.compilations > 2
     from jaxbatch import _map
 
-    with pytest.warns(UserWarning, match="compilations for a plan of 1 shapes"):
+    with pytest.warns(UserWarning, match="compilations for a plan of 1 shape "):
         original = _map._plan_shapes
         _map._plan_shapes = lambda dataset, planner: original(dataset, planner)[:1]
         try:

@@ -8,6 +8,7 @@ import numpy as np
 
 from jaxbatch import _core
 from jaxbatch._dtypes import as_bytes, dtype_name
+from jaxbatch._words import counted
 
 
 def _require_pyarrow():
@@ -113,7 +114,8 @@ def _values_and_inner(
         if child.null_count:
             raise ValueError(
                 f"column {name!r}, example {example_of(_first_null(child) * scale)}: expected "
-                f"no nulls, found {child.null_count} null {child.type} entries"
+                f"no nulls, found {counted(child.null_count, 'null entry', 'null entries')} of "
+                f"{child.type}"
             )
         size = child.type.list_size
         inner.append(size)

@@ -24,6 +24,7 @@ from jaxbatch._dataset import Dataset
 from jaxbatch._default_data import pydoc_lengths
 from jaxbatch._plan import BatchPlan, plan
 from jaxbatch._planners import AutoBuckets, FixedBuckets, Pack, PadToMax
+from jaxbatch._words import counted
 
 DEFAULT_TOKEN_BUDGET = 4096
 DEFAULT_MAX_SHAPES = 8
@@ -190,13 +191,14 @@ def _plan_command(args: argparse.Namespace) -> int:
         raise ValueError(f"{source} holds no examples")
     if not lengths.any():
         raise ValueError(
-            f"{source} holds {lengths.size} examples, all empty (0 tokens); "
+            f"{source} holds {counted(lengths.size, 'example')}, all empty (0 tokens); "
             f"there is nothing to plan"
         )
     results = compare(lengths, args.max_shapes, args.token_budget)  # Refused before any output.
     print(f"data: {source}")
     print(
-        f"{lengths.size} examples, {int(lengths.sum())} elements; lengths: mean "
+        f"{counted(lengths.size, 'example')}, {counted(int(lengths.sum()), 'element')}; "
+        f"lengths: mean "
         f"{lengths.mean():.1f}, median {np.median(lengths):.0f}, max {lengths.max()}"
     )
     print(f"token budget {args.token_budget} elements per batch\n")

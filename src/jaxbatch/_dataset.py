@@ -9,6 +9,7 @@ import numpy as np
 
 from jaxbatch import _core
 from jaxbatch._dtypes import as_bytes, dtype_name, numpy_dtype
+from jaxbatch._words import counted
 
 
 class _Columns:
@@ -149,7 +150,7 @@ class Dataset(_Columns):
             col = self._core.column(name)
             kind = "fixed" if col.is_fixed else f"ragged, max length {col.max_length}"
             cols.append(f"{name}: {col.dtype}{list(col.inner_shape)} ({kind})")
-        return f"Dataset({len(self)} examples; " + "; ".join(cols) + ")"
+        return f"Dataset({counted(len(self), 'example')}; " + "; ".join(cols) + ")"
 
 
 def _memmap_files(columns: Iterable[Any]) -> tuple[str, ...]:

@@ -13,6 +13,7 @@ import numpy as np
 
 from jaxbatch import _core
 from jaxbatch._dataset import Dataset, _Columns
+from jaxbatch._words import counted
 
 
 def open_source(
@@ -337,6 +338,6 @@ class StreamedParquet(_Columns):
 
     def __repr__(self) -> str:
         return (
-            f"StreamedParquet({self.path}: {self.num_examples} examples in "
-            f"{self.num_row_groups} row groups; columns {self.column_names})"
+            f"StreamedParquet({self.path}: {counted(self.num_examples, 'example')} in "
+            f"{counted(self.num_row_groups, 'row group')}; columns {self.column_names})"
         )
