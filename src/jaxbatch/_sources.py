@@ -6,6 +6,7 @@ import contextlib
 import errno
 import os
 import stat
+import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -247,6 +248,12 @@ def parquet_decoded_bytes(path: str | os.PathLike, columns: Sequence[str] | None
     return total
 
 
+# Reads per row group and epoch past which a streaming loader without a
+# global shuffle warns (StreamedParquet.note_reads): sequential reads take
+# one, or two where a batch straddles a row group and a worker runs ahead.
+REREAD_WARNING = 4
+
+
 class StreamedParquet(_Columns):
     """A Parquet file read one row group at a time, for a Loader whose data
     does not fit in memory.
@@ -322,6 +329,41 @@ class StreamedParquet(_Columns):
     @property
     def num_examples(self) -> int:
         return self._source.num_examples
+
+    def watch_rereads(self, planner, host_memory_limit: int) -> None:
+        """Starts counting epochs for :meth:`note_reads` (a loader started or
+        restored): reads are counted from then on."""
+        self._rereads = dict(planner=planner, limit=host_memory_limit, first_epoch=None)
+
+    def note_reads(self, reads: int, epoch: int) -> None:
+        """Warns, once, when a loader that keeps reads sequential (no global
+        shuffle) has read the row groups more than REREAD_WARNING times each
+        per epoch: its plan's batches take examples from across the file
+        (Pack without a window keeps every row open over the whole file;
+        best fit also sorts every example by length), and no cache smaller
+        than the file helps (even an optimal one: 96 reads per row group for
+        29 row groups and a cache of 8, simulated). The stream stays right;
+        only the reads multiply."""
+        watch = getattr(self, "_rereads", None)
+        if watch is None:
+            return
+        if watch["first_epoch"] is None:
+            watch["first_epoch"] = epoch
+        epochs = epoch - watch["first_epoch"] + 1
+        if reads <= REREAD_WARNING * self.num_row_groups * epochs:
+            return
+        self._rereads = None
+        warnings.warn(
+            f"Loader: {counted(reads, 'row-group read')} of {self.path} in "
+            f"{counted(epochs, 'epoch')} so far, more than {REREAD_WARNING} per row group and "
+            f"epoch ({counted(self.num_row_groups, 'row group')}): the batches of "
+            f"{watch['planner']} take examples from across the file, so a cache smaller than "
+            f"the file (host_memory_limit={watch['limit']}) reads row groups again and again. "
+            f"Pack reads each row group once with lookahead=<the row-group size> (rows packed "
+            f"within each row group); or raise host_memory_limit to hold the file",
+            RuntimeWarning,
+            stacklevel=3,
+        )
 
     def _check_unchanged(self) -> None:
         stamp = _stamp(self.path)
