@@ -51,7 +51,8 @@ CHILD = "JAXBATCH_ARROW_FUZZ_CHILD"  # set in the child process: the targets run
 LAST = "JAXBATCH_ARROW_FUZZ_LAST"  # the child writes each example here before running it
 CHILD_TIMEOUT_S = 240
 in_child = pytest.mark.skipif(
-    os.environ.get(CHILD) != "1", reason="run in a child process by test_fuzz_in_a_subprocess"
+    os.environ.get(CHILD) != "1",
+    reason="run in a child process by test_fuzz_targets_in_a_subprocess",
 )
 
 LEAVES = {
