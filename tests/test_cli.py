@@ -40,6 +40,9 @@ def test_text_and_parquet_files(tmp_path, capsys):
     assert "'tokens'" in source
     assert main(["plan", str(text), "--max-shapes", "2", "--token-budget", "16"]) == 0
     assert "AutoBuckets(max_shapes=2)" in capsys.readouterr().out
+    text.write_text("one\n")
+    assert main(["plan", str(text)]) == 0
+    assert "\n1 example, 1 element; lengths" in capsys.readouterr().out
 
 
 def test_plot_is_written(tmp_path):
@@ -48,13 +51,69 @@ def test_plot_is_written(tmp_path):
     assert out.read_bytes()[:4] == b"\x89PNG"
 
 
-def test_bad_arguments_exit_with_a_message(tmp_path):
-    with pytest.raises(SystemExit, match="no such file"):
-        main(["plan", str(tmp_path / "missing.txt")])
-    with pytest.raises(SystemExit, match="smaller than the longest example"):
-        main(["plan", "--default", "--token-budget", "10"])
-    with pytest.raises(SystemExit, match="give a FILE or --default"):
-        main(["plan"])
+def exits_2_with_one_line(capsys, argv: list[str]) -> str:
+    """Runs `jaxbatch ARGV`, which must fail as a usage error: exit 2, one
+    line on stderr, nothing on stdout. Returns the line."""
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "", captured.out
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1, captured.err
+    return lines[0]
+
+
+def test_bad_arguments_exit_with_a_message(tmp_path, capsys):
+    assert "no such file" in exits_2_with_one_line(capsys, ["plan", str(tmp_path / "missing.txt")])
+    line = exits_2_with_one_line(capsys, ["plan", "--default", "--token-budget", "10"])
+    assert "smaller than the longest example" in line
+    assert exits_2_with_one_line(capsys, ["plan"]) == "jaxbatch plan: give a FILE or --default"
+
+
+def test_plan_refuses_a_column_that_is_not_a_list_like_the_loader(tmp_path, capsys):
+    path = tmp_path / "data.parquet"
+    table = pa.table({"label": np.arange(3), "tokens": pa.array([[1, 2], [3], [4]])})
+    pq.write_table(table, path)
+    line = exits_2_with_one_line(capsys, ["plan", str(path), "--column", "label"])
+    assert line == (
+        f"jaxbatch plan: column 'label' of {path} must be a list or large_list column to batch "
+        f"by its lengths, found type int64"
+    )
+    with pytest.raises(ValueError, match="must be a list or large_list column") as loader_error:
+        jb.Loader(path, jb.PadToMax(2), column="label")
+    assert line.removeprefix("jaxbatch plan: ") in str(loader_error.value)  # one rule, one text
+    line = exits_2_with_one_line(capsys, ["plan", str(path), "--column", "nope"])
+    assert f"{path} has no column 'nope'" in line
+
+
+def test_plot_to_a_missing_or_unwritable_folder_fails_before_planning(tmp_path, capsys):
+    missing = tmp_path / "out" / "missing" / "x.png"
+    line = exits_2_with_one_line(capsys, ["plan", "--default", "--plot", str(missing)])
+    assert line == f"jaxbatch plan: --plot {missing}: no such folder {missing.parent}"
+    line = exits_2_with_one_line(capsys, ["plan", "--default", "--plot", str(tmp_path)])
+    assert "is a folder" in line
+    assert not missing.parent.exists()
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["run", "nomodule:f", "--input", "x.parquet", "--output", "out"], "No module named"),
+        (["run", "f", "--input", "x.parquet", "--output", "out"], "expected MODULE:FUNCTION"),
+        (
+            ["run", "json:dumps", "--input", "x", "--output", "o", "--shard", "1of2"],
+            "--shard must be I/N",
+        ),
+        (["demo", "--corpus", "missing.txt", "--no-naive"], "no such corpus file"),
+        (["plan", "--default", "--max-shapes", "0"], "max_shapes"),
+    ],
+)
+def test_usage_errors_of_every_command_exit_2_with_one_line(
+    argv, message, tmp_path, capsys, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)
+    line = exits_2_with_one_line(capsys, argv)
+    assert line.startswith(f"jaxbatch {argv[0]}: "), line
+    assert message in line, line
 
 
 def test_console_script_runs():
@@ -96,21 +155,21 @@ def test_unreadable_or_empty_files_print_one_line_and_exit_non_zero(
     result = subprocess.run(
         [sys.executable, "-m", "jaxbatch._cli", "plan", str(path)], capture_output=True, text=True
     )
-    assert result.returncode != 0
+    assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith("jaxbatch plan: ")
     assert message.format(path=path) in lines[0]
 
 
-def test_directories_fifos_and_symlink_loops_are_named(tmp_path):
+def test_directories_fifos_and_symlink_loops_are_named(tmp_path, capsys):
     import os
 
     os.mkfifo(tmp_path / "fifo.txt")
     os.symlink(tmp_path / "b", tmp_path / "a")
     os.symlink(tmp_path / "a", tmp_path / "b")
-    with pytest.raises(SystemExit, match=f"{tmp_path} is a directory; expected a file"):
-        main(["plan", str(tmp_path)])
+    line = exits_2_with_one_line(capsys, ["plan", str(tmp_path)])
+    assert f"{tmp_path} is a directory; expected a file" in line
     for name in ("fifo.txt", "a"):
-        with pytest.raises(SystemExit, match=f"{tmp_path / name} is not a regular file"):
-            main(["plan", str(tmp_path / name)])
+        line = exits_2_with_one_line(capsys, ["plan", str(tmp_path / name)])
+        assert f"{tmp_path / name} is not a regular file" in line

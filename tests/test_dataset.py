@@ -250,6 +250,35 @@ def test_arrow_sliced_list_of_fixed_size_list_reads_the_slice():
     np.testing.assert_array_equal(ds.example(1)["x"], [[6, 7], [8, 9], [10, 11]])
 
 
+def test_arrow_sliced_list_ignores_nulls_of_the_examples_sliced_away():
+    # A sliced list's child still holds the sliced-away examples' values: a
+    # null among them was refused as "example -1" (or 2 of 2 examples).
+    column = pa.array([[None, 5], [1], [2, 3], [4, None]], pa.list_(pa.int32()))
+    ds = jb.Dataset.from_arrow(pa.table({"x": column.slice(1, 2)}))
+    np.testing.assert_array_equal(ds.lengths("x"), [1, 2])
+    np.testing.assert_array_equal(ds.example(1)["x"], [2, 3])
+    with pytest.raises(ValueError, match=r"column 'x', example 2: expected no null values"):
+        jb.Dataset.from_arrow(pa.table({"x": column.slice(1, 3)}))
+
+
+def test_arrow_fixed_size_list_past_its_child_is_refused_by_the_engine():
+    # pyarrow 26's validation checks a fixed_size_list's length against its
+    # child but not its offset: 7 rows from row 2 of 8 values pass
+    # validate(full=True) and would read a ninth value; the core refuses it.
+    child = pa.array(np.arange(8, dtype=np.float32))
+    fixed = pa.Array.from_buffers(pa.list_(pa.float32(), 1), 7, [None], 0, 2, [child])
+    fixed.validate(full=True)
+    with pytest.raises(ValueError, match=r"column 'x': expected 7 examples of 4 bytes, but the"):
+        jb.Dataset.from_arrow(pa.table({"x": fixed}))
+    offsets = pa.py_buffer(np.array([4, 7], np.int32).tobytes())
+    ragged = pa.ListArray.from_buffers(pa.list_(fixed.type), 1, [None, offsets], children=[fixed])
+    with pytest.raises(ValueError, match=r"column 'x', example 0: offsets run past the values"):
+        jb.Dataset.from_arrow(pa.table({"x": ragged}))
+    # Two such chunks: pyarrow's concatenation refuses them (an IndexError).
+    with pytest.raises(ValueError, match=r"column 'x': cannot combine its chunks: array slice"):
+        jb.Dataset.from_arrow(pa.table({"x": pa.chunked_array([fixed, fixed])}))
+
+
 def test_offsets_past_int64_are_refused_naming_the_column():
     offsets = np.array([0, 2**63], np.uint64)
     with pytest.raises(ValueError, match=r"column 't': offsets must be below 2\*\*63 \(int64\)"):

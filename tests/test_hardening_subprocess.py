@@ -150,7 +150,7 @@ def test_cli_plan_on_blank_lines(tmp_path):
     sys.exit(main(["plan", "blank.txt"]))
     """
     returncode, stderr = run_case(code, tmp_path)
-    assert returncode == 1 and stderr.strip().splitlines()[-1].startswith(
+    assert returncode == 2 and stderr.strip().splitlines()[-1].startswith(
         "jaxbatch plan: blank.txt"
     ), stderr
     assert "Traceback" not in stderr
@@ -169,3 +169,79 @@ def test_pad_to_multiple_near_int64_max(tmp_path):
 def test_a_million_threads(tmp_path):
     code = DATASET + "jb.Loader(ds, jb.PadToMax(8), num_threads=10**6)\n"
     assert_clean_exception(code, tmp_path, "ValueError", "num_threads")
+
+
+# The crafted Arrow files of issue 15 (tests/arrow_craft.py), read each way a
+# user reads one: memory-mapped or from memory, as an IPC file or stream, and
+# by path through a Loader.
+CRAFTED_READS = {
+    "mapped": "source = pa.memory_map(path)",
+    "in_memory": "source = pa.py_buffer(open(path, 'rb').read())",
+}
+CRAFTED_READ = """
+import pyarrow as pa
+path = {path!r}
+{source}
+reader = pa.ipc.open_stream(source) if {stream} else pa.ipc.open_file(source)
+{disable}jb.Dataset.from_arrow(reader.read_all())
+"""
+# The engine's own check, with Arrow's validation skipped.
+WITHOUT_ARROW_VALIDATION = (
+    "import jaxbatch._arrow\njaxbatch._arrow._validated = lambda name, column: None\n"
+)
+
+
+def crafted(tmp_path, make, stream: bool) -> str:
+    path = tmp_path / f"crafted.{'stream' if stream else 'file'}.arrow"
+    path.write_bytes(make(stream=stream))
+    return str(path)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["file", "stream"])
+@pytest.mark.parametrize("read", sorted(CRAFTED_READS))
+def test_crafted_arrow_list_values_past_their_buffer_are_refused(tmp_path, read, stream):
+    from arrow_craft import issue_15_file
+
+    path = crafted(tmp_path, issue_15_file, stream)
+    code = CRAFTED_READ.format(path=path, source=CRAFTED_READS[read], stream=stream, disable="")
+    assert_clean_exception(
+        code, tmp_path, "ValueError", "column 'tokens'", "Buffer #1 too small", "got 40"
+    )
+    code = CRAFTED_READ.format(
+        path=path, source=CRAFTED_READS[read], stream=stream, disable=WITHOUT_ARROW_VALIDATION
+    )
+    assert_clean_exception(
+        code,
+        tmp_path,
+        "ValueError",
+        "column 'tokens', example 0",
+        "offsets[1]=5000000",
+        "a values buffer of 40 bytes",
+    )
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["file", "stream"])
+def test_crafted_arrow_fixed_column_past_its_buffer_is_refused(tmp_path, stream):
+    from arrow_craft import overstated_fixed_file
+
+    path = crafted(tmp_path, overstated_fixed_file, stream)
+    for disable, needle in [
+        ("", "Buffer #1 too small"),
+        (WITHOUT_ARROW_VALIDATION, "the values buffer holds 40 bytes (5 examples)"),
+    ]:
+        code = CRAFTED_READ.format(
+            path=path, source=CRAFTED_READS["mapped"], stream=stream, disable=disable
+        )
+        assert_clean_exception(code, tmp_path, "ValueError", "column 'label'", needle)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["file", "stream"])
+def test_loader_on_a_crafted_arrow_file_names_the_file(tmp_path, stream):
+    from arrow_craft import issue_15_file
+
+    path = crafted(tmp_path, issue_15_file, stream)
+    code = f"""
+    for batch in jb.Loader({path!r}, jb.PadToMax(2), shuffle=False):
+        pass
+    """
+    assert_clean_exception(code, tmp_path, "ValueError", path, "column 'tokens'", "too small")

@@ -303,3 +303,14 @@ def test_remainder_drop_is_counted_not_silent():
     assert math.isclose(
         plan.stats.efficiency, plan.stats.real_elements / plan.stats.padded_elements
     )
+
+
+def test_reports_say_1_example_1_batch_1_shape():
+    ds = jb.Dataset.from_arrays({"t": [np.arange(3)]})
+    assert repr(ds).startswith("Dataset(1 example; ")
+    stats = jb.plan(ds, jb.PadToMax(4)).stats
+    assert str(stats).startswith("1 example in 1 batch of 1 shape; ")
+    two = jb.plan(jb.Dataset.from_arrays({"t": [np.arange(3), np.arange(9)]}), jb.PadToMax(1))
+    assert str(two.stats).startswith("2 examples in 2 batches of 2 shapes; ")
+    with pytest.raises(IndexError, match="the plan has 1 batch$"):
+        jb.plan(ds, jb.PadToMax(4))[1]

@@ -88,3 +88,37 @@ def test_arrow_and_parquet_batch_by_the_first_list_column_of_columns(tmp_path, s
     (batch,) = list(jb.Loader(path, jb.PadToMax(3), columns=["label", "tokens"], shuffle=False))
     np.testing.assert_array_equal(batch["tokens"], [[0, 1, 2], [0, 0, 0], [0, 1, 0]])
     np.testing.assert_array_equal(batch["label"], [5, 6, 7])
+
+
+def test_parquet_with_a_column_name_that_is_not_utf8_is_an_oserror_naming_it(tmp_path):
+    # pyarrow decodes the names of the Parquet schema into str when asked for
+    # them (schema.names, schema_arrow, read_row_group): a mangled byte there
+    # raised UnicodeDecodeError out of the Loader and `jaxbatch plan`.
+    from jaxbatch._cli import main
+
+    table = pa.table({"tokens": pa.array([[1, 2], [3]], pa.list_(pa.int32())), "label": [4, 5]})
+    path = tmp_path / "d.parquet"
+    pq.write_table(table, path)
+    data = bytearray(path.read_bytes())
+    data[data.index(b"label")] = 0xFF  # the schema's name of the column
+    path.write_bytes(data)
+    with pytest.raises(UnicodeDecodeError):
+        list(pq.read_schema(path).names)
+    for options in ({}, {"stream": True, "host_memory_limit": 1 << 20}):
+        with pytest.raises(OSError, match=f"Loader: cannot read {path} as Parquet .*utf-8"):
+            jb.Loader(path, jb.PadToMax(2), **options)
+    assert main(["plan", str(path)]) == 2
+
+
+def test_ipc_file_whose_column_is_longer_than_its_batch_is_an_oserror_naming_it(tmp_path):
+    # pyarrow raises a bare OSError ("Array length did not match record batch
+    # length"), which the Loader let through without the file's name.
+    from arrow_craft import ipc_bytes, record_batches, write_int64
+
+    data = bytearray(ipc_bytes(pa.table({"t": pa.array([[1], [2, 3]])}), stream=False))
+    (batch,) = record_batches(bytes(data))
+    write_int64(data, batch.length, 1)
+    path = tmp_path / "d.arrow"
+    path.write_bytes(data)
+    with pytest.raises(OSError, match=f"Loader: cannot read {path} as an Arrow IPC .*length"):
+        jb.Loader(path, jb.PadToMax(2))

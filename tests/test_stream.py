@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import warnings
 
 import numpy as np
 import pyarrow as pa
@@ -134,6 +135,34 @@ def test_packed_stream_equals_the_whole_file(tmp_path):
         assert_same_stream(whole, batches(s))
 
 
+@pytest.mark.parametrize("algorithm", ["best_fit", "first_fit"])
+def test_packed_stream_without_shuffle_reads_each_row_group_once_with_a_window(tmp_path, algorithm):
+    """Pack without a window keeps every row open over the whole file (best
+    fit also sorts every example by length), so each batch takes examples
+    from across the file and reads row groups again and again (measured:
+    228 and 149 reads of 15 row groups here, 3,043 of 29 in
+    docs/data-loading.md), and the loader warns; with a lookahead of the
+    row-group size each row group is read about once. Both streams equal
+    reading the file whole."""
+    path = write_parquet(tmp_path / "data.parquet", packable=True)  # 15 row groups of 40
+    options = dict(shuffle=False, num_threads=2, prefetch=2)
+    windowed = jb.Pack(32, 4, algorithm=algorithm, lookahead=40)
+    whole = batches(jb.Loader(path, windowed, **options))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # No re-read warning.
+        with jb.Loader(path, windowed, stream=True, host_memory_limit=LIMIT, **options) as s:
+            assert_same_stream(whole, batches(s))
+            # Once each, plus a re-read where a batch straddles two row groups
+            # and a worker running ahead evicted the first.
+            assert 15 <= s.stats.chunk_reads <= 20
+    unbounded = jb.Pack(32, 4, algorithm=algorithm)
+    whole = batches(jb.Loader(path, unbounded, **options))
+    with pytest.warns(RuntimeWarning, match=r"more than 4 per row group .* lookahead=<the row"):
+        with jb.Loader(path, unbounded, stream=True, host_memory_limit=LIMIT, **options) as s:
+            assert_same_stream(whole, batches(s))
+            assert s.stats.chunk_reads > 4 * 15
+
+
 @settings(max_examples=12, deadline=None)
 @given(
     n=st.integers(1, 300),
@@ -185,6 +214,22 @@ def test_bad_record_under_raise_names_the_example(tmp_path):
     with pytest.raises(ValueError, match=f"example {first_bad}: column 'tokens'"):
         next(loader)
     loader.close()
+
+
+def test_null_in_a_later_row_group_is_named_by_its_example_index_in_the_file(tmp_path):
+    tokens = [[1, 2]] * 30
+    tokens[23] = [1, None]  # row group 2 (of 10 examples each), its example 3
+    labels = [[0]] * 30
+    labels[17] = None  # row group 1, a null list
+    path = tmp_path / "data.parquet"
+    table = pa.table({"tokens": pa.array(tokens, pa.list_(pa.int32())), "label": labels})
+    pq.write_table(table, path, row_group_size=10)
+    for columns, row_group, example in ((["tokens"], 2, 23), (["label"], 1, 17)):
+        options = dict(columns=columns, host_memory_limit=LIMIT)
+        with pytest.raises(ValueError, match=f"row group {row_group}: .*, example {example}: "):
+            jb.Loader(path, jb.PadToMax(4), stream=True, **options)
+        with pytest.raises(ValueError, match=f", example {example}: expected no null"):
+            jb.Loader(path, jb.PadToMax(4), stream=False, **options)
 
 
 def test_restore_resumes_exactly_and_states_move_between_bulk_and_stream(tmp_path):

@@ -4,8 +4,6 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
-#include <limits>
-
 #include "bindings.h"
 #include "jaxbatch/base/error.h"
 #include "jaxbatch/data/dataset.h"
@@ -28,22 +26,17 @@ RaggedColumn MakeRagged(std::string name, const std::string& dtype,
                         std::vector<int64_t> inner_shape, ByteInput values, Int64Input offsets,
                         nb::object owner) {
   const DType parsed = ParseDType(dtype, "column '" + name + "'");
-  int64_t inner = 1;
-  for (int64_t d : inner_shape) inner *= d;
-  const int64_t row_bytes = inner * static_cast<int64_t>(ItemSize(parsed));
-  // Rows of zero bytes (an inner dimension of 0) never run past the values.
-  const int64_t rows = row_bytes > 0 ? static_cast<int64_t>(values.shape(0)) / row_bytes
-                                     : std::numeric_limits<int64_t>::max();
-  const auto n = static_cast<int64_t>(offsets.shape(0)) - 1;
-  return RaggedColumn::Ragged(std::move(name), parsed, std::move(inner_shape), values.data(), rows,
-                              offsets.data(), n, HoldPython(std::move(owner)));
+  return RaggedColumn::Ragged(std::move(name), parsed, std::move(inner_shape),
+                              {values.data(), values.shape(0)}, {offsets.data(), offsets.shape(0)},
+                              HoldPython(std::move(owner)));
 }
 
 RaggedColumn MakeFixed(std::string name, const std::string& dtype, std::vector<int64_t> inner_shape,
                        ByteInput values, int64_t num_examples, nb::object owner) {
   const DType parsed = ParseDType(dtype, "column '" + name + "'");
-  return RaggedColumn::Fixed(std::move(name), parsed, std::move(inner_shape), values.data(),
-                             num_examples, HoldPython(std::move(owner)));
+  return RaggedColumn::Fixed(std::move(name), parsed, std::move(inner_shape),
+                             {values.data(), values.shape(0)}, num_examples,
+                             HoldPython(std::move(owner)));
 }
 
 // pieces: (uint8 view, dtype name, shape) per example.

@@ -8,6 +8,7 @@ import numpy as np
 
 from jaxbatch import _core
 from jaxbatch._dtypes import as_bytes, dtype_name
+from jaxbatch._words import counted
 
 
 def _require_pyarrow():
@@ -18,14 +19,37 @@ def _require_pyarrow():
     return pa
 
 
-def _single_array(name: str, column: Any):
+def _validated(name: str, column: Any) -> None:
+    """Arrow's own check of `column` against its buffers, before anything
+    reads it: a crafted or damaged file can declare lengths, offsets or null
+    counts its buffers do not hold, and Arrow reads them as declared.
+    ``full=True`` also checks every offset and the null counts against the
+    validity bitmaps: O(examples) for a list column (about 0.5 ns each,
+    measured), nothing per value for the numeric types a column can have."""
     pa = _require_pyarrow()
-    if isinstance(column, pa.ChunkedArray):
-        column = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
-    if column.null_count:
-        first = int(np.flatnonzero(np.asarray(column.is_null()))[0])
+    try:
+        column.validate(full=True)
+    except pa.ArrowInvalid as e:
         raise ValueError(
-            f"column {name!r}, example {first}: expected no nulls, found {column.null_count}"
+            f"column {name!r}: invalid Arrow data (its lengths, offsets or null counts do not "
+            f"match its buffers): {e}"
+        ) from e
+
+
+def _single_array(name: str, column: Any, first_example: int):
+    pa = _require_pyarrow()
+    _validated(name, column)
+    if isinstance(column, pa.ChunkedArray) and column.num_chunks == 1:
+        column = column.chunk(0)
+    elif isinstance(column, pa.ChunkedArray):
+        try:
+            column = column.combine_chunks()
+        except pa.ArrowException as e:  # what validation misses (see the engine's check)
+            raise ValueError(f"column {name!r}: cannot combine its chunks: {e}") from e
+    if column.null_count:
+        raise ValueError(
+            f"column {name!r}, example {first_example + _first_null(column)}: expected no "
+            f"nulls, found {column.null_count}"
         )
     return column
 
@@ -34,7 +58,10 @@ def _first_null(array: Any) -> int:
     return int(np.flatnonzero(np.asarray(array.is_null()))[0])
 
 
-def _primitive_values(name: str, array: Any, example_of) -> np.ndarray:
+def _primitive_values(name: str, array: Any, example_of) -> tuple[np.ndarray, np.ndarray]:
+    """The values of a primitive array (no copy, but bools) and the bytes
+    the core may read: from its first value to the end of those it declares,
+    cut at the end of the Arrow buffer that holds them (its real size)."""
     pa = _require_pyarrow()
     if array.null_count:
         raise ValueError(
@@ -42,20 +69,32 @@ def _primitive_values(name: str, array: Any, example_of) -> np.ndarray:
             f"values, found {array.null_count} in the column"
         )
     if pa.types.is_boolean(array.type):  # Arrow packs bools in bits: one copy.
-        return array.to_numpy(zero_copy_only=False).astype(np.bool_)
+        values = array.to_numpy(zero_copy_only=False).astype(np.bool_)
+        return values, as_bytes(values)
     try:
-        return array.to_numpy(zero_copy_only=True)
+        values = array.to_numpy(zero_copy_only=True)
     except (pa.ArrowInvalid, NotImplementedError) as e:
         raise ValueError(
             f"column {name!r}: unsupported Arrow value type {array.type}; expected a "
             f"numeric or bool type, maybe inside list / large_list / fixed_size_list"
         ) from e
+    return values, _buffer_extent(array, values.dtype.itemsize)
+
+
+def _buffer_extent(array: Any, itemsize: int) -> np.ndarray:
+    buffer = array.buffers()[1]
+    if buffer is None or len(array) == 0:
+        return np.zeros(0, np.uint8)
+    start = array.offset * itemsize
+    end = min(buffer.size, start + len(array) * itemsize)
+    return np.frombuffer(buffer, np.uint8)[start:end]
 
 
 def _values_and_inner(
-    name: str, child: Any, offsets: np.ndarray | None
-) -> tuple[np.ndarray, list[int]]:
-    """The flat values of a list's child and the inner shape its nesting gives.
+    name: str, child: Any, offsets: np.ndarray | None, first_example: int
+) -> tuple[np.ndarray, np.ndarray, list[int]]:
+    """The flat values of a list's child, the bytes the core may read (see
+    _primitive_values) and the inner shape its nesting gives.
 
     A null anywhere below the top level (a null fixed_size_list entry or a
     null value) is refused naming the example it belongs to: flattening would
@@ -68,55 +107,67 @@ def _values_and_inner(
     def example_of(index: int) -> int:
         row = index // scale
         if offsets is None:
-            return row
-        return int(np.searchsorted(offsets, row, side="right")) - 1
+            return first_example + row
+        return first_example + int(np.searchsorted(offsets, row, side="right")) - 1
 
     while pa.types.is_fixed_size_list(child.type):
         if child.null_count:
             raise ValueError(
                 f"column {name!r}, example {example_of(_first_null(child) * scale)}: expected "
-                f"no nulls, found {child.null_count} null {child.type} entries"
+                f"no nulls, found {counted(child.null_count, 'null entry', 'null entries')} of "
+                f"{child.type}"
             )
         size = child.type.list_size
         inner.append(size)
         # Slice to the rows in use (a sliced parent's child starts at its offset).
         child = child.values.slice(child.offset * size, len(child) * size)
         scale *= size
-    values = _primitive_values(name, child, example_of)
-    return values.reshape([-1, *inner]) if inner else values, inner
+    # Flat: the core takes the bytes (`extent`) and the shape, and refuses
+    # a child shorter than a fixed_size_list's offset and length claim.
+    values, extent = _primitive_values(name, child, example_of)
+    return values, extent, inner
 
 
-def column_from_arrow(name: str, column: Any) -> _core.RaggedColumn:
-    """One core column from an Arrow array or chunked array."""
+def _values_in_use(array: Any) -> tuple[np.ndarray, Any]:
+    """A list array's offsets (int64, from 0) and its child cut to the
+    values they cover: a sliced list's child still holds the values of the
+    examples sliced away, whose nulls are not this column's."""
+    offsets = np.asarray(array.offsets).astype(np.int64)
+    if offsets.size == 0:
+        return np.zeros(1, np.int64), array.values.slice(0, 0)
+    first = int(offsets[0])
+    offsets -= first
+    return offsets, array.values.slice(first, max(0, int(offsets[-1])))
+
+
+def column_from_arrow(name: str, column: Any, first_example: int = 0) -> _core.RaggedColumn:
+    """One core column from an Arrow array or chunked array. The core reads
+    only the bytes of the Arrow buffers that hold the values (their real
+    sizes) and refuses offsets or lengths past them. Errors number examples
+    from `first_example` (a row group's first example in its file)."""
     pa = _require_pyarrow()
-    array = _single_array(name, column)
+    array = _single_array(name, column, first_example)
     if pa.types.is_list(array.type) or pa.types.is_large_list(array.type):
-        offsets = np.asarray(array.offsets).astype(np.int64, copy=False)
-        values, inner = _values_and_inner(name, array.values, offsets)
+        offsets, child = _values_in_use(array)
+        values, extent, inner = _values_and_inner(name, child, offsets, first_example)
         return _core.RaggedColumn.ragged(
             name,
             dtype_name(values.dtype, f"column {name!r}"),
             inner,
-            as_bytes(values),
+            extent,
             np.ascontiguousarray(offsets),
             (values, offsets, array),
         )
     if pa.types.is_fixed_size_list(array.type):
-        values, inner = _values_and_inner(name, array, None)
-        return _core.RaggedColumn.fixed(
-            name,
-            dtype_name(values.dtype, f"column {name!r}"),
-            inner,
-            as_bytes(values),
-            len(array),
-            (values, array),
-        )
-    values = _primitive_values(name, array, lambda i: i)
+        values, extent, inner = _values_and_inner(name, array, None, first_example)
+    else:
+        values, extent = _primitive_values(name, array, lambda i: first_example + i)
+        inner = []
     return _core.RaggedColumn.fixed(
         name,
         dtype_name(values.dtype, f"column {name!r}"),
-        [],
-        as_bytes(values),
+        inner,
+        extent,
         len(array),
         (values, array),
     )

@@ -12,17 +12,19 @@ planning time.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-from jaxbatch._cli_job import add_job_parsers
+from jaxbatch._cli_job import add_job_parsers, usage_error
 from jaxbatch._dataset import Dataset
 from jaxbatch._default_data import pydoc_lengths
 from jaxbatch._plan import BatchPlan, plan
 from jaxbatch._planners import AutoBuckets, FixedBuckets, Pack, PadToMax
+from jaxbatch._words import counted
 
 DEFAULT_TOKEN_BUDGET = 4096
 DEFAULT_MAX_SHAPES = 8
@@ -34,46 +36,42 @@ def _next_pow2(n: int) -> int:
 
 def load_lengths(path: str | None, column: str | None) -> tuple[np.ndarray, str]:
     """Lengths from a Parquet/Arrow file, a text file (one example per line,
-    whitespace tokens) or, with no path, the embedded pydoc default."""
+    whitespace tokens) or, with no path, the embedded pydoc default. The
+    column of a Parquet/Arrow file follows the Loader's rule (the named
+    one, else the first list column; it must be a list or large_list).
+    ValueError or OSError naming the file for what cannot be planned."""
     if path is None:
         return pydoc_lengths(), "pydoc topics (embedded default), whitespace tokens"
     p = Path(path)
     if not p.is_file():
         if p.is_dir():
-            raise SystemExit(f"jaxbatch plan: {path} is a directory; expected a file")
+            raise ValueError(f"{path} is a directory; expected a file")
         if p.exists() or p.is_symlink():
-            raise SystemExit(
-                f"jaxbatch plan: {path} is not a regular file (a FIFO, device or symlink loop)"
-            )
-        raise SystemExit(f"jaxbatch plan: no such file: {path}")
+            raise ValueError(f"{path} is not a regular file (a FIFO, device or symlink loop)")
+        raise FileNotFoundError(f"no such file: {path}")
     suffix = p.suffix.lower()
     if suffix in (".parquet", ".arrow", ".feather", ".ipc"):
         try:
             import pyarrow.feather as feather
             import pyarrow.parquet as pq
         except ImportError:
-            raise SystemExit("jaxbatch plan: reading Parquet/Arrow needs pyarrow") from None
-        import pyarrow as pa
+            raise ImportError("reading Parquet/Arrow needs pyarrow") from None
+        from jaxbatch._sources import _check_columns, reading
 
+        kind = "Parquet" if suffix == ".parquet" else "Arrow IPC"
+        with reading(path, kind, prefix=""):
+            schema = pq.read_schema(p) if suffix == ".parquet" else None
+            if schema is not None:
+                name = _check_columns(path, schema, None, column, prefix="")
+                table = pq.read_table(p, columns=[name])
+            else:
+                table = feather.read_table(p)
+                name = _check_columns(path, table.schema, None, column, prefix="")
         try:
-            table = pq.read_table(p) if suffix == ".parquet" else feather.read_table(p)
-        except (pa.ArrowException, OSError) as e:
-            kind = "Parquet" if suffix == ".parquet" else "Arrow IPC"
-            raise SystemExit(
-                f"jaxbatch plan: cannot read {path} as {kind} (corrupt or truncated?): {e}"
-            ) from None
-        names = [column] if column else None
-        if column is None:
-            lists = [
-                f.name
-                for f in table.schema
-                if pa.types.is_list(f.type) or pa.types.is_large_list(f.type)
-            ]
-            if not lists:
-                raise SystemExit(f"jaxbatch plan: {path} has no list column to take lengths from")
-            names = lists[:1]
-        ds = Dataset.from_arrow(table, columns=names)
-        return ds.lengths(names[0]), f"{path}, column {names[0]!r}"
+            ds = Dataset.from_arrow(table, columns=[name])
+        except ValueError as e:
+            raise ValueError(f"{path}: {e}") from e
+        return ds.lengths(name), f"{path}, column {name!r}"
     with open(p, encoding="utf-8", errors="replace") as f:
         lengths = np.array([len(line.split()) for line in f], dtype=np.int64)
     return lengths, f"{path}, one example per line, whitespace tokens"
@@ -85,9 +83,9 @@ def compare(
     """Plans the lengths with the four planners at one token budget."""
     longest = int(lengths.max()) if lengths.size else 1
     if token_budget < longest:
-        raise SystemExit(
-            f"jaxbatch plan: --token-budget {token_budget} is smaller than the longest "
-            f"example ({longest}); raise it to at least {longest}"
+        raise ValueError(
+            f"--token-budget {token_budget} is smaller than the longest example ({longest}); "
+            f"raise it to at least {longest}"
         )
     row = _next_pow2(longest)
     pow2 = [1 << k for k in range(row.bit_length())]
@@ -136,14 +134,32 @@ def format_table(results: list[tuple[str, BatchPlan, float]]) -> str:
     return "\n".join([line(header), line(tuple("-" * w for w in widths)), *map(line, rows)])
 
 
-def plot(lengths: np.ndarray, results, out: str) -> None:
+def _pyplot():
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise SystemExit("jaxbatch plan --plot needs matplotlib: pip install matplotlib") from None
+        raise ImportError("--plot needs matplotlib: pip install matplotlib") from None
+    return plt
+
+
+def check_plot_path(out: str) -> None:
+    """Refuses --plot OUT before any planning when OUT cannot be written:
+    its folder missing, not a folder or not writable, or OUT a folder."""
+    folder = Path(out).parent
+    if not folder.is_dir():
+        raise FileNotFoundError(f"--plot {out}: no such folder {folder}")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise PermissionError(f"--plot {out}: the folder {folder} is not writable")
+    if Path(out).is_dir():
+        raise IsADirectoryError(f"--plot {out} is a folder; expected a file name such as out.png")
+    _pyplot()
+
+
+def plot(lengths: np.ndarray, results, out: str) -> None:
+    plt = _pyplot()
     fig, ax = plt.subplots(figsize=(9, 4.5))
     bins = np.unique(np.geomspace(1, int(lengths.max()) + 2, 80).astype(np.int64))
     ax.hist(np.maximum(lengths, 1), bins=bins, color="0.6", log=True)
@@ -167,22 +183,25 @@ def plot(lengths: np.ndarray, results, out: str) -> None:
 
 def _plan_command(args: argparse.Namespace) -> int:
     if args.file is None and not args.default:
-        raise SystemExit("jaxbatch plan: give a FILE or --default")
+        raise ValueError("give a FILE or --default")
+    if args.plot:
+        check_plot_path(args.plot)
     lengths, source = load_lengths(None if args.default else args.file, args.column)
     if lengths.size == 0:
-        raise SystemExit(f"jaxbatch plan: {source} holds no examples")
+        raise ValueError(f"{source} holds no examples")
     if not lengths.any():
-        raise SystemExit(
-            f"jaxbatch plan: {source} holds {lengths.size} examples, all empty (0 tokens); "
+        raise ValueError(
+            f"{source} holds {counted(lengths.size, 'example')}, all empty (0 tokens); "
             f"there is nothing to plan"
         )
+    results = compare(lengths, args.max_shapes, args.token_budget)  # Refused before any output.
     print(f"data: {source}")
     print(
-        f"{lengths.size} examples, {int(lengths.sum())} elements; lengths: mean "
+        f"{counted(lengths.size, 'example')}, {counted(int(lengths.sum()), 'element')}; "
+        f"lengths: mean "
         f"{lengths.mean():.1f}, median {np.median(lengths):.0f}, max {lengths.max()}"
     )
     print(f"token budget {args.token_budget} elements per batch\n")
-    results = compare(lengths, args.max_shapes, args.token_budget)
     print(format_table(results))
     print(
         "\nreal elements: real / padded elements, partial batches' padding rows included;"
@@ -211,9 +230,8 @@ def main(argv: list[str] | None = None) -> int:
         return args.handler(args)
     try:
         return _plan_command(args)
-    except (ValueError, OSError) as e:
-        print(f"jaxbatch plan: {e}", file=sys.stderr)
-        return 2
+    except (ValueError, OSError, ImportError) as e:
+        return usage_error("plan", e)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,13 @@ from pathlib import Path
 EXIT_USAGE, EXIT_INTERRUPTED = 2, 130
 
 
+def usage_error(command: str, error: BaseException) -> int:
+    """Reports a usage or input error of `jaxbatch COMMAND` as argparse does:
+    one line on stderr (pyarrow's messages can span several), exit 2."""
+    print(f"jaxbatch {command}: {' '.join(str(error).split())}", file=sys.stderr)
+    return EXIT_USAGE
+
+
 def resolve_function(spec: str):
     """The callable named by ``MODULE:FUNCTION`` (``FUNCTION()`` calls a factory)."""
     module_name, sep, attribute = spec.rpartition(":")
@@ -108,8 +115,7 @@ def run_command(args) -> int:
         )
         return EXIT_INTERRUPTED
     except (ValueError, OSError, ImportError) as e:
-        print(f"jaxbatch run: {e}", file=sys.stderr)
-        return EXIT_USAGE
+        return usage_error("run", e)
     print(report)
     print(f"report written to {Path(args.output) / 'report.json'}")
     return 0

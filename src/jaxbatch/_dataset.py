@@ -9,6 +9,7 @@ import numpy as np
 
 from jaxbatch import _core
 from jaxbatch._dtypes import as_bytes, dtype_name, numpy_dtype
+from jaxbatch._words import counted
 
 
 class _Columns:
@@ -97,8 +98,6 @@ class Dataset(_Columns):
         inner shape; primitive columns become fixed columns. A column of
         several chunks is combined first (one copy). Nulls are refused.
         """
-        from jaxbatch._arrow import column_from_arrow
-
         names = list(columns) if columns is not None else list(table.column_names)
         missing = [n for n in names if n not in table.column_names]
         if missing:
@@ -106,7 +105,17 @@ class Dataset(_Columns):
                 f"Dataset.from_arrow: no column {missing[0]!r}; "
                 f"the table has {list(table.column_names)}"
             )
-        built = [column_from_arrow(n, table.column(n)) for n in names]
+        return cls._from_arrow_part(table, names, aligned, first_example=0)
+
+    @classmethod
+    def _from_arrow_part(
+        cls, table: Any, names: Sequence[str], aligned, first_example: int
+    ) -> Dataset:
+        """from_arrow for a part of a file (a row group) that starts at
+        example `first_example` of the file: errors number examples so."""
+        from jaxbatch._arrow import column_from_arrow
+
+        built = [column_from_arrow(n, table.column(n), first_example) for n in names]
         groups = [list(g) for g in (aligned or [])]
         return cls(_core.Dataset(built, groups))
 
@@ -141,7 +150,7 @@ class Dataset(_Columns):
             col = self._core.column(name)
             kind = "fixed" if col.is_fixed else f"ragged, max length {col.max_length}"
             cols.append(f"{name}: {col.dtype}{list(col.inner_shape)} ({kind})")
-        return f"Dataset({len(self)} examples; " + "; ".join(cols) + ")"
+        return f"Dataset({counted(len(self), 'example')}; " + "; ".join(cols) + ")"
 
 
 def _memmap_files(columns: Iterable[Any]) -> tuple[str, ...]:

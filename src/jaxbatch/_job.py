@@ -72,6 +72,7 @@ from jaxbatch._planners import (
     planner_key,
     same_planner,
 )
+from jaxbatch._words import counted
 
 log = logging.getLogger("jaxbatch")
 
@@ -130,10 +131,10 @@ class JobReport:
             reasons[key] = reasons.get(key, 0) + 1
         lines = [
             f"job {self.output}: {'complete' if self.complete else 'NOT complete'}; "
-            f"{self.examples} of {_count(self.total, 'example')} written in "
-            f"{_count(self.shards, 'shard')} ({_count(self.runs, 'run')}"
+            f"{self.examples} of {counted(self.total, 'example')} written in "
+            f"{counted(self.shards, 'shard')} ({counted(self.runs, 'run')}"
             + (
-                f", {_count(self.redone_shards, 'damaged shard')} redone"
+                f", {counted(self.redone_shards, 'damaged shard')} redone"
                 if self.redone_shards
                 else ""
             )
@@ -141,7 +142,7 @@ class JobReport:
             f"  skipped {self.skipped}, quarantined {self.quarantined}"
             + "".join(f"\n    {n} x {r}" for r, n in sorted(reasons.items())),
             f"  time: loading {s['loading']:.2f} s, compiling {s['compiling']:.2f} s "
-            f"({_count(self.compilations, 'compilation')}), computing {s['computing']:.2f} s, "
+            f"({counted(self.compilations, 'compilation')}), computing {s['computing']:.2f} s, "
             f"writing {s['writing']:.2f} s; this run's wall time {self.wall_seconds:.2f} s",
             f"  padding efficiency {self.padding_efficiency:.1%} ({self.real_elements} real of "
             f"{self.padded_elements} elements)",
@@ -153,10 +154,6 @@ class JobReport:
             ),
         ]
         return "\n".join(lines)
-
-
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def run(

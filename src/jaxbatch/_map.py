@@ -18,6 +18,7 @@ from jaxbatch._hoist import hoisted
 from jaxbatch._loader import Loader
 from jaxbatch._output_layout import unbatch_layout
 from jaxbatch._planners import AutoBuckets, Pack, Planner
+from jaxbatch._words import counted
 
 log = logging.getLogger("jaxbatch")
 
@@ -48,8 +49,9 @@ class MapStats:
 
     def __str__(self) -> str:
         return (
-            f"{self.examples} examples in {self.batches} batches; {self.compilations} "
-            f"compilations ({self.compile_seconds:.2f} s), {self.seconds_per_batch * 1e3:.2f} ms "
+            f"{counted(self.examples, 'example')} in {counted(self.batches, 'batch', 'batches')}; "
+            f"{counted(self.compilations, 'compilation')} ({self.compile_seconds:.2f} s), "
+            f"{self.seconds_per_batch * 1e3:.2f} ms "
             f"per batch; OOM back-offs: {self.backoffs or 'none'}"
         )
 
@@ -382,8 +384,10 @@ def _finish(stats, expected_shapes, outputs, quarantine, bar):
     allowed = (expected_shapes or 0) * (1 + len(stats.backoffs))
     if expected_shapes is not None and stats.compilations > allowed:
         warnings.warn(
-            f"jb.map: {stats.compilations} compilations for a plan of {expected_shapes} shapes "
-            f"({len(stats.backoffs)} OOM back-offs); something varies the input shapes",
+            f"jb.map: {counted(stats.compilations, 'compilation')} for a plan of "
+            f"{counted(expected_shapes, 'shape')} "
+            f"({counted(len(stats.backoffs), 'OOM back-off')}); "
+            f"something varies the input shapes",
             stacklevel=3,
         )
     return MapResult(outputs, quarantine, stats)

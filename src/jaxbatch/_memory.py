@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from jaxbatch._words import counted
+
 #: Fraction of free device memory kept back when budget="auto".
 DEFAULT_HEADROOM = 0.1
 DEFAULT_BATCH_SIZES = (1, 2, 4, 8, 16)
@@ -97,7 +99,8 @@ def _batched_specs(args: Sequence[Any], kwargs: dict, in_axes: Any, batch: int):
     axes = tuple(in_axes) if isinstance(in_axes, list | tuple) else (in_axes,) * len(args)
     if len(axes) != len(args):
         raise ValueError(
-            f"memory planning: in_axes has {len(axes)} entries for {len(args)} arguments"
+            f"memory planning: in_axes has {counted(len(axes), 'entry', 'entries')} for "
+            f"{counted(len(args), 'argument')}"
         )
 
     def spec(x, axis):

@@ -11,6 +11,7 @@ import numpy as np
 from jaxbatch import _core
 from jaxbatch._dataset import Dataset
 from jaxbatch._planners import AutoBuckets, FixedBuckets, Pack, PadToMax, Planner
+from jaxbatch._words import counted
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,7 +39,8 @@ class PlanStats:
 
     def __str__(self) -> str:
         return (
-            f"{self.examples} examples in {self.batches} batches of {self.shapes} shapes; "
+            f"{counted(self.examples, 'example')} in {counted(self.batches, 'batch', 'batches')} "
+            f"of {counted(self.shapes, 'shape')}; "
             f"{self.efficiency:.1%} real elements ({self.real_elements} of "
             f"{self.padded_elements}); dropped {self.dropped}, skipped {self.skipped}, "
             f"truncated {self.truncated}"
@@ -133,7 +135,10 @@ class BatchPlan:
     def __getitem__(self, index: int) -> BatchSpec:
         n = len(self)
         if not -n <= index < n:
-            raise IndexError(f"BatchPlan: batch {index} out of range; the plan has {n} batches")
+            raise IndexError(
+                f"BatchPlan: batch {index} out of range; the plan has "
+                f"{counted(n, 'batch', 'batches')}"
+            )
         return BatchSpec(self, index % n)
 
     def __iter__(self) -> Iterator[BatchSpec]:

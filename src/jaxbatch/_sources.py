@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
-from collections.abc import Sequence
+import warnings
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
 
 from jaxbatch import _core
 from jaxbatch._dataset import Dataset, _Columns
+from jaxbatch._words import counted
 
 
 def open_source(
@@ -36,15 +39,12 @@ def open_source(
         return _open_npy_folder(p, columns, length_column, aligned)
     suffix = p.suffix.lower()
     if suffix == ".parquet":
-        import pyarrow as pa
         import pyarrow.parquet as pq
 
-        try:
+        with reading(p, "Parquet"):
             schema = pq.read_schema(p)
             _check_columns(p, schema, columns, length_column)
             table = pq.read_table(p, columns=list(columns) if columns else None, memory_map=True)
-        except (pa.ArrowException, OSError) as e:
-            raise OSError(f"Loader: cannot read {p} as Parquet (corrupt or truncated?): {e}") from e
     elif suffix in (".arrow", ".feather", ".ipc"):
         table = _read_arrow_ipc(p)
         _check_columns(p, table.schema, columns, length_column)
@@ -86,6 +86,27 @@ def _check_path(p: Path) -> None:
         )
 
 
+def _read_errors() -> tuple[type[BaseException], ...]:
+    """What pyarrow raises for a file it cannot read: ArrowException (an
+    ArrowInvalid is also a ValueError), a bare OSError ("Array length did
+    not match record batch length") and UnicodeDecodeError (a mangled
+    column name or metadata string)."""
+    import pyarrow as pa
+
+    return (pa.ArrowException, OSError, UnicodeDecodeError)
+
+
+@contextlib.contextmanager
+def reading(p: Path | str, kind: str, prefix: str = "Loader: ") -> Iterator[None]:
+    """Turns what pyarrow raises while it reads `p` as `kind` into an
+    OSError naming the file; our own ValueErrors (a missing column) pass
+    unchanged."""
+    try:
+        yield
+    except _read_errors() as e:
+        raise OSError(f"{prefix}cannot read {p} as {kind} (corrupt or truncated?): {e}") from e
+
+
 def _read_arrow_ipc(p: Path):
     """An Arrow IPC file (or stream) at `p`, memory-mapped; OSError naming `p`
     for a corrupt or truncated file instead of Arrow's bare message."""
@@ -93,25 +114,25 @@ def _read_arrow_ipc(p: Path):
 
     if p.stat().st_size == 0:
         raise OSError(f"Loader: {p} is empty; expected an Arrow IPC file")
-    try:
-        return pa.ipc.open_file(pa.memory_map(str(p), "r")).read_all()
-    except pa.ArrowException as file_error:
+    with reading(p, "an Arrow IPC file or stream"):
         try:
-            return pa.ipc.open_stream(pa.memory_map(str(p), "r")).read_all()
-        except (pa.ArrowException, OSError):
-            raise OSError(
-                f"Loader: cannot read {p} as an Arrow IPC file or stream (corrupt or "
-                f"truncated?): {file_error}"
-            ) from file_error
+            return pa.ipc.open_file(pa.memory_map(str(p), "r")).read_all()
+        except _read_errors() as file_error:
+            with contextlib.suppress(*_read_errors()):
+                return pa.ipc.open_stream(pa.memory_map(str(p), "r")).read_all()
+            raise file_error from None  # The file format's error says most.
 
 
-def _check_columns(path, schema, columns, length_column) -> None:
+def _check_columns(path, schema, columns, length_column, prefix: str = "Loader: ") -> str:
+    """The column to batch by (`length_column`, else the first list column
+    of `columns` or of all); ValueError for a missing column or one that is
+    not a list or large_list."""
     import pyarrow as pa
 
     names = list(schema.names)
     for name in [*(columns or []), *([length_column] if length_column else [])]:
         if name not in names:
-            raise ValueError(f"Loader: {path} has no column {name!r}; its columns are {names}")
+            raise ValueError(f"{prefix}{path} has no column {name!r}; its columns are {names}")
     # Batch by the named column, else the first list column (of `columns` if given).
     lists = [
         f.name
@@ -121,13 +142,14 @@ def _check_columns(path, schema, columns, length_column) -> None:
     ]
     wanted = length_column or (lists[0] if lists else (columns[0] if columns else None))
     if wanted is None:
-        raise ValueError(f"Loader: {path} has no list column to batch by; columns are {names}")
+        raise ValueError(f"{prefix}{path} has no list column to batch by; columns are {names}")
     field = schema.field(wanted)
     if not (pa.types.is_list(field.type) or pa.types.is_large_list(field.type)):
         raise ValueError(
-            f"Loader: column {wanted!r} of {path} must be a list or large_list column to batch "
+            f"{prefix}column {wanted!r} of {path} must be a list or large_list column to batch "
             f"by its lengths, found type {field.type}"
         )
+    return wanted
 
 
 def _open_npy_folder(folder: Path, columns, length_column, aligned) -> Dataset:
@@ -193,14 +215,11 @@ def _stamp(p: Path) -> tuple[int, int]:
 
 def parquet_column_names(path: str | os.PathLike, columns: Sequence[str] | None) -> list[str]:
     """The columns a Loader reads from a Parquet file: `columns`, or all."""
-    import pyarrow as pa
     import pyarrow.parquet as pq
 
     p = _parquet_path(path)
-    try:
+    with reading(p, "Parquet"):
         names = list(pq.read_schema(p).names)
-    except (pa.ArrowException, OSError) as e:
-        raise OSError(f"Loader: cannot read {p} as Parquet (corrupt or truncated?): {e}") from e
     return list(columns) if columns else names
 
 
@@ -215,17 +234,24 @@ def parquet_decoded_bytes(path: str | os.PathLike, columns: Sequence[str] | None
     the uncompressed size for others."""
     import pyarrow.parquet as pq
 
-    meta = pq.ParquetFile(path).metadata
     wanted = set(columns) if columns else None
     total = 0
-    for g in range(meta.num_row_groups):
-        group = meta.row_group(g)
-        for j in range(group.num_columns):
-            chunk = group.column(j)
-            if wanted is None or chunk.path_in_schema.split(".")[0] in wanted:
-                width = _PHYSICAL_WIDTH.get(chunk.physical_type)
-                total += chunk.num_values * width if width else chunk.total_uncompressed_size
+    with reading(path, "Parquet"):
+        meta = pq.ParquetFile(path).metadata
+        for g in range(meta.num_row_groups):
+            group = meta.row_group(g)
+            for j in range(group.num_columns):
+                chunk = group.column(j)
+                if wanted is None or chunk.path_in_schema.split(".")[0] in wanted:
+                    width = _PHYSICAL_WIDTH.get(chunk.physical_type)
+                    total += chunk.num_values * width if width else chunk.total_uncompressed_size
     return total
+
+
+# Reads per row group and epoch past which a streaming loader without a
+# global shuffle warns (StreamedParquet.note_reads): sequential reads take
+# one, or two where a batch straddles a row group and a worker runs ahead.
+REREAD_WARNING = 4
 
 
 class StreamedParquet(_Columns):
@@ -249,14 +275,13 @@ class StreamedParquet(_Columns):
         self.columns = list(columns) if columns else None
         self.aligned = aligned
         self._stamp = _stamp(self.path)
-        try:
+        with reading(self.path, "Parquet"):
             reader = pq.ParquetFile(self.path)
             _check_columns(self.path, reader.schema_arrow, columns, length_column)
-        except (pa.ArrowException, OSError) as e:
-            raise OSError(
-                f"Loader: cannot read {self.path} as Parquet (corrupt or truncated?): {e}"
-            ) from e
-        self.num_row_groups = reader.metadata.num_row_groups
+            self.num_row_groups = reader.metadata.num_row_groups
+            rows = [reader.metadata.row_group(g).num_rows for g in range(self.num_row_groups)]
+        # The file's example index of each row group's first example.
+        self._group_begin = np.concatenate([[0], np.cumsum(rows, dtype=np.int64)])
         if self.num_row_groups == 0:
             raise ValueError(f"Loader: {self.path} has no row groups to stream; it holds no data")
         builder = _core.ChunkedSourceBuilder(length_column or "", schema)
@@ -283,7 +308,6 @@ class StreamedParquet(_Columns):
         """Row group `group` decoded into a Dataset (pyarrow releases the GIL
         while it decodes). OSError naming the file and row group when it
         cannot be read; ValueError for data the core refuses (nulls)."""
-        import pyarrow as pa
 
         # Reading a replaced file through the old footer fails as if corrupt:
         # say what happened instead (checked again after a failed read, which
@@ -291,19 +315,55 @@ class StreamedParquet(_Columns):
         self._check_unchanged()
         try:
             table = reader.read_row_group(group, columns=self.columns)
-        except (pa.ArrowException, OSError) as e:
+        except _read_errors() as e:
             self._check_unchanged()
             raise OSError(
                 f"Loader: cannot read row group {group} of {self.path} (corrupt or truncated?): {e}"
             ) from e
+        begin = int(self._group_begin[group])
         try:
-            return Dataset.from_arrow(table, aligned=self.aligned)
+            return Dataset._from_arrow_part(table, table.column_names, self.aligned, begin)
         except ValueError as e:
             raise ValueError(f"Loader: {self.path}, row group {group}: {e}") from e
 
     @property
     def num_examples(self) -> int:
         return self._source.num_examples
+
+    def watch_rereads(self, planner, host_memory_limit: int) -> None:
+        """Starts counting epochs for :meth:`note_reads` (a loader started or
+        restored): reads are counted from then on."""
+        self._rereads = dict(planner=planner, limit=host_memory_limit, first_epoch=None)
+
+    def note_reads(self, reads: int, epoch: int) -> None:
+        """Warns, once, when a loader that keeps reads sequential (no global
+        shuffle) has read the row groups more than REREAD_WARNING times each
+        per epoch: its plan's batches take examples from across the file
+        (Pack without a window keeps every row open over the whole file;
+        best fit also sorts every example by length), and no cache smaller
+        than the file helps (even an optimal one: 96 reads per row group for
+        29 row groups and a cache of 8, simulated). The stream stays right;
+        only the reads multiply."""
+        watch = getattr(self, "_rereads", None)
+        if watch is None:
+            return
+        if watch["first_epoch"] is None:
+            watch["first_epoch"] = epoch
+        epochs = epoch - watch["first_epoch"] + 1
+        if reads <= REREAD_WARNING * self.num_row_groups * epochs:
+            return
+        self._rereads = None
+        warnings.warn(
+            f"Loader: {counted(reads, 'row-group read')} of {self.path} in "
+            f"{counted(epochs, 'epoch')} so far, more than {REREAD_WARNING} per row group and "
+            f"epoch ({counted(self.num_row_groups, 'row group')}): the batches of "
+            f"{watch['planner']} take examples from across the file, so a cache smaller than "
+            f"the file (host_memory_limit={watch['limit']}) reads row groups again and again. "
+            f"Pack reads each row group once with lookahead=<the row-group size> (rows packed "
+            f"within each row group); or raise host_memory_limit to hold the file",
+            RuntimeWarning,
+            stacklevel=3,
+        )
 
     def _check_unchanged(self) -> None:
         stamp = _stamp(self.path)
@@ -320,6 +380,6 @@ class StreamedParquet(_Columns):
 
     def __repr__(self) -> str:
         return (
-            f"StreamedParquet({self.path}: {self.num_examples} examples in "
-            f"{self.num_row_groups} row groups; columns {self.column_names})"
+            f"StreamedParquet({self.path}: {counted(self.num_examples, 'example')} in "
+            f"{counted(self.num_row_groups, 'row group')}; columns {self.column_names})"
         )

@@ -363,6 +363,54 @@ TEST(RaggedColumnTest, NegativeFirstOffsetNamesColumnAndExample) {
   EXPECT_TRUE(Contains(msg, "example 0")) << msg;
 }
 
+// The crafted Arrow file of issue 15: offsets that claim 10,000,000 values
+// over a values buffer of 40 bytes. The buffer is its own heap allocation,
+// so under AddressSanitizer any read past it would fail the test.
+TEST(RaggedColumnTest, OffsetsPastTheValuesBufferThrowNamingItsSize) {
+  const auto values = std::make_unique<uint8_t[]>(40);  // 10 int32
+  const std::vector<int64_t> offsets = {0, 5'000'000, 10'000'000};
+  const std::string msg = ThrownMessage<InvalidArgumentError>([&] {
+    RaggedColumn::Ragged("tokens", DType::kInt32, {}, {values.get(), 40}, offsets, nullptr);
+  });
+  EXPECT_TRUE(Contains(msg, "column 'tokens', example 0")) << msg;
+  EXPECT_TRUE(Contains(msg, "offsets[1]=5000000")) << msg;
+  EXPECT_TRUE(Contains(msg, "10 rows (a values buffer of 40 bytes, rows of 4 bytes)")) << msg;
+}
+
+TEST(RaggedColumnTest, ValuesBufferBoundsOffsetsByWholeRows) {
+  // 47 bytes hold one row of shape (2, 3) float32 (24 bytes), not two.
+  const auto values = std::make_unique<uint8_t[]>(47);
+  const std::vector<int64_t> fits = {0, 1};
+  const RaggedColumn col =
+      RaggedColumn::Ragged("x", DType::kFloat32, {2, 3}, {values.get(), 47}, fits, nullptr);
+  EXPECT_EQ(col.Lengths(), (std::vector<int64_t>{1}));
+  EXPECT_EQ(col.example_data(0), values.get());
+  const std::vector<int64_t> past = {1, 2};
+  const std::string msg = ThrownMessage<InvalidArgumentError>([&] {
+    RaggedColumn::Ragged("x", DType::kFloat32, {2, 3}, {values.get(), 47}, past, nullptr);
+  });
+  EXPECT_TRUE(Contains(msg, "offsets[1]=2 but values hold 1 rows")) << msg;
+  // No offsets at all, and rows of zero bytes (nothing to read past).
+  EXPECT_THROW(RaggedColumn::Ragged("x", DType::kInt8, {}, {values.get(), 47}, {}, nullptr),
+               InvalidArgumentError);
+  const std::vector<int64_t> empty_rows = {0, 1'000'000};
+  EXPECT_EQ(RaggedColumn::Ragged("e", DType::kInt8, {0}, {}, empty_rows, nullptr).max_length(),
+            1'000'000);
+}
+
+TEST(RaggedColumnTest, FixedPastTheValuesBufferThrowsNamingItsSize) {
+  const auto values = std::make_unique<uint8_t[]>(40);
+  const std::string msg = ThrownMessage<InvalidArgumentError>([&] {
+    RaggedColumn::Fixed("label", DType::kInt64, {}, {values.get(), 40}, 10'000'000, nullptr);
+  });
+  EXPECT_TRUE(Contains(msg, "column 'label'")) << msg;
+  EXPECT_TRUE(Contains(msg, "expected 10000000 examples of 8 bytes")) << msg;
+  EXPECT_TRUE(Contains(msg, "holds 40 bytes (5 examples)")) << msg;
+  const RaggedColumn fits =
+      RaggedColumn::Fixed("label", DType::kInt64, {}, {values.get(), 40}, 5, nullptr);
+  EXPECT_EQ(fits.num_examples(), 5);
+}
+
 TEST(RaggedColumnTest, NegativeInnerDimensionThrows) {
   const std::string msg = ThrownMessage<InvalidArgumentError>(
       [] { RaggedColumn::Fixed("neg", DType::kInt32, {2, -1}, nullptr, 0, nullptr); });

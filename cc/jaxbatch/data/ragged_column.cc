@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "jaxbatch/base/checked.h"
 #include "jaxbatch/base/error.h"
 
 namespace jaxbatch {
@@ -39,6 +40,39 @@ void RaggedColumn::InitShape(std::vector<int64_t> inner_shape) {
   row_bytes_ = inner_size_ * static_cast<int64_t>(ItemSize(dtype_));
 }
 
+void RaggedColumn::SetOffsets(const int64_t* offsets, int64_t num_examples, int64_t num_value_rows,
+                              int64_t values_bytes) {
+  if (num_examples < 0 || (num_examples > 0 && offsets == nullptr)) {
+    throw InvalidArgumentError(
+        StrCat("column '", name_, "': expected num_examples + 1 offsets, found none"));
+  }
+  if (num_examples > 0 && offsets[0] < 0) {
+    throw InvalidArgumentError(
+        StrCat("column '", name_, "', example 0: expected offsets[0] >= 0, found ", offsets[0]));
+  }
+  int64_t max_length = 0;
+  for (int64_t i = 0; i < num_examples; ++i) {
+    if (offsets[i + 1] < offsets[i]) {
+      throw InvalidArgumentError(
+          StrCat("column '", name_, "', example ", i, ": offsets must not decrease, found offsets[",
+                 i, "]=", offsets[i], " > offsets[", i + 1, "]=", offsets[i + 1]));
+    }
+    if (offsets[i + 1] > num_value_rows) {
+      const std::string held =
+          values_bytes < 0 ? StrCat(num_value_rows, " rows")
+                           : StrCat(num_value_rows, " rows (a values buffer of ", values_bytes,
+                                    " bytes, rows of ", row_bytes_, " bytes)");
+      throw InvalidArgumentError(StrCat("column '", name_, "', example ", i,
+                                        ": offsets run past the values: offsets[", i + 1,
+                                        "]=", offsets[i + 1], " but values hold ", held));
+    }
+    max_length = std::max(max_length, offsets[i + 1] - offsets[i]);
+  }
+  num_examples_ = num_examples;
+  max_length_ = max_length;
+  offsets_ = offsets;
+}
+
 RaggedColumn RaggedColumn::Ragged(std::string name, DType dtype, std::vector<int64_t> inner_shape,
                                   const void* values, int64_t num_value_rows,
                                   const int64_t* offsets, int64_t num_examples, Keepalive owner) {
@@ -46,32 +80,25 @@ RaggedColumn RaggedColumn::Ragged(std::string name, DType dtype, std::vector<int
   col.name_ = std::move(name);
   col.dtype_ = dtype;
   col.InitShape(std::move(inner_shape));
-  if (num_examples < 0 || (num_examples > 0 && offsets == nullptr)) {
-    throw InvalidArgumentError(
-        StrCat("column '", col.name_, "': expected num_examples + 1 offsets, found none"));
-  }
-  if (num_examples > 0 && offsets[0] < 0) {
-    throw InvalidArgumentError(StrCat(
-        "column '", col.name_, "', example 0: expected offsets[0] >= 0, found ", offsets[0]));
-  }
-  int64_t max_length = 0;
-  for (int64_t i = 0; i < num_examples; ++i) {
-    if (offsets[i + 1] < offsets[i]) {
-      throw InvalidArgumentError(StrCat(
-          "column '", col.name_, "', example ", i, ": offsets must not decrease, found offsets[", i,
-          "]=", offsets[i], " > offsets[", i + 1, "]=", offsets[i + 1]));
-    }
-    if (offsets[i + 1] > num_value_rows) {
-      throw InvalidArgumentError(
-          StrCat("column '", col.name_, "', example ", i, ": offsets run past the values: offsets[",
-                 i + 1, "]=", offsets[i + 1], " but values hold ", num_value_rows, " rows"));
-    }
-    max_length = std::max(max_length, offsets[i + 1] - offsets[i]);
-  }
-  col.num_examples_ = num_examples;
-  col.max_length_ = max_length;
+  col.SetOffsets(offsets, num_examples, num_value_rows, /*values_bytes=*/-1);
   col.values_ = static_cast<const uint8_t*>(values);
-  col.offsets_ = offsets;
+  col.owner_ = std::move(owner);
+  return col;
+}
+
+RaggedColumn RaggedColumn::Ragged(std::string name, DType dtype, std::vector<int64_t> inner_shape,
+                                  std::span<const uint8_t> values, std::span<const int64_t> offsets,
+                                  Keepalive owner) {
+  RaggedColumn col;
+  col.name_ = std::move(name);
+  col.dtype_ = dtype;
+  col.InitShape(std::move(inner_shape));
+  // No offsets at all is num_examples -1, which SetOffsets refuses.
+  const auto bytes = static_cast<int64_t>(values.size());
+  // Rows of zero bytes (an inner dimension of 0) never run past the values.
+  const int64_t rows = col.row_bytes_ > 0 ? bytes / col.row_bytes_ : kMaxSize;
+  col.SetOffsets(offsets.data(), static_cast<int64_t>(offsets.size()) - 1, rows, bytes);
+  col.values_ = values.data();
   col.owner_ = std::move(owner);
   return col;
 }
@@ -91,6 +118,21 @@ RaggedColumn RaggedColumn::Fixed(std::string name, DType dtype, std::vector<int6
   col.max_length_ = num_examples > 0 ? 1 : 0;
   col.values_ = static_cast<const uint8_t*>(values);
   col.owner_ = std::move(owner);
+  return col;
+}
+
+RaggedColumn RaggedColumn::Fixed(std::string name, DType dtype, std::vector<int64_t> inner_shape,
+                                 std::span<const uint8_t> values, int64_t num_examples,
+                                 Keepalive owner) {
+  RaggedColumn col = Fixed(std::move(name), dtype, std::move(inner_shape), values.data(),
+                           num_examples, std::move(owner));
+  const auto bytes = static_cast<int64_t>(values.size());
+  const int64_t held = col.row_bytes_ > 0 ? bytes / col.row_bytes_ : kMaxSize;
+  if (num_examples > held) {
+    throw InvalidArgumentError(
+        StrCat("column '", col.name_, "': expected ", num_examples, " examples of ", col.row_bytes_,
+               " bytes, but the values buffer holds ", bytes, " bytes (", held, " examples)"));
+  }
   return col;
 }
 

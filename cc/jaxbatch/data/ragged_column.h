@@ -53,6 +53,24 @@ class RaggedColumn {
   static RaggedColumn Fixed(std::string name, DType dtype, std::vector<int64_t> inner_shape,
                             const void* values, int64_t num_examples, Keepalive owner);
 
+  // The same two over a values buffer of known size (an Arrow buffer, a
+  // numpy array): the rows it holds are values.size() / row_bytes, whatever
+  // a source declares, so data that claims more values than its buffer
+  // has (a crafted Arrow file) is refused instead of read past the buffer's
+  // end. Ragged takes num_examples + 1 offsets and throws
+  // InvalidArgumentError naming the column, the example, the offset and
+  // the buffer's size; Fixed throws when the buffer holds fewer than
+  // num_examples elements.
+  //
+  // Example (an Arrow list<int32> column's buffers):
+  //   RaggedColumn::Ragged("tokens", DType::kInt32, {}, {values, values_bytes},
+  //                        {offsets, num_examples + 1}, owner);
+  static RaggedColumn Ragged(std::string name, DType dtype, std::vector<int64_t> inner_shape,
+                             std::span<const uint8_t> values, std::span<const int64_t> offsets,
+                             Keepalive owner);
+  static RaggedColumn Fixed(std::string name, DType dtype, std::vector<int64_t> inner_shape,
+                            std::span<const uint8_t> values, int64_t num_examples, Keepalive owner);
+
   // Copies per-example arrays into one owned buffer (one copy). Every piece
   // must have `dtype` and rank/inner shape matching `inner_shape`; the error
   // names the first example that does not.
@@ -81,6 +99,10 @@ class RaggedColumn {
  private:
   RaggedColumn() = default;
   void InitShape(std::vector<int64_t> inner_shape);
+  // Checks offsets[0..num_examples] against `num_value_rows` and sets the
+  // column's examples; `values_bytes` (-1: unknown) names the buffer's size.
+  void SetOffsets(const int64_t* offsets, int64_t num_examples, int64_t num_value_rows,
+                  int64_t values_bytes);
 
   std::string name_;
   DType dtype_ = DType::kFloat32;

@@ -23,13 +23,15 @@ jaxbatch, and show what the usual hand-written loop costs beside it.
 
 from __future__ import annotations
 
-import sys
 import tempfile
 import time
 import warnings
 from pathlib import Path
 
 import numpy as np
+
+from jaxbatch._cli_job import usage_error
+from jaxbatch._words import counted
 
 DEFAULT_QUERY = "How do I catch an exception and handle the error?"
 NAIVE_BATCH_SIZE = 32
@@ -184,8 +186,7 @@ def demo_command(args) -> int:
     try:
         return _demo(args)
     except (ValueError, ImportError, OSError) as e:
-        print(f"jaxbatch demo: {e}", file=sys.stderr)
-        return 2
+        return usage_error("demo", e)
 
 
 def _demo(args) -> int:
@@ -209,7 +210,8 @@ def _demo(args) -> int:
     lengths = np.array([len(x) for x in ids])
     print(f"corpus: {source}")
     print(
-        f"{len(texts)} texts, {int(lengths.sum())} tokens (all-MiniLM-L6-v2 tokenizer, truncated "
+        f"{counted(len(texts), 'text')}, {counted(int(lengths.sum()), 'token')} "
+        f"(all-MiniLM-L6-v2 tokenizer, truncated "
         f"at {model.config.max_seq_length}); lengths: mean {lengths.mean():.1f}, median "
         f"{np.median(lengths):.0f}, max {lengths.max()}"
     )
