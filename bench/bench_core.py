@@ -47,7 +47,7 @@ from typing import Any
 import numpy as np
 
 import jaxbatch as jb
-from jaxbatch._default_data import pydoc_lengths
+from jaxbatch._src.data.default_data import pydoc_lengths
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness  # noqa: E402

@@ -57,15 +57,15 @@ CONTENDERS = ("naive", "jaxbatch", "jaxbatch-pack", "sentence-transformers")
 
 
 def corpus(limit: int | None) -> list[str]:
-    from jaxbatch._default_data import pydoc_paragraphs
+    from jaxbatch._src.data.default_data import pydoc_paragraphs
 
     texts = pydoc_paragraphs()
     return texts[:limit] if limit else texts
 
 
 def run_naive(texts: list[str]) -> tuple[np.ndarray, dict]:
-    from jaxbatch._demo.command import naive_job
-    from jaxbatch._demo.minilm import load_model
+    from jaxbatch._src.cli.demo.command import naive_job
+    from jaxbatch._src.cli.demo.minilm import load_model
 
     t0 = time.perf_counter()
     model = load_model()
@@ -82,13 +82,13 @@ def run_naive(texts: list[str]) -> tuple[np.ndarray, dict]:
 
 def run_jaxbatch(texts: list[str], kind: str = "auto") -> tuple[np.ndarray, dict]:
     import jaxbatch as jb
-    from jaxbatch._demo.command import (
+    from jaxbatch._src.cli.demo.command import (
         CHECKPOINT_EVERY,
         DEMO_MAX_SHAPES,
         job_planner,
         plan_token_budget,
     )
-    from jaxbatch._demo.minilm import load_model
+    from jaxbatch._src.cli.demo.minilm import load_model
 
     t0 = time.perf_counter()
     model = load_model()

@@ -153,7 +153,7 @@ def worker_memory(n: int, k: int, budget: int, strategy: str) -> dict:
     import jax.numpy as jnp
 
     import jaxbatch as jb
-    from jaxbatch._memory import compiled_bytes
+    from jaxbatch._src.execute.memory import compiled_bytes
 
     points, fns, chunk, jitted, one = _strategies(n, k, budget)
     if strategy == "no-op":
@@ -221,7 +221,7 @@ def measure(n: int, k: int, budget: int, reps: int) -> dict:
 
 
 def print_tables(results: dict, n: int, budget: int) -> None:
-    from jaxbatch._vmap import _balanced
+    from jaxbatch._src.execute.vmap import _balanced
 
     for config, r in results.items():
         base = harness.summary(r["seconds"]["jax.vmap"])["median"]
@@ -285,7 +285,7 @@ def estimate_sections(n: int, k: int, reps: int) -> dict:
     import jax.numpy as jnp
 
     import jaxbatch as jb
-    from jaxbatch._memory import compiled_bytes
+    from jaxbatch._src.execute.memory import compiled_bytes
 
     points = jnp.asarray(np.random.default_rng(0).standard_normal((n, k, 3)), jnp.float32)
 

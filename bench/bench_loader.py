@@ -87,7 +87,7 @@ import packers  # noqa: E402
 from contract import Batch, BatchPlan, Collate, Tokens  # noqa: E402
 
 import jaxbatch as jb  # noqa: E402
-from jaxbatch._default_data import pydoc_lengths  # noqa: E402
+from jaxbatch._src.data.default_data import pydoc_lengths  # noqa: E402
 
 SEED = 0
 NUM_EXAMPLES = 1_000_000

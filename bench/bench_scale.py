@@ -35,9 +35,9 @@ import time
 from pathlib import Path
 
 import numpy as np
+from launch import launch_local
 
 import jaxbatch as jb
-from jaxbatch._launch import launch_local
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness  # noqa: E402
@@ -52,7 +52,7 @@ def make_dataset(num_examples: int) -> jb.Dataset:
 
 
 def worker(args) -> None:
-    from jaxbatch._launch import initialize_from_env
+    from launch import initialize_from_env
 
     initialize_from_env(init_timeout=120)
     import jax

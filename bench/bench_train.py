@@ -3,7 +3,7 @@
 The model: byte embedding (256 ids) + learned positions, 2 pre-norm
 transformer layers (width 64, 2 heads, MLP 256) with causal attention, and a
 next-byte softmax; Adam written in JAX (lr 3e-3). Data: CPython's pydoc
-topics paragraphs (jaxbatch._default_data, nothing downloaded), UTF-8 bytes,
+topics paragraphs (jaxbatch._src.data.default_data, nothing downloaded), UTF-8 bytes,
 each cut to its first 512. The last EVAL_EXAMPLES paragraphs are held out;
 training uses the first paragraphs of the rest until they hold --tokens real
 tokens, once each, in one epoch. Every way trains on exactly these examples
@@ -98,7 +98,7 @@ def split(tokens: int, eval_examples: int) -> tuple[list[np.ndarray], list[np.nd
     """(train, held out): the held-out slice is the corpus's last
     ``eval_examples`` paragraphs; train is the shortest prefix of the rest
     holding at least ``tokens`` bytes."""
-    from jaxbatch._default_data import pydoc_paragraphs
+    from jaxbatch._src.data.default_data import pydoc_paragraphs
 
     examples = byte_examples(pydoc_paragraphs())
     rest, held_out = examples[:-eval_examples], examples[-eval_examples:]

@@ -27,7 +27,9 @@ def sentences() -> list[str]:
     code, numbers, accents, CJK, one-token inputs, repetition, and corpus
     paragraphs, one longer than the model's 256 tokens (truncated). The
     sentences are stored with the vectors: the test reads them from there."""
-    from pydoc_data.topics import topics  # As jaxbatch._default_data, without the extension.
+    from pydoc_data.topics import (
+        topics,  # As jaxbatch._src.data.default_data, without the extension.
+    )
 
     paragraphs = [p for key in sorted(topics) for p in topics[key].split("\n\n") if p.strip()]
     return [

@@ -1,5 +1,5 @@
 """One process of the multi-process tests (tests/test_multihost.py), started
-by jaxbatch._launch.launch_local as a real jax.distributed process.
+by launch.launch_local as a real jax.distributed process.
 
     python tests/multihost_worker.py MODE OUT_DIR
 
@@ -214,7 +214,7 @@ def train(ds, out_dir, mode, process):
 
 def main():
     mode, out_dir = sys.argv[1], sys.argv[2]
-    from jaxbatch._launch import initialize_from_env
+    from launch import initialize_from_env
 
     initialize_from_env(heartbeat_timeout=5 if mode == "die" else 100, init_timeout=60)
     import jax

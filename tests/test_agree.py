@@ -1,4 +1,4 @@
-"""The processes' agreement (jaxbatch._agree) in one process: how differences
+"""The processes' agreement (jaxbatch._src.load.agree) in one process: how differences
 are found and named for many processes, and that a single process does nothing
 extra. tests/test_multihost.py runs it across real jax.distributed processes."""
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import jaxbatch as jb
-from jaxbatch import _agree
+from jaxbatch._src.load import agree as _agree
 
 
 def test_differences_group_processes_by_value_in_order():

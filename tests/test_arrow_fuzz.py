@@ -447,7 +447,7 @@ def test_mutated_parquet_files_fail_naming_the_file(changes, cut, tmp_path_facto
             name = batches[0].length_column
             want = [np.array(t) for t in pq.read_table(path).column(name).to_pylist()]
             check_batches(batches, want, ragged=True, name=name)
-    from jaxbatch._cli import main
+    from jaxbatch._src.cli.main import main
 
     stderr = io.StringIO()
     with redirect_stderr(stderr), redirect_stdout(io.StringIO()):

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from jaxbatch._broadcast import (
+from jaxbatch._src.ops.broadcast import (
     BroadcastError,
     _mismatch_fixes,
     _promotion_fixes,

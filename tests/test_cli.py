@@ -7,8 +7,9 @@ import pyarrow.parquet as pq
 import pytest
 
 import jaxbatch as jb
-from jaxbatch._cli import compare, load_lengths, main
-from jaxbatch._default_data import pydoc_lengths
+from jaxbatch._src.cli.main import main
+from jaxbatch._src.cli.plan import compare, load_lengths
+from jaxbatch._src.data.default_data import pydoc_lengths
 
 
 def test_plan_default_prints_a_table_of_every_planner(capsys):
@@ -118,7 +119,7 @@ def test_usage_errors_of_every_command_exit_2_with_one_line(
 
 def test_console_script_runs():
     result = subprocess.run(
-        [sys.executable, "-m", "jaxbatch._cli", "plan", "--default", "--max-shapes", "4"],
+        [sys.executable, "-m", "jaxbatch", "plan", "--default", "--max-shapes", "4"],
         capture_output=True,
         text=True,
         check=True,
@@ -153,7 +154,7 @@ def test_unreadable_or_empty_files_print_one_line_and_exit_non_zero(
     path = tmp_path / name
     path.write_bytes(content)
     result = subprocess.run(
-        [sys.executable, "-m", "jaxbatch._cli", "plan", str(path)], capture_output=True, text=True
+        [sys.executable, "-m", "jaxbatch", "plan", str(path)], capture_output=True, text=True
     )
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()

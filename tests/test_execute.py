@@ -200,7 +200,7 @@ def test_check_axes_agrees_with_jax_vmap(sizes, data):
 
 def compiled_bytes_at(fun, example, batch):
     spec = jax.ShapeDtypeStruct((batch, *example.shape), example.dtype)
-    from jaxbatch._memory import compiled_bytes
+    from jaxbatch._src.execute.memory import compiled_bytes
 
     return compiled_bytes(jax.jit(jax.vmap(fun)).lower(spec).compile())
 
@@ -454,7 +454,7 @@ def test_autotune_measures_every_strategy_and_picks_the_fastest_that_fits():
 def test_hoisted_passes_closed_over_arrays_as_arguments():
     """jb.map compiles the function with the arrays it closes over (weights)
     as arguments, not constants: same results as calling it directly."""
-    from jaxbatch._hoist import hoisted
+    from jaxbatch._src.execute.hoist import hoisted
 
     w = jnp.arange(12.0).reshape(3, 4)
     b = np.float32(0.5)
@@ -501,7 +501,7 @@ def test_map_with_pack_takes_per_segment_outputs_and_refuses_per_row_ones():
 def test_compile_ahead_predicts_every_shape_the_batches_have(planner):
     """The shapes compiled in the background are exactly those the batches
     bring (none wasted, none compiled twice), and the outputs are unchanged."""
-    from jaxbatch._map import _Executor
+    from jaxbatch._src.execute.map import Executor
 
     tokens, ds = ragged_dataset(n=80, seed=2)
     ds = jb.Dataset.from_arrays({"tokens": tokens, "label": np.arange(80, dtype=np.int32)})
@@ -516,7 +516,7 @@ def test_compile_ahead_predicts_every_shape_the_batches_have(planner):
             }
         return {"sum": jb.masked.sum(row["tokens"], row["tokens_mask"])}
 
-    executor = _Executor(fun, False, None, "tokens")
+    executor = Executor(fun, False, None, "tokens")
     executor.compile_ahead(plan.shapes, isinstance(planner, jb.Pack))
     seen = set()
     for spec in plan:
@@ -541,7 +541,7 @@ def test_chunked_vmap_slices_chunks_in_place_without_copying_the_inputs():
 
 @given(data=st.data(), n=st.integers(2, 3000))
 def test_chunks_are_evened_out_without_adding_chunks(data, n):
-    from jaxbatch._vmap import _balanced
+    from jaxbatch._src.execute.vmap import _balanced
 
     size = data.draw(st.integers(1, n - 1))
     chunks = -(-n // size)

@@ -145,7 +145,7 @@ def test_state_with_a_huge_epoch_and_epochs_none(tmp_path):
 
 def test_cli_plan_on_blank_lines(tmp_path):
     code = """
-    from jaxbatch._cli import main
+    from jaxbatch._src.cli.main import main
     open("blank.txt", "w").write("\\n\\n  \\n")
     sys.exit(main(["plan", "blank.txt"]))
     """
@@ -187,7 +187,8 @@ reader = pa.ipc.open_stream(source) if {stream} else pa.ipc.open_file(source)
 """
 # The engine's own check, with Arrow's validation skipped.
 WITHOUT_ARROW_VALIDATION = (
-    "import jaxbatch._arrow\njaxbatch._arrow._validated = lambda name, column: None\n"
+    "import jaxbatch._src.data.arrow\n"
+    "jaxbatch._src.data.arrow._validated = lambda name, column: None\n"
 )
 
 

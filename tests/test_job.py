@@ -18,9 +18,9 @@ import pytest
 from job_functions import fails_on_multiples_of_7, summarise, summarise_reference
 
 import jaxbatch as jb
-import jaxbatch._job_folder
 from jaxbatch import _core
-from jaxbatch._cli import main as cli_main
+from jaxbatch._src.cli.main import main as cli_main
+from jaxbatch._src.job import folder as job_folder
 
 FUNCTIONS = str(Path(__file__).parent / "job_functions.py")
 
@@ -153,7 +153,7 @@ def test_a_shard_written_but_not_journaled_is_replaced(tmp_path, monkeypatch):
     class Crash(Exception):
         pass
 
-    real_append = jb._job_folder.Journal.append
+    real_append = job_folder.Journal.append
 
     def crash_on_second_shard(self, record):
         if record["kind"] == "shard":
@@ -162,11 +162,11 @@ def test_a_shard_written_but_not_journaled_is_replaced(tmp_path, monkeypatch):
             appended.append(record)
         real_append(self, record)
 
-    monkeypatch.setattr(jb._job_folder.Journal, "append", crash_on_second_shard)
+    monkeypatch.setattr(job_folder.Journal, "append", crash_on_second_shard)
     with pytest.raises(Crash):
         jb.run(summarise, ds, job, checkpoint_every=30, progress=False)
     assert len(list(job.glob("part-*.parquet"))) == 2  # The second is an orphan.
-    monkeypatch.setattr(jb._job_folder.Journal, "append", real_append)
+    monkeypatch.setattr(job_folder.Journal, "append", real_append)
     jb.run(summarise, ds, job, checkpoint_every=30, progress=False)
     assert shard_bytes(job) == shard_bytes(tmp_path / "reference")
     assert_matches_reference(jb.read_output(job), [ds.example(i)["tokens"] for i in range(100)])
@@ -294,7 +294,7 @@ def test_bad_arguments_name_the_option(tmp_path):
 
 def _cli(*args: str) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "jaxbatch._cli", "run", *args],
+        [sys.executable, "-m", "jaxbatch", "run", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

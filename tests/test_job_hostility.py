@@ -101,7 +101,7 @@ def test_a_dataset_folder_given_as_output_is_refused_and_left_whole(tmp_path):
     args = ["run", f"{FUNCTIONS}:summarise", "--input", str(corpus / "part-0.parquet"),
             "--output", str(corpus), "--no-progress"]  # fmt: skip
     done = subprocess.run(
-        [sys.executable, "-m", "jaxbatch._cli", *args], capture_output=True, text=True,
+        [sys.executable, "-m", "jaxbatch", *args], capture_output=True, text=True,
         timeout=TIMEOUT_S,
     )  # fmt: skip
     assert done.returncode == 2, done.stderr
@@ -372,7 +372,7 @@ def test_a_failed_planning_run_locks_nothing_in(tmp_path):
 
     def cli(budget):
         return subprocess.run(
-            [sys.executable, "-m", "jaxbatch._cli", "run", f"{FUNCTIONS}:summarise", "--input",
+            [sys.executable, "-m", "jaxbatch", "run", f"{FUNCTIONS}:summarise", "--input",
              str(source), "--output", str(out), "--token-budget", str(budget), "--no-progress"],
             capture_output=True, text=True, timeout=TIMEOUT_S,
         )  # fmt: skip
@@ -421,7 +421,7 @@ def test_ctrl_c_at_any_moment_stops_the_run(tmp_path):
     for delay in (0.1, 0.4, 0.8, 1.5, 2.5):
         out = tmp_path / f"out-{delay}"
         process = subprocess.Popen(
-            [sys.executable, "-m", "jaxbatch._cli", "run", f"{FUNCTIONS}:summarise", "--input",
+            [sys.executable, "-m", "jaxbatch", "run", f"{FUNCTIONS}:summarise", "--input",
              str(source), "--output", str(out), "--batch-size", "16", "--no-progress"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
         )  # fmt: skip
@@ -472,7 +472,7 @@ def test_a_partial_or_an_object_keys_a_resumable_job(tmp_path):
     """))  # fmt: skip
     source = write_parquet(tmp_path / "in.parquet", tokens(30))
     for factory in ("make_partial()", "make_model()"):
-        args = [sys.executable, "-m", "jaxbatch._cli", "run", f"{script}:{factory}", "--input",
+        args = [sys.executable, "-m", "jaxbatch", "run", f"{script}:{factory}", "--input",
                 str(source), "--output", str(tmp_path / factory), "--checkpoint-every", "10",
                 "--no-progress"]  # fmt: skip
         for _ in range(2):  # The second run, in another process, finds the job complete.

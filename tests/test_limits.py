@@ -97,7 +97,7 @@ HUGE_SCRIPT = textwrap.dedent(
     import resource, sys
     import numpy as np
     import jaxbatch as jb
-    from jaxbatch._cli import main
+    from jaxbatch._src.cli.main import main
 
     resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
     big = 2**31

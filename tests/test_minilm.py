@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import jaxbatch as jb
-from jaxbatch._demo import minilm
+from jaxbatch._src.cli.demo import minilm
 
 REFERENCE = Path(__file__).parent / "data" / "minilm_reference.npz"
 
@@ -98,7 +98,7 @@ def test_demo_command_embeds_compares_and_searches(planner, tmp_path, capsys):
     """`jaxbatch demo` end to end on a small text file: the job, the naive
     loop (checked equal inside the command), the planner table and a query
     whose nearest line is the obvious one."""
-    from jaxbatch._cli import main
+    from jaxbatch._src.cli.main import main
 
     lines = [f"Paragraph {i} is about topic number {i} in the manual." for i in range(30)]
     lines[17] = "The cat sat on the mat and purred."

@@ -10,10 +10,10 @@ from pathlib import Path
 import multihost_worker as worker
 import numpy as np
 import pytest
+from launch import launch_local
 
 import jaxbatch as jb
-from jaxbatch._launch import launch_local
-from jaxbatch._planners import planner_key
+from jaxbatch._src.plan.planners import planner_key
 
 WORKER = str(Path(__file__).with_name("multihost_worker.py"))
 TIMEOUT = 90

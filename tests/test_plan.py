@@ -212,7 +212,7 @@ def test_streaming_pack_keeps_rows_open_across_windows():
 
 
 def test_pydoc_autobuckets_is_better_than_powers_of_two():
-    from jaxbatch._default_data import pydoc_lengths
+    from jaxbatch._src.data.default_data import pydoc_lengths
 
     lengths = pydoc_lengths()
     pow2 = jb.plan(

@@ -94,7 +94,7 @@ def test_parquet_with_a_column_name_that_is_not_utf8_is_an_oserror_naming_it(tmp
     # pyarrow decodes the names of the Parquet schema into str when asked for
     # them (schema.names, schema_arrow, read_row_group): a mangled byte there
     # raised UnicodeDecodeError out of the Loader and `jaxbatch plan`.
-    from jaxbatch._cli import main
+    from jaxbatch._src.cli.main import main
 
     table = pa.table({"tokens": pa.array([[1, 2], [3]], pa.list_(pa.int32())), "label": [4, 5]})
     path = tmp_path / "d.parquet"

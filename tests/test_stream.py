@@ -275,7 +275,7 @@ def test_corrupt_row_group_mid_run_ends_the_stream_naming_it(tmp_path, monkeypat
     # before the feeder reads it again, from the feeder's own thread: the
     # only worker then waits for that row group, so nothing can see the
     # file's time stamp between the write and its restoring.
-    from jaxbatch._sources import StreamedParquet
+    from jaxbatch._src.data.sources import StreamedParquet
 
     read_chunk, opened = StreamedParquet.read_chunk, []
 
@@ -444,9 +444,12 @@ def test_map_over_a_streaming_loader_equals_map_over_the_whole_file(tmp_path):
 
 def test_keeping_more_batches_than_the_buffers_share_is_named(tmp_path):
     path = write_parquet(tmp_path / "data.parquet")
+    # One thread: with two, a later batch can take the last buffer before the
+    # one the consumer waits for, which then stalls one kept batch sooner.
     loader = jb.Loader(
-        path, jb.PadToMax(8), shuffle=False, stream=True, host_memory_limit=LIMIT, prefetch=2
-    )
+        path, jb.PadToMax(8), shuffle=False, stream=True, host_memory_limit=LIMIT, prefetch=2,
+        num_threads=1,
+    )  # fmt: skip
     kept = []
     with pytest.raises(RuntimeError, match=r"\(\d+ for batch buffers, the rest for row groups\)"):
         for batch in loader:
@@ -560,7 +563,7 @@ def test_streaming_loaders_restored_mid_epoch_always_close(tmp_path):
 def test_close_before_or_during_next_raises_instead_of_ending(tmp_path, monkeypatch, when):
     # Ending quietly (StopIteration) would pass a stream cut short for one
     # that reached the end of its data.
-    from jaxbatch._sources import StreamedParquet
+    from jaxbatch._src.data.sources import StreamedParquet
 
     path = write_parquet(tmp_path / "data.parquet")
     held = threading.Event()  # Set: the reader reads nothing more.

@@ -13,27 +13,27 @@ Example::
         batch = jb.collate(ds, spec)   # tokens, tokens_mask, tokens_lengths, example_index
 """
 
-from jaxbatch import _interrupt
+from jaxbatch._src.base import interrupt as _interrupt
 
 # First of all: Ctrl-C while jax loads (and later while JAX works) must be
 # neither lost nor fatal.
 _interrupt.import_jax()
 
 from jaxbatch import masked  # a namespace module: jb.masked.sum(...)
-from jaxbatch._autotune import AutotuneResult, autotune
-from jaxbatch._axes import AxisError, check_axes
-from jaxbatch._broadcast import BroadcastError, explain_broadcast, strict_broadcasting
-from jaxbatch._collate import Batch, collate, unbatch
-from jaxbatch._dataset import Dataset
-from jaxbatch._device import device_prefetch, global_batches, process_local
-from jaxbatch._job import JobError, JobReport, run
-from jaxbatch._job_output import read_output
-from jaxbatch._loader import ColumnSchema, Loader, LoaderOptions, LoaderStats
-from jaxbatch._map import MapResult, MapStats, map
-from jaxbatch._memory import MemoryEstimate, estimate_memory, max_batch_size
-from jaxbatch._plan import BatchPlan, BatchShape, BatchSpec, PlanStats, plan
-from jaxbatch._planners import AutoBuckets, FixedBuckets, Pack, PadToMax
-from jaxbatch._vmap import vmap
+from jaxbatch._src.collate.collate import Batch, collate, unbatch
+from jaxbatch._src.data.dataset import Dataset
+from jaxbatch._src.execute.autotune import AutotuneResult, autotune
+from jaxbatch._src.execute.axes import AxisError, check_axes
+from jaxbatch._src.execute.map import MapResult, MapStats, map
+from jaxbatch._src.execute.memory import MemoryEstimate, estimate_memory, max_batch_size
+from jaxbatch._src.execute.vmap import vmap
+from jaxbatch._src.job.job import JobError, JobReport, run
+from jaxbatch._src.job.output import read_output
+from jaxbatch._src.load.device import device_prefetch, global_batches, process_local
+from jaxbatch._src.load.loader import ColumnSchema, Loader, LoaderOptions, LoaderStats
+from jaxbatch._src.ops.broadcast import BroadcastError, explain_broadcast, strict_broadcasting
+from jaxbatch._src.plan.plan import BatchPlan, BatchShape, BatchSpec, PlanStats, plan
+from jaxbatch._src.plan.planners import AutoBuckets, FixedBuckets, Pack, PadToMax
 
 __all__ = [
     "AutoBuckets",

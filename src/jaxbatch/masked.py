@@ -9,5 +9,5 @@ Example::
     allowed = jb.masked.attention_mask(batch["tokens_segment_ids"], causal=True)
 """
 
-from jaxbatch._masked import *  # noqa: F403 - the names _masked.__all__ lists
-from jaxbatch._masked import __all__  # noqa: F401
+from jaxbatch._src.ops.masked import *  # noqa: F403 - the names _masked.__all__ lists
+from jaxbatch._src.ops.masked import __all__  # noqa: F401

@@ -14,12 +14,18 @@ from typing import Any, Literal
 import numpy as np
 
 from jaxbatch import _core
-from jaxbatch._agree import agree, loader_settings
-from jaxbatch._collate import Batch, _batch_from_core, _pad_values
-from jaxbatch._dataset import Dataset
-from jaxbatch._dtypes import dtype_name
-from jaxbatch._plan import BatchShape
-from jaxbatch._planners import (
+from jaxbatch._src.collate.collate import Batch, batch_from_core, pad_values
+from jaxbatch._src.data.dataset import Dataset
+from jaxbatch._src.data.dtypes import dtype_name
+from jaxbatch._src.data.sources import (
+    StreamedParquet,
+    open_source,
+    parquet_column_names,
+    parquet_decoded_bytes,
+)
+from jaxbatch._src.load.agree import agree, loader_settings
+from jaxbatch._src.plan.plan import BatchShape
+from jaxbatch._src.plan.planners import (
     AutoBuckets,
     FixedBuckets,
     Pack,
@@ -116,7 +122,7 @@ class LoaderOptions:
         if self.stream not in (None, True, False):
             raise ValueError(f"Loader: stream must be None, True or False, found {self.stream!r}")
         # A "jax" shard is known only where the Loader starts.
-        shard = (0, 1) if self.shard == "jax" else _resolve_shard(self.shard)
+        shard = (0, 1) if self.shard == "jax" else resolve_shard(self.shard)
         _core.validate_loader_options(self._core(shard))
 
     def _core(self, shard: tuple[int, int]) -> _core.LoaderOptions:
@@ -147,7 +153,7 @@ class LoaderOptions:
         o.epochs = 0 if self.epochs is None else int(self.epochs)
         o.on_error = _core.parse_error_policy(str(self.on_error))
         o.max_errors, o.max_error_fraction = _resolve_max_errors(self.max_errors)
-        o.pad_values, o.default_pad_value = _pad_values(self.pad_value, "Loader")
+        o.pad_values, o.default_pad_value = pad_values(self.pad_value, "Loader")
         o.host_memory_limit = int(self.host_memory_limit or 0)
         o.quarantine_path = os.fspath(self.quarantine_file) if self.quarantine_file else ""
         return o
@@ -270,8 +276,6 @@ class Loader:
             self.dataset, self.source = source, "dataset"
             core_schema = rules = self._schema(o.schema or {})
         elif _should_stream(source, o.stream, o.host_memory_limit, o.columns):
-            from jaxbatch._sources import StreamedParquet, parquet_column_names
-
             if not o.host_memory_limit:
                 raise ValueError(
                     "Loader: stream=True needs host_memory_limit (bytes) to size the cache of "
@@ -283,8 +287,6 @@ class Loader:
             self.dataset, self.source = self._stream, str(source)
             core_schema = []  # Applied per row group while opening.
         else:
-            from jaxbatch._sources import open_source
-
             self.dataset = open_source(source, o.columns, o.column, o.aligned)
             self.source = str(source)
             core_schema = rules = self._schema(o.schema or {})
@@ -298,7 +300,7 @@ class Loader:
                     f"Loader: pad_value names column {unknown[0]!r}, which the data does not "
                     f"have; columns are {self.dataset.column_names}"
                 )
-        self._core_options = o._core(_resolve_shard(o.shard))
+        self._core_options = o._core(resolve_shard(o.shard))
         self._core_options.schedule.planner = planner._options()
         self._core_options.schema = core_schema
         self._core_options.source = self.source
@@ -467,7 +469,7 @@ class Loader:
             self._stream.note_reads(core.chunk_reads, epoch)
         packed = isinstance(self.planner, Pack)
         shape = BatchShape(*planned)
-        batch = _batch_from_core(
+        batch = batch_from_core(
             arrays, step, shape, packed, self._length_column, self._ragged, self._fixed
         )
         batch.epoch = epoch
@@ -538,7 +540,6 @@ def _should_stream(source, stream, host_memory_limit, columns) -> bool:
         return False
     if not Path(source).is_file():
         return False  # open_source names what is wrong with it.
-    from jaxbatch._sources import parquet_decoded_bytes
 
     try:
         return parquet_decoded_bytes(source, columns) > host_memory_limit
@@ -590,7 +591,7 @@ def _feed(core_loader, stream) -> None:
             pass
 
 
-def _resolve_shard(shard) -> tuple[int, int]:
+def resolve_shard(shard) -> tuple[int, int]:
     """(index, count) from a shard option; the engine checks the range."""
     if shard is None:
         return 0, 1

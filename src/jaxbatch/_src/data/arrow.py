@@ -7,8 +7,8 @@ from typing import Any
 import numpy as np
 
 from jaxbatch import _core
-from jaxbatch._dtypes import as_bytes, dtype_name
-from jaxbatch._words import counted
+from jaxbatch._src.base.words import counted
+from jaxbatch._src.data.dtypes import as_bytes, dtype_name
 
 
 def _require_pyarrow():

@@ -22,9 +22,10 @@ from typing import Any
 
 import numpy as np
 
-from jaxbatch._collate import Batch
-from jaxbatch._job_folder import JOURNAL_NAME, Committed, process_parts, read_committed
-from jaxbatch._output_layout import leaf_names
+from jaxbatch._src.collate.collate import Batch
+from jaxbatch._src.data.dtypes import numpy_dtype
+from jaxbatch._src.execute.output_layout import leaf_names
+from jaxbatch._src.job.folder import JOURNAL_NAME, Committed, process_parts, read_committed
 
 _META_KIND, _META_SHAPE, _META_DTYPE = b"jaxbatch.kind", b"jaxbatch.shape", b"jaxbatch.dtype"
 
@@ -180,7 +181,6 @@ def _flat_values(array, dtype):
 def _numpy_dtype(name: str):
     if not name:
         return None
-    from jaxbatch._dtypes import numpy_dtype
 
     return numpy_dtype(name)
 

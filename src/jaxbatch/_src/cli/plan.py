@@ -1,5 +1,5 @@
 """The `jaxbatch` command line: `jaxbatch plan`, `jaxbatch run` and
-`jaxbatch demo` (see jaxbatch._cli_job for the last two).
+`jaxbatch demo` (see jaxbatch._src.cli.run for the last two).
 
     jaxbatch plan [FILE | --default] [--column NAME] [--max-shapes K]
                   [--token-budget T] [--plot out.png]
@@ -13,18 +13,18 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-from jaxbatch._cli_job import add_job_parsers, usage_error
-from jaxbatch._dataset import Dataset
-from jaxbatch._default_data import pydoc_lengths
-from jaxbatch._plan import BatchPlan, plan
-from jaxbatch._planners import AutoBuckets, FixedBuckets, Pack, PadToMax
-from jaxbatch._words import counted
+from jaxbatch._src.base.words import counted
+from jaxbatch._src.cli.common import usage_error
+from jaxbatch._src.data.dataset import Dataset
+from jaxbatch._src.data.default_data import pydoc_lengths
+from jaxbatch._src.data.sources import check_columns, reading
+from jaxbatch._src.plan.plan import BatchPlan, plan
+from jaxbatch._src.plan.planners import AutoBuckets, FixedBuckets, Pack, PadToMax
 
 DEFAULT_TOKEN_BUDGET = 4096
 DEFAULT_MAX_SHAPES = 8
@@ -56,17 +56,16 @@ def load_lengths(path: str | None, column: str | None) -> tuple[np.ndarray, str]
             import pyarrow.parquet as pq
         except ImportError:
             raise ImportError("reading Parquet/Arrow needs pyarrow") from None
-        from jaxbatch._sources import _check_columns, reading
 
         kind = "Parquet" if suffix == ".parquet" else "Arrow IPC"
         with reading(path, kind, prefix=""):
             schema = pq.read_schema(p) if suffix == ".parquet" else None
             if schema is not None:
-                name = _check_columns(path, schema, None, column, prefix="")
+                name = check_columns(path, schema, None, column, prefix="")
                 table = pq.read_table(p, columns=[name])
             else:
                 table = feather.read_table(p)
-                name = _check_columns(path, table.schema, None, column, prefix="")
+                name = check_columns(path, table.schema, None, column, prefix="")
         try:
             ds = Dataset.from_arrow(table, columns=[name])
         except ValueError as e:
@@ -214,9 +213,8 @@ def _plan_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="jaxbatch", description=__doc__.split("\n\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
+def add_plan_parser(sub) -> None:
+    """Adds `plan` to the `jaxbatch` command's subparsers."""
     p = sub.add_parser("plan", help="compare planners on a data set's lengths")
     p.add_argument("file", nargs="?", help="Parquet/Arrow file, or text with one example per line")
     p.add_argument("--default", action="store_true", help="use the embedded pydoc data set")
@@ -224,15 +222,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-shapes", type=int, default=DEFAULT_MAX_SHAPES, metavar="K")
     p.add_argument("--token-budget", type=int, default=DEFAULT_TOKEN_BUDGET, metavar="T")
     p.add_argument("--plot", metavar="OUT.png", help="draw the length histogram and boundaries")
-    add_job_parsers(sub)
-    args = parser.parse_args(argv)
-    if args.command != "plan":
-        return args.handler(args)
+    p.set_defaults(handler=plan_command)
+
+
+def plan_command(args) -> int:
     try:
         return _plan_command(args)
     except (ValueError, OSError, ImportError) as e:
         return usage_error("plan", e)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

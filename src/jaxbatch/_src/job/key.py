@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from jaxbatch import _core
-from jaxbatch._job_folder import JobError
+from jaxbatch._src.job.folder import JobError
 
 # How deep partial arguments and containers are followed.
 _MAX_DEPTH = 8

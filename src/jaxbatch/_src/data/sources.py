@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 
 from jaxbatch import _core
-from jaxbatch._dataset import Dataset, _Columns
-from jaxbatch._words import counted
+from jaxbatch._src.base.words import counted
+from jaxbatch._src.data.dataset import Columns, Dataset
 
 
 def open_source(
@@ -43,11 +43,11 @@ def open_source(
 
         with reading(p, "Parquet"):
             schema = pq.read_schema(p)
-            _check_columns(p, schema, columns, length_column)
+            check_columns(p, schema, columns, length_column)
             table = pq.read_table(p, columns=list(columns) if columns else None, memory_map=True)
     elif suffix in (".arrow", ".feather", ".ipc"):
         table = _read_arrow_ipc(p)
-        _check_columns(p, table.schema, columns, length_column)
+        check_columns(p, table.schema, columns, length_column)
         if columns:
             table = table.select(list(columns))
     else:
@@ -123,7 +123,7 @@ def _read_arrow_ipc(p: Path):
             raise file_error from None  # The file format's error says most.
 
 
-def _check_columns(path, schema, columns, length_column, prefix: str = "Loader: ") -> str:
+def check_columns(path, schema, columns, length_column, prefix: str = "Loader: ") -> str:
     """The column to batch by (`length_column`, else the first list column
     of `columns` or of all); ValueError for a missing column or one that is
     not a list or large_list."""
@@ -254,7 +254,7 @@ def parquet_decoded_bytes(path: str | os.PathLike, columns: Sequence[str] | None
 REREAD_WARNING = 4
 
 
-class StreamedParquet(_Columns):
+class StreamedParquet(Columns):
     """A Parquet file read one row group at a time, for a Loader whose data
     does not fit in memory.
 
@@ -277,7 +277,7 @@ class StreamedParquet(_Columns):
         self._stamp = _stamp(self.path)
         with reading(self.path, "Parquet"):
             reader = pq.ParquetFile(self.path)
-            _check_columns(self.path, reader.schema_arrow, columns, length_column)
+            check_columns(self.path, reader.schema_arrow, columns, length_column)
             self.num_row_groups = reader.metadata.num_row_groups
             rows = [reader.metadata.row_group(g).num_rows for g in range(self.num_row_groups)]
         # The file's example index of each row group's first example.

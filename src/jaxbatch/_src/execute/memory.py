@@ -14,7 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from jaxbatch._words import counted
+from jaxbatch._src.base.words import counted
+from jaxbatch._src.execute.axes import broadcast_prefix
+from jaxbatch._src.execute.hoist import hoisted
 
 #: Fraction of free device memory kept back when budget="auto".
 DEFAULT_HEADROOM = 0.1
@@ -111,8 +113,6 @@ def _batched_specs(args: Sequence[Any], kwargs: dict, in_axes: Any, batch: int):
             shape = shape[:a] + (batch,) + shape[a:]
         return jax.ShapeDtypeStruct(shape, x.dtype)
 
-    from jaxbatch._axes import broadcast_prefix
-
     out_args = tuple(
         jax.tree_util.tree_map(spec, a, broadcast_prefix(ax, a))
         for a, ax in zip(args, axes, strict=True)
@@ -123,8 +123,6 @@ def _batched_specs(args: Sequence[Any], kwargs: dict, in_axes: Any, batch: int):
 
 def _bytes_at(fun: Callable, in_axes: Any, args, kwargs, batch: int) -> int:
     import jax
-
-    from jaxbatch._hoist import hoisted
 
     specs, kw_specs = _batched_specs(args, kwargs, in_axes, batch)
     names = sorted(kw_specs)

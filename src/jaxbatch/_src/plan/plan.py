@@ -9,9 +9,9 @@ from typing import Any
 import numpy as np
 
 from jaxbatch import _core
-from jaxbatch._dataset import Dataset
-from jaxbatch._planners import AutoBuckets, FixedBuckets, Pack, PadToMax, Planner
-from jaxbatch._words import counted
+from jaxbatch._src.base.words import counted
+from jaxbatch._src.data.dataset import Dataset
+from jaxbatch._src.plan.planners import AutoBuckets, FixedBuckets, Pack, PadToMax, Planner
 
 
 @dataclasses.dataclass(frozen=True)

@@ -12,13 +12,15 @@ from typing import Any
 
 import numpy as np
 
-from jaxbatch._collate import Batch, unbatch
-from jaxbatch._dataset import Dataset
-from jaxbatch._hoist import hoisted
-from jaxbatch._loader import Loader
-from jaxbatch._output_layout import unbatch_layout
-from jaxbatch._planners import AutoBuckets, Pack, Planner
-from jaxbatch._words import counted
+from jaxbatch._src.base.words import counted
+from jaxbatch._src.collate.collate import Batch, collate, unbatch
+from jaxbatch._src.data.dataset import Dataset
+from jaxbatch._src.execute.hoist import hoisted
+from jaxbatch._src.execute.memory import max_batch_size_for
+from jaxbatch._src.execute.output_layout import unbatch_layout
+from jaxbatch._src.load.loader import Loader
+from jaxbatch._src.plan.plan import plan
+from jaxbatch._src.plan.planners import AutoBuckets, Pack, PadToMax, Planner
 
 log = logging.getLogger("jaxbatch")
 
@@ -75,7 +77,7 @@ def is_oom(error: BaseException) -> bool:
     return isinstance(error, jax.errors.JaxRuntimeError) and "RESOURCE_EXHAUSTED" in str(error)
 
 
-class _Executor:
+class Executor:
     """Compiles the checked, vmapped function once per input signature."""
 
     def __init__(self, fun, check_finite, check, length_column):
@@ -279,7 +281,7 @@ def map(  # noqa: A001 - the name users expect, as jax.lax.map
         raise ValueError(f"jb.map: min_batch_size must be an int >= 1, found {min_batch_size!r}")
 
     batches, shapes, length_column = _batches(fun, data, planner, batch_size, memory_budget)
-    executor = _Executor(fun, check_finite, check, length_column)
+    executor = Executor(fun, check_finite, check, length_column)
     expected_shapes = None
     if shapes is not None:
         expected_shapes = len(shapes)
@@ -314,7 +316,7 @@ def map(  # noqa: A001 - the name users expect, as jax.lax.map
 def _run_batches(
     batches, executor, stats, outputs, quarantine, on_error, on_oom, backoff, min_batch_size, bar
 ):
-    run = _OomSplitter(executor, on_oom, backoff, min_batch_size)
+    run = OomSplitter(executor, on_oom, backoff, min_batch_size)
     layouts = {}
     for batch in batches:
         out, flags = run(batch)
@@ -328,8 +330,8 @@ def _run_batches(
             bar(stats.examples - before, stats)
 
 
-class _OomSplitter:
-    """Runs a batch through an _Executor whole or, after an out-of-memory
+class OomSplitter:
+    """Runs a batch through an Executor whole or, after an out-of-memory
     error, in chunks of fewer rows (each chunk padded to the same row count,
     so one shape per limit); the lowered limit is kept for later batches."""
 
@@ -471,14 +473,14 @@ def _batches(fun, data, planner, batch_size, memory_budget):
             raise ValueError("jb.map: planner= is for a Dataset; the Loader has its own")
         return data, data.shapes, data._length_column
     if isinstance(data, Dataset):
-        rows = _rows_for(fun, data, batch_size, memory_budget)
+        rows = rows_for(fun, data, batch_size, memory_budget)
         planner = planner or AutoBuckets(DEFAULT_MAX_SHAPES, batch_size=rows)
         loader = Loader(data, planner, shuffle=False)
         return loader, loader.shapes, loader._length_column
     return data, None, getattr(data, "length_column", "")
 
 
-def _rows_for(fun, dataset, batch_size, memory_budget) -> int:
+def rows_for(fun, dataset, batch_size, memory_budget) -> int:
     if batch_size != "auto":
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(
@@ -491,10 +493,6 @@ def _rows_for(fun, dataset, batch_size, memory_budget) -> int:
     if budget == "auto" and not (jax.devices()[0].memory_stats() or {}).get("bytes_limit"):
         log.info("jb.map: no device memory statistics (CPU); batch_size=%d", DEFAULT_CPU_BATCH_SIZE)
         return DEFAULT_CPU_BATCH_SIZE
-    from jaxbatch._collate import collate
-    from jaxbatch._memory import max_batch_size_for
-    from jaxbatch._plan import plan
-    from jaxbatch._planners import PadToMax
 
     # One example padded to the longest: the worst case of any bucket.
     longest = int(np.argmax(dataset.lengths()))

@@ -19,14 +19,10 @@ import importlib.util
 import sys
 from pathlib import Path
 
-EXIT_USAGE, EXIT_INTERRUPTED = 2, 130
-
-
-def usage_error(command: str, error: BaseException) -> int:
-    """Reports a usage or input error of `jaxbatch COMMAND` as argparse does:
-    one line on stderr (pyarrow's messages can span several), exit 2."""
-    print(f"jaxbatch {command}: {' '.join(str(error).split())}", file=sys.stderr)
-    return EXIT_USAGE
+from jaxbatch._src.base.interrupt import raise_lost
+from jaxbatch._src.cli.common import EXIT_INTERRUPTED, usage_error
+from jaxbatch._src.job.job import run
+from jaxbatch._src.plan.planners import AutoBuckets, Pack, PadToMax
 
 
 def resolve_function(spec: str):
@@ -60,7 +56,6 @@ def resolve_function(spec: str):
 
 
 def _planner(args):
-    from jaxbatch._planners import AutoBuckets, Pack, PadToMax
 
     if args.planner == "pad":
         return PadToMax(args.batch_size or 32)
@@ -85,13 +80,11 @@ def _shard(value: str | None):
 
 
 def run_command(args) -> int:
-    import jaxbatch as jb
-    from jaxbatch._interrupt import raise_lost
 
     try:
         raise_lost()  # Pressed while jax was imported.
         fun = resolve_function(args.function)
-        report = jb.run(
+        report = run(
             fun,
             args.input,
             args.output,
@@ -121,15 +114,7 @@ def run_command(args) -> int:
     return 0
 
 
-def add_job_parsers(sub) -> None:
-    """Adds `run` and `demo` to the `jaxbatch` command's subparsers."""
-    _add_run_parser(sub)
-    from jaxbatch._demo.command import add_demo_parser
-
-    add_demo_parser(sub)
-
-
-def _add_run_parser(sub) -> None:
+def add_run_parser(sub) -> None:
     p = sub.add_parser(
         "run",
         help="run a per-example JAX function over a data source as a resumable job",

@@ -9,9 +9,9 @@ from typing import Any
 import numpy as np
 
 from jaxbatch import _core
-from jaxbatch._dataset import Dataset
-from jaxbatch._dtypes import numpy_dtype
-from jaxbatch._plan import BatchShape, BatchSpec
+from jaxbatch._src.data.dataset import Dataset
+from jaxbatch._src.data.dtypes import numpy_dtype
+from jaxbatch._src.plan.plan import BatchShape, BatchSpec
 
 _AUX_SUFFIXES = ("_mask", "_lengths", "_segment_ids", "_positions")
 
@@ -78,7 +78,7 @@ def collate(
                 f"collate: pad_value names column {unknown[0]!r}, which the dataset does not "
                 f"have; columns are {dataset.column_names}"
             )
-    pads, default = _pad_values(pad_value, "collate")
+    pads, default = pad_values(pad_value, "collate")
     if num_threads is None:
         threads = min(os.cpu_count() or 1, _core.MAX_THREADS)
     else:
@@ -89,7 +89,7 @@ def collate(
         )
     arrays = _core.collate(dataset._core, batch.plan._core, batch.index, pads, default, threads)
     fixed = {n: dataset._core.column(n).is_fixed for n in dataset.column_names}
-    return _batch_from_core(
+    return batch_from_core(
         arrays,
         batch.index,
         batch.shape,
@@ -117,7 +117,7 @@ def _pad_scalar(value: Any, what: str) -> int | float:
     raise TypeError(f"{what}: expected an int or a float, found {type(value).__name__}")
 
 
-def _pad_values(pad_value: Any, where: str) -> tuple[list[tuple[str, int | float]], int | float]:
+def pad_values(pad_value: Any, where: str) -> tuple[list[tuple[str, int | float]], int | float]:
     """(per-column pad values, default) from one number or a dict of them."""
     if isinstance(pad_value, Mapping):
         pads = [
@@ -128,7 +128,7 @@ def _pad_values(pad_value: Any, where: str) -> tuple[list[tuple[str, int | float
     return [], _pad_scalar(pad_value, f"{where}: pad_value")
 
 
-def _batch_from_core(arrays, index, shape, packed, length_column, ragged, fixed) -> Batch:
+def batch_from_core(arrays, index, shape, packed, length_column, ragged, fixed) -> Batch:
     """A Batch over the (name, dtype, array) triples the core returns."""
     out = Batch()
     for name, dtype, array in arrays:

@@ -17,6 +17,10 @@ from typing import Any
 
 import numpy as np
 
+from jaxbatch._src.execute.axes import check_axes
+from jaxbatch._src.execute.memory import compiled_bytes
+from jaxbatch._src.execute.vmap import vmap as jb_vmap
+
 STRATEGIES = ("vmap", "chunked_vmap", "lax_map", "loop")
 _CACHE: dict[Any, AutotuneResult] = {}
 
@@ -101,15 +105,12 @@ def autotune(
     unknown = [s for s in strategies if s not in STRATEGIES]
     if unknown or not strategies:
         raise ValueError(f"autotune: unknown strategies {unknown}; choose from {STRATEGIES}")
-    from jaxbatch._axes import check_axes
 
     n = check_axes(fun, 0, *example_args)
     chunk = chunk_size or max(1, n // 8)
     key = _cache_key(fun, example_args, strategies, memory_budget, chunk)
     if key in _CACHE:
         return _CACHE[key]
-    from jaxbatch._memory import compiled_bytes
-    from jaxbatch._vmap import vmap as jb_vmap
 
     candidates = {
         "vmap": jax.jit(jax.vmap(fun)),

@@ -6,13 +6,14 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from jaxbatch._axes import (
+from jaxbatch._src.execute.axes import (
     broadcast_prefix as _broadcast_prefix,
 )
-from jaxbatch._axes import (
+from jaxbatch._src.execute.axes import (
     check_axes,
     mapped_leaves,
 )
+from jaxbatch._src.execute.memory import max_batch_size_for
 
 
 def vmap(
@@ -205,8 +206,6 @@ def _chunked(fun, in_axes, out_axes, size, args, kwargs):
 def _auto_chunk(fun, in_axes, args, kwargs, budget, n):
     import jax
     import numpy as np
-
-    from jaxbatch._memory import max_batch_size_for
 
     def one(ax, x):  # One example: the mapped axis removed.
         if ax is None:

@@ -30,8 +30,18 @@ from pathlib import Path
 
 import numpy as np
 
-from jaxbatch._cli_job import usage_error
-from jaxbatch._words import counted
+from jaxbatch import _core
+from jaxbatch._src.base.words import counted
+from jaxbatch._src.cli.common import usage_error
+from jaxbatch._src.cli.demo.minilm import load_model
+from jaxbatch._src.cli.plan import compare, format_table
+from jaxbatch._src.data.dataset import Dataset
+from jaxbatch._src.data.default_data import pydoc_paragraphs
+from jaxbatch._src.execute.memory import estimate_memory, free_device_memory
+from jaxbatch._src.job.job import run
+from jaxbatch._src.job.output import read_output
+from jaxbatch._src.plan.plan import plan
+from jaxbatch._src.plan.planners import AutoBuckets, Pack
 
 DEFAULT_QUERY = "How do I catch an exception and handle the error?"
 NAIVE_BATCH_SIZE = 32
@@ -47,8 +57,6 @@ CHECKPOINT_EVERY = 512
 def load_corpus(path: str | None, text_column: str | None) -> tuple[list[str], str]:
     """Texts and a description of where they came from."""
     if path is None:
-        from jaxbatch._default_data import pydoc_paragraphs
-
         return pydoc_paragraphs(), "pydoc topics (CPython's pydoc_data, embedded default)"
     p = Path(path)
     if not p.is_file():
@@ -87,15 +95,11 @@ def plan_token_budget(model, budget: int | None) -> tuple[int, int, str]:
     budget, times 256. Returns (token budget, budget bytes, where from)."""
     import jax
 
-    import jaxbatch as jb
-
     length = model.config.max_seq_length
     where = "bytes given"
     if budget is None:
         stats = jax.devices()[0].memory_stats() or {}
         if stats.get("bytes_limit"):
-            from jaxbatch._memory import free_device_memory
-
             budget, where = free_device_memory(), "free device memory"
         else:
             budget, where = CPU_MEMORY_BUDGET, "CPU default"
@@ -105,7 +109,7 @@ def plan_token_budget(model, budget: int | None) -> tuple[int, int, str]:
     }
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        estimate = jb.estimate_memory(model.embed_fn(), example, batch_sizes=(1, 16))
+        estimate = estimate_memory(model.embed_fn(), example, batch_sizes=(1, 16))
     for w in caught:  # the demo says it in its own line; others pass on
         if "YNNPACK" in str(w.message):
             where += "; XLA's YNNPACK fusions are not in its analysis: the peak can be higher"
@@ -121,14 +125,13 @@ def job_planner(model, dataset, kind: str, max_shapes: int, token_budget: int):
     ``"pack"``, rows of the model's 256 tokens each holding several
     examples, block-diagonal attention and one embedding per segment (one
     compilation, ~97% real tokens on the pydoc corpus)."""
-    import jaxbatch as jb
 
     if kind == "pack":
         length = model.config.max_seq_length
-        pack = jb.Pack(row_length=length, rows_per_batch=max(1, token_budget // length))
-        segments = jb.plan(dataset, pack).shapes[0].segments
+        pack = Pack(row_length=length, rows_per_batch=max(1, token_budget // length))
+        segments = plan(dataset, pack).shapes[0].segments
         return pack, model.embed_packed_fn(segments)
-    return jb.AutoBuckets(max_shapes, token_budget=token_budget), model.embed_fn()
+    return AutoBuckets(max_shapes, token_budget=token_budget), model.embed_fn()
 
 
 def naive_job(model, ids: list[np.ndarray]) -> tuple[np.ndarray, dict]:
@@ -192,10 +195,6 @@ def demo_command(args) -> int:
 def _demo(args) -> int:
     import jax
 
-    import jaxbatch as jb
-    from jaxbatch._cli import compare, format_table
-    from jaxbatch._demo.minilm import load_model
-
     texts, source = load_corpus(args.corpus, args.text_column)
     if args.limit:
         texts = texts[: args.limit]
@@ -219,7 +218,7 @@ def _demo(args) -> int:
         f"model: all-MiniLM-L6-v2 in JAX ({model.folder}), loaded in {load_seconds:.2f} s; "
         f"tokenised in {tokenize_seconds:.2f} s; JAX on {jax.devices()[0].platform}\n"
     )
-    dataset = jb.Dataset.from_arrays({"input_ids": ids})
+    dataset = Dataset.from_arrays({"input_ids": ids})
 
     # 1. The job, through jaxbatch.
     t0 = time.perf_counter()
@@ -232,11 +231,10 @@ def _demo(args) -> int:
         f"{model.config.max_seq_length}), planned in {planning_seconds:.2f} s"
     )
     output = Path(args.output) if args.output else Path(tempfile.mkdtemp(prefix="jaxbatch-demo-"))
-    from jaxbatch import _core
 
     tag = f"all-MiniLM-L6-v2:{_core.hash_file(str(model.folder / 'model.safetensors')):016x}"
     t0 = time.perf_counter()
-    report = jb.run(
+    report = run(
         fun,
         dataset,
         output,
@@ -244,12 +242,12 @@ def _demo(args) -> int:
         checkpoint_every=CHECKPOINT_EVERY,
         progress=not args.no_progress,
         tag=tag,
-        name="jaxbatch._demo.minilm:MiniLM."
+        name="jaxbatch._src.cli.demo.minilm:MiniLM."
         + ("embed_packed_fn" if args.planner == "pack" else "embed_fn"),
     )
     job_seconds = time.perf_counter() - t0 + planning_seconds
     print(report)
-    vectors = jb.read_output(output)["output"]
+    vectors = read_output(output)["output"]
 
     # 2. The naive job, on the same token ids.
     rows = [

@@ -1,0 +1,1 @@
+"""What every layer uses: Ctrl-C handling and the wording of counts."""

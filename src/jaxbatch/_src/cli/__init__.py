@@ -1,0 +1,1 @@
+"""The jaxbatch command line: plan, run and demo."""

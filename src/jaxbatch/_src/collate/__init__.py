@@ -1,0 +1,1 @@
+"""Collation: planned batches into padded or packed arrays."""

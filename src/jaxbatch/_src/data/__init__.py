@@ -1,0 +1,1 @@
+"""Data: ragged columns and datasets, from arrays, Arrow and files."""

@@ -1,0 +1,1 @@
+"""Execution in JAX: checked and chunked vmap, jb.map, memory planning, autotuning."""

@@ -1,0 +1,1 @@
+"""Jobs: resumable, exactly-once runs of jb.map with their folder, journal and output."""

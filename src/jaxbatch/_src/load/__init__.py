@@ -1,0 +1,1 @@
+"""Loading: the C++ Loader, device prefetch and the processes' agreement."""

@@ -1,0 +1,1 @@
+"""Ops: masked reductions and broadcasting explained."""

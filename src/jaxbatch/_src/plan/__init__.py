@@ -1,0 +1,1 @@
+"""Planning: planner options (the engine's) and batch plans."""
