@@ -108,7 +108,7 @@ def test_a_finished_job_is_not_run_again(tmp_path):
 
 
 def _records(folder: Path) -> list[dict]:
-    journal = _core.Journal(str(folder / "journal.jbj"))
+    journal = _core.Journal(str(folder / "journal.jbj"), _core.JournalAccess.read)
     try:
         return [json.loads(r) for r in journal.records()]
     finally:
@@ -417,3 +417,49 @@ def test_kill_9_of_one_process_then_rerunning_all_resumes(tmp_path):
     assert_matches_reference(jb.read_output(out), tokens)
     report = json.loads((out / "process-00000-of-00002" / "report.json").read_text())
     assert report["runs"] >= 2 or first.returncode == 0
+
+
+def test_a_job_streams_a_parquet_file_by_row_group_and_resumes(tmp_path):
+    """stream=True with a host_memory_limit below the file: the job reads it
+    by row group (as a Loader does), writes what reading it whole writes,
+    and resumes after a crash; batch_size='auto' cannot plan from values it
+    does not hold, and says so."""
+    tokens = token_lists(300, seed=4)
+    source = tmp_path / "in.parquet"
+    table = pa.table({"tokens": pa.array([t.tolist() for t in tokens], pa.list_(pa.int32()))})
+    pq.write_table(table, source, row_group_size=25)
+    common = dict(planner=jb.PadToMax(8), checkpoint_every=40, progress=False)
+    whole = jb.run(summarise, source, tmp_path / "whole", **common)
+    limit = 60_000
+    assert pq.ParquetFile(source).metadata.num_rows == 300
+    with pytest.raises(ValueError, match="batch_size='auto' plans memory"):
+        jb.run(summarise, source, tmp_path / "auto", stream=True, host_memory_limit=limit)
+
+    class Crash(Exception):
+        pass
+
+    real_append, appended = job_folder.Journal.append, []
+
+    def crash_on_third_shard(self, record):
+        if record["kind"] == "shard":
+            appended.append(record)
+            if len(appended) == 3:
+                raise Crash
+        real_append(self, record)
+
+    streamed = tmp_path / "streamed"
+    job_folder.Journal.append = crash_on_third_shard
+    try:
+        with pytest.raises(Crash):
+            jb.run(summarise, source, streamed, stream=True, host_memory_limit=limit, **common)
+    finally:
+        job_folder.Journal.append = real_append
+    report = jb.run(summarise, source, streamed, stream=True, host_memory_limit=limit, **common)
+    assert report.runs == 2 and report.examples == whole.examples == 300
+    assert_matches_reference(jb.read_output(streamed), tokens)
+    assert shard_bytes(streamed) == shard_bytes(tmp_path / "whole")
+    # It did stream: its input is keyed on row groups, not on the file read whole.
+    inputs = [
+        _records(folder)[0]["fingerprint"]["input"] for folder in (streamed, tmp_path / "whole")
+    ]
+    assert inputs[0] != inputs[1]

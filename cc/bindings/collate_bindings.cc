@@ -9,6 +9,11 @@
 namespace jaxbatch::bindings {
 
 void BindCollate(nb::module_& m) {
+  m.attr("MASK_SUFFIX") = std::string(kMaskSuffix);
+  m.attr("LENGTHS_SUFFIX") = std::string(kLengthsSuffix);
+  m.attr("SEGMENT_IDS_SUFFIX") = std::string(kSegmentIdsSuffix);
+  m.attr("POSITIONS_SUFFIX") = std::string(kPositionsSuffix);
+  m.attr("EXAMPLE_INDEX") = std::string(kExampleIndexName);
   m.def(
       "collate",
       [](const Dataset& dataset, const BatchPlan& plan, int64_t batch_index,

@@ -96,6 +96,7 @@ void BindLoad(nb::module_& m) {
   nb::class_<ChunkedSource>(m, "ChunkedSource")
       .def_prop_ro("num_examples", &ChunkedSource::num_examples)
       .def_prop_ro("num_chunks", &ChunkedSource::num_chunks)
+      .def_ro("fingerprint", &ChunkedSource::fingerprint)
       .def_prop_ro("length_column", [](const ChunkedSource& s) { return s.length_column; })
       .def_prop_ro("prototype", [](const ChunkedSource& s) { return s.prototype; })
       .def_prop_ro("chunk_begin", [](const ChunkedSource& s) { return ToNumpy(s.chunk_begin); })

@@ -197,8 +197,8 @@ class BatchCollator {
     const PadValue pad = EncodePad(column, options_);
     const size_t item = ItemSize(column.dtype());
     Array values = Alloc(column.name(), column.dtype(), WithInner({rows(), length}, column));
-    Array mask = Alloc(column.name() + "_mask", DType::kBool, {rows(), length});
-    Array lengths = Alloc(column.name() + "_lengths", DType::kInt32, {rows()});
+    Array mask = Alloc(StrCat(column.name(), kMaskSuffix), DType::kBool, {rows(), length});
+    Array lengths = Alloc(StrCat(column.name(), kLengthsSuffix), DType::kInt32, {rows()});
     auto* lengths_out = reinterpret_cast<int32_t*>(lengths.data);
     const int64_t row_bytes = length * column.row_bytes();
     // Short rows: clear the whole batch once, then copy the examples in, so
@@ -248,9 +248,11 @@ class BatchCollator {
     const PadValue pad = EncodePad(column, options_);
     const size_t item = ItemSize(column.dtype());
     Array values = Alloc(column.name(), column.dtype(), WithInner({rows(), length}, column));
-    Array segment_ids = Alloc(column.name() + "_segment_ids", DType::kInt32, {rows(), length});
-    Array positions = Alloc(column.name() + "_positions", DType::kInt32, {rows(), length});
-    Array lengths = Alloc(column.name() + "_lengths", DType::kInt32, {rows(), segments});
+    Array segment_ids =
+        Alloc(StrCat(column.name(), kSegmentIdsSuffix), DType::kInt32, {rows(), length});
+    Array positions =
+        Alloc(StrCat(column.name(), kPositionsSuffix), DType::kInt32, {rows(), length});
+    Array lengths = Alloc(StrCat(column.name(), kLengthsSuffix), DType::kInt32, {rows(), segments});
     auto* ids_out = reinterpret_cast<int32_t*>(segment_ids.data);
     auto* pos_out = reinterpret_cast<int32_t*>(positions.data);
     auto* len_out = reinterpret_cast<int32_t*>(lengths.data);
@@ -317,7 +319,7 @@ class BatchCollator {
   void ExampleIndex(std::vector<Array>& out) {
     std::vector<int64_t> shape = {rows()};
     if (layout_.packed) shape.push_back(slots());
-    Array index = Alloc("example_index", DType::kInt64, shape);
+    Array index = Alloc(std::string(kExampleIndexName), DType::kInt64, shape);
     auto* index_out = reinterpret_cast<int64_t*>(index.data);
     fillers_.push_back([=, this](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {

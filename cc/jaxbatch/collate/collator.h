@@ -28,6 +28,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -36,6 +37,15 @@
 #include "jaxbatch/plan/batch_plan.h"
 
 namespace jaxbatch {
+
+// The names of what collation adds beside a column's values (the one place
+// they are spelled; the Python layer reads them from here). The arrays of a
+// batch come in no promised order: find them by name.
+inline constexpr std::string_view kMaskSuffix = "_mask";
+inline constexpr std::string_view kLengthsSuffix = "_lengths";
+inline constexpr std::string_view kSegmentIdsSuffix = "_segment_ids";
+inline constexpr std::string_view kPositionsSuffix = "_positions";
+inline constexpr std::string_view kExampleIndexName = "example_index";
 
 inline constexpr double kDefaultPadValue = 0.0;
 inline constexpr int64_t kDefaultMinBytesPerThread = int64_t{4} << 20;

@@ -4,7 +4,9 @@
 #include <utility>
 
 #include "jaxbatch/base/error.h"
+#include "jaxbatch/base/hash.h"
 #include "jaxbatch/data/dataset_builder.h"
+#include "jaxbatch/data/fingerprint.h"
 
 namespace jaxbatch {
 
@@ -28,6 +30,8 @@ ChunkedSourceBuilder::ChunkedSourceBuilder(std::string length_column, Schema sch
 
 void ChunkedSourceBuilder::Add(const Dataset& chunk) {
   const int64_t index = source_.num_chunks();
+  const uint64_t chunk_fingerprint = DatasetFingerprint(chunk);
+  source_.fingerprint = Hash64(&chunk_fingerprint, sizeof(chunk_fingerprint), source_.fingerprint);
   if (!first_) {
     if (length_column_.empty()) length_column_ = chunk.default_length_column();
     if (chunk.column(length_column_).is_fixed()) {
@@ -133,7 +137,7 @@ void GatheredBatch::RestoreExampleIndex(std::vector<Array>& arrays) const {
     original_of[static_cast<size_t>(examples[k])] = all[k];
   }
   for (Array& a : arrays) {
-    if (a.name != "example_index") continue;
+    if (a.name != kExampleIndexName) continue;
     auto* ids = reinterpret_cast<int64_t*>(a.data);
     const int64_t n = a.num_bytes() / static_cast<int64_t>(sizeof(int64_t));
     for (int64_t i = 0; i < n; ++i) {

@@ -45,6 +45,9 @@ struct ChunkedSource {
   // Every ragged column's lengths over the whole data, in column order.
   std::vector<std::pair<std::string, std::vector<int64_t>>> ragged_lengths;
   std::vector<BadRecord> bad_records;  // whole-data example indices, in order
+  // Every value's fingerprint: DatasetFingerprint of each chunk, chained in
+  // chunk order (what a job keys a streamed input on).
+  uint64_t fingerprint = 0;
 
   int64_t num_examples() const { return chunk_begin.back(); }
   int64_t num_chunks() const { return static_cast<int64_t>(chunk_bytes.size()); }

@@ -14,6 +14,7 @@ resumable job (jb.run): re-running the same command after a crash resumes.
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import importlib.util
 import sys
@@ -99,6 +100,8 @@ def run_command(args) -> int:
             progress=not args.no_progress,
             name=args.function,
             shard=_shard(args.shard),
+            stream=args.stream,
+            host_memory_limit=args.host_memory_limit,
         )
     except KeyboardInterrupt:
         print(
@@ -146,6 +149,18 @@ def add_run_parser(sub) -> None:
         metavar="I/N",
         help="this process's part of a job run on N processes (or 'jax': from "
         "jax.distributed); each writes its own folder in --output",
+    )
+    p.add_argument(
+        "--host-memory-limit",
+        type=int,
+        metavar="BYTES",
+        help="bytes the loader may hold; a Parquet input decoding to more streams by row group",
+    )
+    p.add_argument(
+        "--stream",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="read a Parquet input by row group (default: when it exceeds --host-memory-limit)",
     )
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(handler=run_command)

@@ -9,11 +9,12 @@ from typing import Any
 import numpy as np
 
 from jaxbatch import _core
+from jaxbatch._src.collate import keys
 from jaxbatch._src.data.dataset import Dataset
 from jaxbatch._src.data.dtypes import numpy_dtype
 from jaxbatch._src.plan.plan import BatchShape, BatchSpec
 
-_AUX_SUFFIXES = ("_mask", "_lengths", "_segment_ids", "_positions")
+_AUX_SUFFIXES = keys.SUFFIXES
 
 
 class Batch(dict):
@@ -36,7 +37,7 @@ class Batch(dict):
     @property
     def aux_keys(self) -> tuple[str, ...]:
         """The keys collate added beside the columns."""
-        return tuple(k for k in self if k == "example_index" or _aux_of(k, self.ragged_columns))
+        return tuple(k for k in self if k == keys.EXAMPLE_INDEX or _aux_of(k, self.ragged_columns))
 
 
 def _aux_of(key: str, ragged: tuple[str, ...]) -> bool:
@@ -168,7 +169,7 @@ def unbatch(
         raise TypeError(f"unbatch: expected the Batch collate returned, found {type(batch)}")
     single = not isinstance(outputs, Mapping)
     items = {"": outputs} if single else dict(outputs)
-    index = np.asarray(batch["example_index"])
+    index = np.asarray(batch[keys.EXAMPLE_INDEX])
     result: dict[int, Any] = {}
     for key, value in items.items():
         if not single and key in batch.aux_keys:
@@ -180,11 +181,11 @@ def unbatch(
                 f"{batch.shape.rows} rows"
             )
         if key in batch.ragged_columns:
-            lengths, token_level = np.asarray(batch[key + "_lengths"]), True
+            lengths, token_level = np.asarray(batch[keys.lengths(key)]), True
         elif key in batch.fixed_columns:
             lengths, token_level = None, False
         else:
-            lengths = np.asarray(batch[batch.length_column + "_lengths"])
+            lengths = np.asarray(batch[keys.lengths(batch.length_column)])
             forced = per_token.get(key) if isinstance(per_token, Mapping) else per_token
             token_level = (
                 array.ndim >= 2 and array.shape[1] == batch.shape.length

@@ -284,6 +284,7 @@ class StreamedParquet(Columns):
         self._group_begin = np.concatenate([[0], np.cumsum(rows, dtype=np.int64)])
         if self.num_row_groups == 0:
             raise ValueError(f"Loader: {self.path} has no row groups to stream; it holds no data")
+        self.schema_rules = schema  # Applied below, to every row group.
         builder = _core.ChunkedSourceBuilder(length_column or "", schema)
         for g in range(self.num_row_groups):
             chunk = self.read_chunk(reader, g)
@@ -329,6 +330,11 @@ class StreamedParquet(Columns):
     @property
     def num_examples(self) -> int:
         return self._source.num_examples
+
+    @property
+    def fingerprint(self) -> int:
+        """Every value's fingerprint, row group by row group (the engine's)."""
+        return self._source.fingerprint
 
     def watch_rereads(self, planner, host_memory_limit: int) -> None:
         """Starts counting epochs for :meth:`note_reads` (a loader started or

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from jaxbatch._src.base.words import counted
+from jaxbatch._src.collate import keys
 from jaxbatch._src.collate.collate import Batch, collate, unbatch
 from jaxbatch._src.data.dataset import Dataset
 from jaxbatch._src.execute.hoist import hoisted
@@ -91,7 +92,7 @@ class Executor:
             out = fun(example)
             flags = jax.numpy.int32(0)
             if check_finite:
-                mask = example.get(f"{length_column}_mask") if isinstance(example, dict) else None
+                mask = example.get(keys.mask(length_column)) if isinstance(example, dict) else None
                 finite = jax.numpy.bool_(True)
                 for leaf in jax.tree_util.tree_leaves(out):
                     if not jax.numpy.issubdtype(leaf.dtype, jax.numpy.inexact):
@@ -194,8 +195,8 @@ def _spec_for(template: dict[str, np.ndarray], shape, packed: bool, length_colum
     """{name: (shape, dtype)} of a batch of ``shape`` laid out as ``template``
     (a collated batch of another shape); None when the layout does not follow
     from the shape alone (other ragged columns have widths of their own)."""
-    token_keys = {f"{length_column}{s}" for s in ("", "_mask", "_segment_ids", "_positions")}
-    ragged = {k for k in template if k.endswith("_mask") and k != f"{length_column}_mask"}
+    token_keys = {f"{length_column}{s}" for s in keys.TOKEN_SUFFIXES}
+    ragged = {k for k in template if k.endswith(keys.MASK) and k != keys.mask(length_column)}
     if ragged:
         return None
     spec = {}
@@ -217,7 +218,7 @@ def _rows(arrays: dict[str, np.ndarray], start: int, stop: int, size: int) -> di
     for k, v in arrays.items():
         part = v[start:stop]
         if stop - start < size:
-            fill = -1 if k == "example_index" else 0
+            fill = -1 if k == keys.EXAMPLE_INDEX else 0
             pad = np.full((size - (stop - start),) + v.shape[1:], fill, dtype=v.dtype)
             part = np.concatenate([part, pad])
         out[k] = part
@@ -344,7 +345,7 @@ class OomSplitter:
     def __call__(self, batch):
         """The batch's outputs (numpy, one leading row axis) and per-row flags."""
         arrays = dict(batch)
-        rows = len(arrays["example_index"])
+        rows = len(arrays[keys.EXAMPLE_INDEX])
         limit = rows if self.oom_limit is None else min(self.oom_limit, rows)
         start = 0
         pieces = []
@@ -440,7 +441,7 @@ def flag_reason(flag: int) -> str:
 
 
 def _collect(out, flags, batch, stats, outputs, quarantine, on_error, per_token=None):
-    index = np.asarray(batch["example_index"])
+    index = np.asarray(batch[keys.EXAMPLE_INDEX])
     per_row = index if index.ndim == 1 else None
     real = (
         np.flatnonzero(per_row >= 0) if per_row is not None else np.flatnonzero((index >= 0).any(1))

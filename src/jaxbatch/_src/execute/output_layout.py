@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from jaxbatch._src.collate import keys
+
 
 def leaf_names(out: Any) -> list[tuple[str, Any]]:
     """(column name, leaf) for every leaf of an output pytree: a bare array is
@@ -35,7 +37,7 @@ def leaf_names(out: Any) -> list[tuple[str, Any]]:
                 parts.append(str(key))
         named.append((".".join(parts) or "output", leaf))
     names = [n for n, _ in named]
-    if "example_index" in names or len(set(names)) != len(names):
+    if keys.EXAMPLE_INDEX in names or len(set(names)) != len(names):
         raise ValueError(f"output names {names} must be unique and must not be 'example_index'")
     return named
 
@@ -78,14 +80,7 @@ def per_token_leaves(fun, batch) -> list[bool]:
 
 def _token_level_key(key: str, batch) -> bool:
     """Keys whose first per-row axis is a ragged column's token axis."""
-    for column in batch.ragged_columns:
-        if key == column or key in (
-            f"{column}_mask",
-            f"{column}_segment_ids",
-            f"{column}_positions",
-        ):
-            return True
-    return False
+    return any(key == column + s for column in batch.ragged_columns for s in keys.TOKEN_SUFFIXES)
 
 
 def unbatch_layout(fun, batch, out) -> bool | dict[str, bool]:

@@ -41,8 +41,9 @@ import numpy as np
 from jaxbatch import _core
 from jaxbatch._src.base.interrupt import raise_lost
 from jaxbatch._src.base.words import counted
+from jaxbatch._src.collate import keys
 from jaxbatch._src.data.dataset import Dataset
-from jaxbatch._src.data.sources import open_source
+from jaxbatch._src.data.sources import StreamedParquet, open_source
 from jaxbatch._src.execute.map import (
     DEFAULT_MAX_SHAPES,
     Executor,
@@ -63,7 +64,13 @@ from jaxbatch._src.job.folder import (
 )
 from jaxbatch._src.job.key import function_fingerprint, function_key
 from jaxbatch._src.job.output import batch_columns, concat_columns, encode_parquet, to_table
-from jaxbatch._src.load.loader import ColumnSchema, Loader, LoaderOptions, resolve_shard
+from jaxbatch._src.load.loader import (
+    ColumnSchema,
+    Loader,
+    LoaderOptions,
+    open_streamed,
+    resolve_shard,
+)
 from jaxbatch._src.plan.planners import (
     AutoBuckets,
     FixedBuckets,
@@ -176,6 +183,8 @@ def run(
     pad_value: float | Mapping[str, float] = 0,
     num_threads: int | None = None,
     prefetch: int | None = None,
+    stream: bool | None = None,
+    host_memory_limit: int | None = None,
     progress: bool = True,
     overwrite: bool = False,
     tag: str | None = None,
@@ -194,7 +203,11 @@ def run(
     same as an uninterrupted run's.
 
     * ``source``: a :class:`Dataset` or a path a :class:`Loader` reads
-      (Parquet, Arrow IPC, a folder of .npy), with ``columns`` / ``column``.
+      (Parquet, Arrow IPC, a folder of .npy), with ``columns`` / ``column``,
+      opened as the Loader opens it: ``stream`` and ``host_memory_limit``
+      as for :class:`Loader`, so a Parquet file larger than memory is read
+      by row group (its input is then keyed on its row groups' values, and
+      ``batch_size="auto"`` needs a planner or a batch size instead).
     * ``planner`` (default ``AutoBuckets(8, batch_size=...)``) and
       ``batch_size`` / ``memory_budget`` as for jb.map; the planner is
       resolved once, on the first run, and kept for every resume.
@@ -233,15 +246,11 @@ def run(
             "jb.run writes Parquet and needs pyarrow: pip install 'jaxbatch[arrow]'"
         ) from None
     _check_args(checkpoint_every)
-    if isinstance(source, Dataset):
-        dataset, source_name = source, "a Dataset"
-    else:
-        dataset, source_name = open_source(source, columns, column, None), str(source)
-    length_column = column or dataset.default_length_column
     # The job's loader reads in example order, once; the engine checks the
     # rest here, before any folder is made.
     options = LoaderOptions(
-        column=length_column,
+        columns=None if isinstance(source, Dataset) else columns,
+        column=column,
         shuffle=False,
         epochs=1,
         shard=shard,
@@ -250,14 +259,33 @@ def run(
         schema=schema,
         pad_value=pad_value,
         num_threads=num_threads,
+        host_memory_limit=host_memory_limit,
+        stream=stream,
         **({} if prefetch is None else {"prefetch": prefetch}),
     )
+    if isinstance(source, Dataset):
+        dataset, source_name = source, "a Dataset"
+        input_key = _core.dataset_fingerprint(dataset._core)
+    else:
+        # Opened as a Loader opens it: read whole, or by row group (a file
+        # larger than memory), whose input is keyed on its row groups' values.
+        dataset = open_streamed(source, options) or open_source(source, columns, column, None)
+        source_name = str(source)
+        streamed = isinstance(dataset, StreamedParquet)
+        input_key = dataset.fingerprint if streamed else _core.dataset_fingerprint(dataset._core)
+        if streamed and planner is None and batch_size == "auto":
+            raise ValueError(
+                f"jb.run: batch_size='auto' plans memory from an example's values, which a "
+                f"streamed {source} keeps on disk; give planner= or batch_size="
+            )
+    length_column = column or dataset.default_length_column
+    options = dataclasses.replace(options, column=length_column)
     shard_index, shard_count = resolve_shard(shard)
     fingerprint = {
         "format": _FORMAT_VERSION,
         "function": name or function_key(fun),
         "function_source": function_fingerprint(fun, tag, "the function"),
-        "input": f"{_core.dataset_fingerprint(dataset._core):016x}",
+        "input": f"{input_key:016x}",
         "examples": dataset.num_examples,
         "options": {
             "planner": planner_key(planner),
@@ -325,7 +353,10 @@ def run(
                 journal,
                 folder,
                 shards,
-                loader_options=dataclasses.replace(options, shard=(shard_index, shard_count)),
+                # The source is open already: the loader takes it as it is.
+                loader_options=dataclasses.replace(
+                    options, shard=(shard_index, shard_count), columns=None, stream=None
+                ),
                 check_finite=check_finite,
                 check=check,
                 checkpoint_every=checkpoint_every,
@@ -500,7 +531,7 @@ class _Job:
             counts.loading += time.perf_counter() - t0
             if batch is None:
                 break
-            if not (np.asarray(batch["example_index"]) >= 0).any():
+            if not (np.asarray(batch[keys.EXAMPLE_INDEX]) >= 0).any():
                 continue  # A shard's padding batch (equal step counts): nothing to run.
             compile_before = self.executor.stats.compile_seconds
             run_before = self.executor.stats.run_seconds
@@ -522,7 +553,7 @@ class _Job:
 
     def _keep(self, out, flags, batch):
         """The examples to write, their columns, and the flagged examples."""
-        index = np.asarray(batch["example_index"])
+        index = np.asarray(batch[keys.EXAMPLE_INDEX])
         flags = np.asarray(flags)
         row_ok = flags == 0
         keep = (index >= 0) & (row_ok if index.ndim == 1 else row_ok[:, None])
@@ -594,7 +625,7 @@ class _Counts:
         self.examples += written
         self.bad += bad
         column = batch.length_column
-        self.real_elements += int(np.asarray(batch[column + "_lengths"]).sum())
+        self.real_elements += int(np.asarray(batch[keys.lengths(column)]).sum())
         self.padded_elements += int(np.prod(np.asarray(batch[column]).shape[:2]))
 
     def record(self) -> dict[str, Any]:
@@ -630,7 +661,7 @@ class _ProgressBar:
         if self.bar is None:
             return
         column = batch.length_column
-        self.real += int(np.asarray(batch[column + "_lengths"]).sum())
+        self.real += int(np.asarray(batch[keys.lengths(column)]).sum())
         self.padded += int(np.prod(np.asarray(batch[column]).shape[:2]))
         self.bar.update(examples)
         self.bar.set_postfix(

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from jaxbatch._src.collate import keys
 from jaxbatch._src.collate.collate import Batch
 from jaxbatch._src.data.dtypes import numpy_dtype
 from jaxbatch._src.execute.output_layout import leaf_names
@@ -46,10 +47,10 @@ def batch_columns(
     batch's outputs. ``keep`` marks the rows (padded) or segments (packed)
     whose outputs are written; ``per_token`` says which leaves are per token
     (:func:`per_token_leaves`)."""
-    index = np.asarray(batch["example_index"])
+    index = np.asarray(batch[keys.EXAMPLE_INDEX])
     examples = index[keep].astype(np.int64)
     length = batch.shape.length
-    lengths = np.asarray(batch[batch.length_column + "_lengths"])
+    lengths = np.asarray(batch[keys.lengths(batch.length_column)])
     columns = {}
     for (name, leaf), token_level in zip(leaf_names(out), per_token, strict=True):
         array = np.asarray(leaf)
@@ -74,7 +75,7 @@ def batch_columns(
             # Segment k of a row holds slot k-1's tokens, back to back in slot
             # order, so the kept tokens in row-major order are the kept
             # segments' tokens in the order of lengths[keep].
-            segment_ids = np.asarray(batch[batch.length_column + "_segment_ids"])
+            segment_ids = np.asarray(batch[keys.segment_ids(batch.length_column)])
             kept_slot = np.concatenate([np.zeros((keep.shape[0], 1), bool), keep], axis=1)
             tokens = np.take_along_axis(kept_slot, segment_ids.astype(np.int64), axis=1)
             columns[name] = Column(array[tokens], lengths[keep].astype(np.int64))
@@ -104,7 +105,7 @@ def to_table(examples: np.ndarray, columns: dict[str, Column]):
     """An Arrow table: ``example_index`` and one column per output."""
     import pyarrow as pa
 
-    arrays, fields = [pa.array(examples, pa.int64())], [pa.field("example_index", pa.int64())]
+    arrays, fields = [pa.array(examples, pa.int64())], [pa.field(keys.EXAMPLE_INDEX, pa.int64())]
     for name, column in columns.items():
         values = column.values
         inner = values.shape[1:]
@@ -150,9 +151,9 @@ def encode_parquet(table) -> bytes:
 def from_table(table) -> dict[str, Any]:
     """numpy arrays from an output table: ``example_index`` [n]; a fixed
     column as [n, *shape]; a per-token column as a list of [length, *inner]."""
-    out: dict[str, Any] = {"example_index": table.column("example_index").to_numpy()}
+    out: dict[str, Any] = {keys.EXAMPLE_INDEX: table.column(keys.EXAMPLE_INDEX).to_numpy()}
     for field in table.schema:
-        if field.name == "example_index":
+        if field.name == keys.EXAMPLE_INDEX:
             continue
         meta = field.metadata or {}
         shape = tuple(json.loads(meta.get(_META_SHAPE, b"[]")))
@@ -220,9 +221,9 @@ def read_output(output: str | os.PathLike, *, partial: bool = False) -> dict[str
         pq.read_table(pa.BufferReader(shard.data)) for _, part in parts for shard in part.shards
     ]
     if not tables:
-        return {"example_index": np.zeros(0, dtype=np.int64)}
+        return {keys.EXAMPLE_INDEX: np.zeros(0, dtype=np.int64)}
     table = pa.concat_tables(tables)
-    index = table.column("example_index").to_numpy()
+    index = table.column(keys.EXAMPLE_INDEX).to_numpy()
     order = np.argsort(index, kind="stable")
     repeated = index[order][1:][np.diff(index[order]) == 0]
     if len(repeated):

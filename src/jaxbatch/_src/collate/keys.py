@@ -1,0 +1,38 @@
+"""The names collation gives a batch's arrays, as the engine spells them
+(collator.h): one place, read from the binding, never written again here.
+
+Example::
+
+    batch[keys.mask("tokens")]           # batch["tokens_mask"]
+    batch[keys.EXAMPLE_INDEX]            # batch["example_index"]
+"""
+
+from __future__ import annotations
+
+from jaxbatch import _core
+
+MASK: str = _core.MASK_SUFFIX
+LENGTHS: str = _core.LENGTHS_SUFFIX
+SEGMENT_IDS: str = _core.SEGMENT_IDS_SUFFIX
+POSITIONS: str = _core.POSITIONS_SUFFIX
+EXAMPLE_INDEX: str = _core.EXAMPLE_INDEX
+# What collation adds beside a ragged column's values.
+SUFFIXES = (MASK, LENGTHS, SEGMENT_IDS, POSITIONS)
+# Keys whose first per-row axis is the column's token axis ("" the values).
+TOKEN_SUFFIXES = ("", MASK, SEGMENT_IDS, POSITIONS)
+
+
+def mask(column: str) -> str:
+    return column + MASK
+
+
+def lengths(column: str) -> str:
+    return column + LENGTHS
+
+
+def segment_ids(column: str) -> str:
+    return column + SEGMENT_IDS
+
+
+def positions(column: str) -> str:
+    return column + POSITIONS
