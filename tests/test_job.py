@@ -463,3 +463,23 @@ def test_a_job_streams_a_parquet_file_by_row_group_and_resumes(tmp_path):
         _records(folder)[0]["fingerprint"]["input"] for folder in (streamed, tmp_path / "whole")
     ]
     assert inputs[0] != inputs[1]
+
+
+def test_errors_of_the_source_and_options_name_jb_run(tmp_path):
+    """jb.run opens its source with the Loader's code; its errors name jb.run,
+    the call the user wrote, and nothing is made in the output folder."""
+    source = write_parquet(tmp_path / "in.parquet", token_lists(10))
+    out = tmp_path / "out"
+    cases = [
+        (dict(stream="yes"), ValueError, "jb.run: stream must be None, True or False"),
+        (dict(stream=True), ValueError, "jb.run: stream=True needs host_memory_limit"),
+        (dict(num_threads=-1), ValueError, r"jb.run: num_threads must be >= 1"),
+        (dict(schema={"nope": jb.ColumnSchema()}), ValueError, "jb.run: schema names column"),
+        (dict(pad_value={"nope": 1}), ValueError, "jb.run: pad_value names column 'nope'"),
+    ]
+    for kwargs, error, message in cases:
+        with pytest.raises(error, match=message):
+            jb.run(summarise, source, out, planner=jb.PadToMax(4), progress=False, **kwargs)
+    with pytest.raises(FileNotFoundError, match="jb.run: "):
+        jb.run(summarise, tmp_path / "missing.parquet", out, progress=False)
+    assert not out.exists()

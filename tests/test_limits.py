@@ -148,9 +148,27 @@ def test_absurd_thread_counts_are_refused_naming_num_threads(threads):
         jb.Loader(ds, jb.PadToMax(2), num_threads=threads)
     plan = jb.plan(ds, jb.PadToMax(2))
     with pytest.raises(
-        ValueError, match=f"num_threads must be between 1 and 1024, found {threads}"
+        ValueError, match=f"collate: num_threads must be at most 1024 threads, found {threads}"
     ):
         jb.collate(ds, plan[0], num_threads=threads)
+
+
+def test_negative_thread_counts_are_refused_by_the_engine_with_one_rule():
+    ds = small_dataset()
+    plan = jb.plan(ds, jb.PadToMax(2))
+    for call, who in (
+        (lambda: jb.Loader(ds, jb.PadToMax(2), num_threads=-1), "Loader"),
+        (lambda: jb.collate(ds, plan[0], num_threads=-1), "collate"),
+    ):
+        with pytest.raises(
+            ValueError, match=f"{who}: num_threads must be >= 1 \\(or 0 for automatic\\), found -1"
+        ):
+            call()
+    # 0 asks the engine for the CPU count, as for the Loader.
+    np.testing.assert_array_equal(
+        jb.collate(ds, plan[0], num_threads=0)["tokens"],
+        jb.collate(ds, plan[0], num_threads=1)["tokens"],
+    )
 
 
 # 1000 workers of 8 MiB stacks under a 3 GiB address space: std::thread

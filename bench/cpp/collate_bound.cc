@@ -297,7 +297,7 @@ int Main(int argc, char** argv) {
   const size_t slab_bytes = max_batch + 8 * kAlign;
   Slab jb_slab(slab_bytes), bound_slab(slab_bytes);
   jaxbatch::CollateOptions options;
-  options.max_threads = threads;
+  options.num_threads = threads;
   options.allocator = [&jb_slab](size_t bytes, uint8_t** data) {
     *data = jb_slab.Take(bytes);
     return std::shared_ptr<void>(std::shared_ptr<void>(), *data);  // Not owning: reused.

@@ -1,6 +1,7 @@
 // Binds collate/: Collate() returning numpy arrays that own C++ buffers.
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/string_view.h>
 #include <nanobind/stl/vector.h>
 
 #include "bindings.h"
@@ -15,13 +16,20 @@ void BindCollate(nb::module_& m) {
   m.attr("POSITIONS_SUFFIX") = std::string(kPositionsSuffix);
   m.attr("EXAMPLE_INDEX") = std::string(kExampleIndexName);
   m.def(
+      "check_pad_values",
+      [](const Dataset& dataset, std::vector<std::pair<std::string, Scalar>> pad_values,
+         std::string_view who) {
+        CheckPadValues(dataset, CollateOptions{.pad_values = std::move(pad_values)}, who);
+      },
+      nb::arg("dataset"), nb::arg("pad_values"), nb::arg("who"));
+  m.def(
       "collate",
       [](const Dataset& dataset, const BatchPlan& plan, int64_t batch_index,
          std::vector<std::pair<std::string, Scalar>> pad_values, Scalar default_pad_value,
-         int64_t max_threads) {
+         int64_t num_threads) {
         CollateOptions options{.pad_values = std::move(pad_values),
                                .default_pad_value = default_pad_value,
-                               .max_threads = max_threads};
+                               .num_threads = num_threads};
         std::vector<Array> arrays;
         {
           nb::gil_scoped_release release;
@@ -36,7 +44,7 @@ void BindCollate(nb::module_& m) {
         return out;
       },
       nb::arg("dataset"), nb::arg("plan"), nb::arg("batch_index"), nb::arg("pad_values"),
-      nb::arg("default_pad_value"), nb::arg("max_threads"));
+      nb::arg("default_pad_value"), nb::arg("num_threads"));
 }
 
 }  // namespace jaxbatch::bindings

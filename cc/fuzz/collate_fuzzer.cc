@@ -349,7 +349,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (first_bad.empty() && (!bytes || unaligned_packed)) first_bad = s.name;
     if (bytes) pads[s.name] = *bytes;
   }
-  collate.max_threads = in.ConsumeIntegralInRange<int64_t>(1, 4);
+  collate.num_threads = in.ConsumeIntegralInRange<int64_t>(1, 4);
   collate.min_bytes_per_thread = in.ConsumeIntegralInRange<int64_t>(1, 256);
 
   for (int64_t b = 0; b < std::min<int64_t>(plan.num_batches(), 6); ++b) {

@@ -109,7 +109,11 @@ class BatchCollator {
         length_column_(layout.length_column.empty() ? dataset.default_length_column()
                                                     : layout.length_column) {
     (void)dataset_.column(length_column_);  // Throws for an unknown column.
-    CheckThreadCount(options_.max_threads, "collate: max_threads");
+    if (options_.num_threads < 0) {
+      throw InvalidArgumentError(StrCat(
+          "collate: num_threads must be >= 1 (or 0 for automatic), found ", options_.num_threads));
+    }
+    CheckThreadCount(options_.num_threads, "collate: num_threads");
     CheckRows();
     for (int64_t e : view_.all_examples()) CheckExample(dataset_, e, view_.index);
   }
@@ -154,11 +158,15 @@ class BatchCollator {
   }
 
   // Runs every column's filler over all rows: in one thread, or for a large
-  // batch split by rows over up to options_.max_threads threads.
+  // batch split by rows over up to options_.num_threads threads.
   void FillRows(int64_t bytes) {
+    const int64_t most =
+        options_.num_threads > 0
+            ? options_.num_threads
+            : std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, kMaxThreads);
     const int64_t threads = std::clamp<int64_t>(
-        std::min(options_.max_threads, bytes / std::max<int64_t>(options_.min_bytes_per_thread, 1)),
-        1, std::max<int64_t>(rows(), 1));
+        std::min(most, bytes / std::max<int64_t>(options_.min_bytes_per_thread, 1)), 1,
+        std::max<int64_t>(rows(), 1));
     auto fill = [&](int64_t r0, int64_t r1) {
       for (const auto& filler : fillers_) filler(r0, r1);
     };
@@ -175,7 +183,7 @@ class BatchCollator {
             errors[static_cast<size_t>(t)] = std::current_exception();
           }
         },
-        [] {}, "collate: max_threads");
+        [] {}, "collate: num_threads");
     for (std::thread& thread : pool) thread.join();
     for (const std::exception_ptr& e : errors) {
       if (e) std::rethrow_exception(e);
@@ -408,8 +416,21 @@ int64_t CollatedBytes(const Dataset& dataset, const BatchShape& shape, const Bat
   return total;
 }
 
+void CheckPadValues(const Dataset& dataset, const CollateOptions& options, std::string_view who) {
+  for (const auto& [name, value] : options.pad_values) {
+    if (dataset.has_column(name)) continue;
+    std::string names;
+    for (const RaggedColumn& column : dataset.columns()) {
+      names += StrCat(names.empty() ? "'" : ", '", column.name(), "'");
+    }
+    throw InvalidArgumentError(StrCat(who, ": pad_value names column '", name,
+                                      "', which the data does not have; columns are ", names));
+  }
+}
+
 std::vector<Array> Collate(const Dataset& dataset, const BatchPlan& plan, int64_t batch_index,
                            const CollateOptions& options) {
+  CheckPadValues(dataset, options, "collate");
   const BatchLayout layout{.packed = plan.packed,
                            .allow_truncate = plan.allow_truncate,
                            .length_column = plan.length_column};

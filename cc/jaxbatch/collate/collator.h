@@ -76,9 +76,9 @@ struct CollateOptions {
   Scalar default_pad_value = kDefaultPadValue;
   Allocator allocator;  // empty: SharedArena(), reused across calls
   // Threads one large batch may be filled with (split by rows, at least
-  // min_bytes_per_thread of output each). A loader, whose workers already run batches in
-  // parallel, keeps 1. At most kMaxThreads (base/threads.h).
-  int64_t max_threads = 1;
+  // min_bytes_per_thread of output each); 0: the CPU count. A loader, whose workers
+  // already run batches in parallel, keeps 1. At most kMaxThreads (base/threads.h).
+  int64_t num_threads = 1;
   int64_t min_bytes_per_thread = kDefaultMinBytesPerThread;
 };
 
@@ -88,6 +88,10 @@ struct BatchLayout {
   bool allow_truncate = false;
   std::string length_column;  // "" = the dataset's default length column
 };
+
+// Throws InvalidArgumentError, starting "<who>: ", when options.pad_values
+// names a column `dataset` does not have (a typo would pad with the default).
+void CheckPadValues(const Dataset& dataset, const CollateOptions& options, std::string_view who);
 
 // Collates batch `batch_index` of `plan` over `dataset`. Throws
 // OutOfRangeError for a batch or example index the dataset does not have,

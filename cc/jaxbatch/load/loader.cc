@@ -101,6 +101,7 @@ Loader::Loader(std::shared_ptr<const Dataset> dataset, std::shared_ptr<const Chu
   }
   ValidatePlannerOptions(options_.schedule.planner);
   ValidateLoaderOptions(options_);
+  CheckPadValues(*dataset_, options_.collate, "Loader");
   const std::string& length_column =
       options_.length_column.empty() ? dataset_->default_length_column() : options_.length_column;
   if (dataset_->column(length_column).is_fixed()) {

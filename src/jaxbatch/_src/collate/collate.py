@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -72,22 +71,9 @@ def collate(
         raise TypeError(
             f"collate: expected a batch from a BatchPlan (plan[i]), found {type(batch).__name__}"
         )
-    if isinstance(pad_value, Mapping):
-        unknown = [k for k in pad_value if k not in dataset.column_names]
-        if unknown:
-            raise ValueError(
-                f"collate: pad_value names column {unknown[0]!r}, which the dataset does not "
-                f"have; columns are {dataset.column_names}"
-            )
     pads, default = pad_values(pad_value, "collate")
-    if num_threads is None:
-        threads = min(os.cpu_count() or 1, _core.MAX_THREADS)
-    else:
-        threads = int(num_threads)
-    if not 1 <= threads <= _core.MAX_THREADS:
-        raise ValueError(
-            f"collate: num_threads must be between 1 and {_core.MAX_THREADS}, found {num_threads!r}"
-        )
+    # The engine checks the count; 0 asks it for the CPU count.
+    threads = 0 if num_threads is None else int(num_threads)
     arrays = _core.collate(dataset._core, batch.plan._core, batch.index, pads, default, threads)
     fixed = {n: dataset._core.column(n).is_fixed for n in dataset.column_names}
     return batch_from_core(

@@ -80,7 +80,7 @@ class Dataset(Columns):
         built = [_make_column(name, data, dtypes.get(name)) for name, data in columns.items()]
         groups = [list(g) for g in (aligned or [])]
         dataset = cls(_core.Dataset(built, groups))
-        dataset._mapped_files = _memmap_files(columns.values())
+        set_mapped_files(dataset, _memmap_files(columns.values()))
         return dataset
 
     @classmethod
@@ -151,6 +151,18 @@ class Dataset(Columns):
             kind = "fixed" if col.is_fixed else f"ragged, max length {col.max_length}"
             cols.append(f"{name}: {col.dtype}{list(col.inner_shape)} ({kind})")
         return f"Dataset({counted(len(self), 'example')}; " + "; ".join(cols) + ")"
+
+
+def mapped_files(columns: Columns) -> tuple[str, ...]:
+    """The files numpy or Arrow memory-maps for `columns` (a Dataset or a
+    streamed file): a Loader re-checks them before each batch, and a job
+    refuses to write over them."""
+    return getattr(columns, "_mapped_files", ())
+
+
+def set_mapped_files(columns: Columns, files: Iterable[str]) -> None:
+    """Records the files `columns` are read through (see mapped_files)."""
+    columns._mapped_files = tuple(files)
 
 
 def _memmap_files(columns: Iterable[Any]) -> tuple[str, ...]:

@@ -14,7 +14,7 @@ import numpy as np
 
 from jaxbatch import _core
 from jaxbatch._src.base.words import counted
-from jaxbatch._src.data.dataset import Columns, Dataset
+from jaxbatch._src.data.dataset import Columns, Dataset, set_mapped_files
 
 
 def open_source(
@@ -60,7 +60,7 @@ def open_source(
     except ValueError as e:
         raise ValueError(f"Loader: {p}: {e}") from e
     if suffix != ".parquet":  # Arrow IPC is read through its mapping; Parquet is decoded.
-        dataset._mapped_files = (str(p),)
+        set_mapped_files(dataset, [str(p)])
     return dataset
 
 
@@ -298,7 +298,7 @@ class StreamedParquet(Columns):
         # (some 20 MB): give them back before the loader fills its cache.
         pa.default_memory_pool().release_unused()
         self._core = self._source.prototype  # Columns, dtypes, shapes: what planning asks.
-        self._mapped_files = (str(self.path),)  # Checked before each batch for changes.
+        set_mapped_files(self, [str(self.path)])  # Checked before each batch for changes.
 
     def open_reader(self):
         import pyarrow.parquet as pq

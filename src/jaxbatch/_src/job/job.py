@@ -39,10 +39,12 @@ from typing import Any
 import numpy as np
 
 from jaxbatch import _core
+from jaxbatch._src.base.errors import named_for
 from jaxbatch._src.base.interrupt import raise_lost
 from jaxbatch._src.base.words import counted
 from jaxbatch._src.collate import keys
-from jaxbatch._src.data.dataset import Dataset
+from jaxbatch._src.collate.collate import pad_values
+from jaxbatch._src.data.dataset import Dataset, mapped_files
 from jaxbatch._src.data.sources import StreamedParquet, open_source
 from jaxbatch._src.execute.map import (
     DEFAULT_MAX_SHAPES,
@@ -70,6 +72,7 @@ from jaxbatch._src.load.loader import (
     LoaderOptions,
     open_streamed,
     resolve_shard,
+    schema_rules,
 )
 from jaxbatch._src.plan.planners import (
     AutoBuckets,
@@ -247,37 +250,44 @@ def run(
         ) from None
     _check_args(checkpoint_every)
     # The job's loader reads in example order, once; the engine checks the
-    # rest here, before any folder is made.
-    options = LoaderOptions(
-        columns=None if isinstance(source, Dataset) else columns,
-        column=column,
-        shuffle=False,
-        epochs=1,
-        shard=shard,
-        on_error=on_error,
-        max_errors=max_errors,
-        schema=schema,
-        pad_value=pad_value,
-        num_threads=num_threads,
-        host_memory_limit=host_memory_limit,
-        stream=stream,
-        **({} if prefetch is None else {"prefetch": prefetch}),
-    )
-    if isinstance(source, Dataset):
-        dataset, source_name = source, "a Dataset"
-        input_key = _core.dataset_fingerprint(dataset._core)
-    else:
-        # Opened as a Loader opens it: read whole, or by row group (a file
-        # larger than memory), whose input is keyed on its row groups' values.
-        dataset = open_streamed(source, options) or open_source(source, columns, column, None)
-        source_name = str(source)
-        streamed = isinstance(dataset, StreamedParquet)
-        input_key = dataset.fingerprint if streamed else _core.dataset_fingerprint(dataset._core)
-        if streamed and planner is None and batch_size == "auto":
-            raise ValueError(
-                f"jb.run: batch_size='auto' plans memory from an example's values, which a "
-                f"streamed {source} keeps on disk; give planner= or batch_size="
+    # rest here, before any folder is made; errors name jb.run, the caller.
+    with named_for("jb.run"):
+        options = LoaderOptions(
+            columns=None if isinstance(source, Dataset) else columns,
+            column=column,
+            shuffle=False,
+            epochs=1,
+            shard=shard,
+            on_error=on_error,
+            max_errors=max_errors,
+            schema=schema,
+            pad_value=pad_value,
+            num_threads=num_threads,
+            host_memory_limit=host_memory_limit,
+            stream=stream,
+            **({} if prefetch is None else {"prefetch": prefetch}),
+        )
+        if isinstance(source, Dataset):
+            dataset, source_name = source, "a Dataset"
+            input_key = _core.dataset_fingerprint(dataset._core)
+        else:
+            # Opened as a Loader opens it: read whole, or by row group (a file
+            # larger than memory), whose input is keyed on its row groups' values.
+            dataset = open_streamed(source, options) or open_source(source, columns, column, None)
+            source_name = str(source)
+            streamed = isinstance(dataset, StreamedParquet)
+            input_key = (
+                dataset.fingerprint if streamed else _core.dataset_fingerprint(dataset._core)
             )
+            if not streamed:  # A streamed file's schema was applied as it opened.
+                schema_rules(options.schema or {}, dataset.column_names)
+            if streamed and planner is None and batch_size == "auto":
+                raise ValueError(
+                    f"jb.run: batch_size='auto' plans memory from an example's values, which a "
+                    f"streamed {source} keeps on disk; give planner= or batch_size="
+                )
+        # Before the folder is made, as the Loader checks it.
+        _core.check_pad_values(dataset._core, pad_values(pad_value, "Loader")[0], "Loader")
     length_column = column or dataset.default_length_column
     options = dataclasses.replace(options, column=length_column)
     shard_index, shard_count = resolve_shard(shard)
@@ -304,7 +314,7 @@ def run(
             "checkpoint_every": int(checkpoint_every),
         },
     }
-    inputs = dataset._mapped_files if isinstance(source, Dataset) else (os.fspath(source),)
+    inputs = mapped_files(dataset) if isinstance(source, Dataset) else (os.fspath(source),)
     folder, journal = claim(
         process_folder(Path(output), shard_index, shard_count), overwrite=overwrite, inputs=inputs
     )
@@ -494,7 +504,8 @@ class _Job:
         count = loader_options.shard[1]
         self.total = -(-dataset.num_examples // count)  # A shard's, about.
         state = shards[-1]["state"] if shards else None
-        self.loader = Loader(dataset, planner, options=loader_options, state=state)
+        with named_for("jb.run"):
+            self.loader = Loader(dataset, planner, options=loader_options, state=state)
         map_policy = "raise" if on_error == "raise" else "quarantine"
         self.executor = Executor(fun, check_finite, check, length_column)
         if not shards:  # A resumed job may need only some shapes: compile as they come.

@@ -15,7 +15,7 @@ import numpy as np
 
 from jaxbatch import _core
 from jaxbatch._src.collate.collate import Batch, batch_from_core, pad_values
-from jaxbatch._src.data.dataset import Dataset
+from jaxbatch._src.data.dataset import Dataset, mapped_files
 from jaxbatch._src.data.dtypes import dtype_name
 from jaxbatch._src.data.sources import (
     StreamedParquet,
@@ -288,18 +288,11 @@ class Loader:
         self._schema_rules = rules
         self.planner = planner
         self._core_loader = None
-        if isinstance(o.pad_value, Mapping):
-            unknown = [k for k in o.pad_value if k not in self.dataset.column_names]
-            if unknown:
-                raise ValueError(
-                    f"Loader: pad_value names column {unknown[0]!r}, which the data does not "
-                    f"have; columns are {self.dataset.column_names}"
-                )
         self._core_options = o._core(resolve_shard(o.shard))
         self._core_options.schedule.planner = planner._options()
         self._core_options.schema = core_schema
         self._core_options.source = self.source
-        self._core_options.mapped_files = list(self.dataset._mapped_files)
+        self._core_options.mapped_files = list(mapped_files(self.dataset))
         fixed = {n: self.dataset._core.column(n).is_fixed for n in self.dataset.column_names}
         self._ragged = tuple(n for n, f in fixed.items() if not f)
         self._fixed = tuple(n for n, f in fixed.items() if f)
