@@ -15,6 +15,11 @@ void BindCollate(nb::module_& m) {
   m.attr("SEGMENT_IDS_SUFFIX") = std::string(kSegmentIdsSuffix);
   m.attr("POSITIONS_SUFFIX") = std::string(kPositionsSuffix);
   m.attr("EXAMPLE_INDEX") = std::string(kExampleIndexName);
+  m.attr("NODE_MASK") = std::string(kNodeMaskName);
+  m.attr("EDGE_MASK") = std::string(kEdgeMaskName);
+  m.attr("GRAPH_MASK") = std::string(kGraphMaskName);
+  m.attr("NODE_GRAPH") = std::string(kNodeGraphName);
+  m.attr("GRAPH_INDEX") = std::string(kGraphIndexName);
   m.def(
       "check_pad_values",
       [](const Dataset& dataset, std::vector<std::pair<std::string, Scalar>> pad_values,

@@ -1,4 +1,5 @@
 // Binds data/: RaggedColumn and Dataset.
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/string_view.h>
 #include <nanobind/stl/tuple.h>
@@ -7,6 +8,7 @@
 #include "bindings.h"
 #include "jaxbatch/base/error.h"
 #include "jaxbatch/data/dataset.h"
+#include "jaxbatch/data/graph.h"
 #include "jaxbatch/data/ragged_column.h"
 
 namespace jaxbatch::bindings {
@@ -102,6 +104,24 @@ void BindData(nb::module_& m) {
            })
       .def("column", &Dataset::column, nb::rv_policy::reference_internal)
       .def("are_aligned", &Dataset::AreAligned);
+  m.def("is_graph_dataset", &IsGraphDataset, nb::arg("dataset"));
+  m.def(
+      "graph_counts",
+      [](const Dataset& dataset, const std::string& who) {
+        const GraphColumns graph = FindGraphColumns(dataset, who);
+        return nb::make_tuple(ToNumpy(NodeCounts(dataset, graph)), ToNumpy(EdgeCounts(dataset)));
+      },
+      nb::arg("dataset"), nb::arg("who"));
+  m.def(
+      "find_bad_graphs",
+      [](const Dataset& dataset, const std::string& who) {
+        std::vector<std::pair<int64_t, std::string>> out;
+        for (GraphProblem& p : FindBadGraphs(dataset, FindGraphColumns(dataset, who))) {
+          out.emplace_back(p.example, std::move(p.reason));
+        }
+        return out;
+      },
+      nb::arg("dataset"), nb::arg("who"));
 }
 
 }  // namespace jaxbatch::bindings

@@ -183,9 +183,9 @@ void BindLoad(nb::module_& m) {
              }
              if (!batch) return nb::none();
              const BatchShape& shape = batch->shape;
-             return nb::make_tuple(ToPython(batch->arrays), batch->epoch, batch->step,
-                                   batch->examples,
-                                   nb::make_tuple(shape.rows, shape.length, shape.segments));
+             return nb::make_tuple(
+                 ToPython(batch->arrays), batch->epoch, batch->step, batch->examples,
+                 nb::make_tuple(shape.rows, shape.length, shape.segments, shape.edges));
            })
       .def(
           "next_chunk_request",
@@ -212,8 +212,10 @@ void BindLoad(nb::module_& m) {
               nb::gil_scoped_release release;
               shapes = loader.PlannedShapes(from_epoch);
             }
-            std::vector<std::tuple<int64_t, int64_t, int64_t>> out;
-            for (const BatchShape& s : shapes) out.emplace_back(s.rows, s.length, s.segments);
+            std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t>> out;
+            for (const BatchShape& s : shapes) {
+              out.emplace_back(s.rows, s.length, s.segments, s.edges);
+            }
             return out;
           },
           nb::arg("from_epoch"))

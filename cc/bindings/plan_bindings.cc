@@ -35,6 +35,12 @@ void BindPlan(nb::module_& m) {
       .value("first_fit", PackAlgorithm::kFirstFit)
       .value("best_fit", PackAlgorithm::kBestFit);
 
+  nb::enum_<GraphAlgorithm>(m, "GraphAlgorithm")
+      .value("next_fit", GraphAlgorithm::kNextFit)
+      .value("first_fit", GraphAlgorithm::kFirstFit)
+      .value("best_fit", GraphAlgorithm::kBestFit);
+  nb::enum_<TooBig>(m, "TooBig").value("error", TooBig::kError).value("skip", TooBig::kSkip);
+
   nb::class_<PadToMaxOptions>(m, "PadToMaxOptions")
       .def(nb::init<>())
       .def(nb::self == nb::self)
@@ -72,6 +78,25 @@ void BindPlan(nb::module_& m) {
       .def_rw("too_long", &PackOptions::too_long)
       .def_rw("remainder", &PackOptions::remainder)
       .def_rw("rows_multiple", &PackOptions::rows_multiple);
+  nb::class_<GraphBudgetOptions>(m, "GraphBudgetOptions")
+      .def(nb::init<>())
+      .def(nb::self == nb::self)
+      .def_rw("nodes", &GraphBudgetOptions::nodes)
+      .def_rw("edges", &GraphBudgetOptions::edges)
+      .def_rw("graphs", &GraphBudgetOptions::graphs)
+      .def_rw("algorithm", &GraphBudgetOptions::algorithm)
+      .def_rw("open_batches", &GraphBudgetOptions::open_batches)
+      .def_rw("too_big", &GraphBudgetOptions::too_big);
+  nb::class_<GraphBucketsOptions>(m, "GraphBucketsOptions")
+      .def(nb::init<>())
+      .def(nb::self == nb::self)
+      .def_rw("max_shapes", &GraphBucketsOptions::max_shapes)
+      .def_rw("nodes", &GraphBucketsOptions::nodes)
+      .def_rw("edges", &GraphBucketsOptions::edges)
+      .def_rw("graphs", &GraphBucketsOptions::graphs)
+      .def_rw("algorithm", &GraphBucketsOptions::algorithm)
+      .def_rw("open_batches", &GraphBucketsOptions::open_batches)
+      .def_rw("too_big", &GraphBucketsOptions::too_big);
 
   m.def("validate_planner", &ValidatePlannerOptions, nb::arg("options"));
   m.def("planner_name", &PlannerName, nb::arg("options"));
@@ -89,19 +114,24 @@ void BindPlan(nb::module_& m) {
       .def_ro("batches_per_shape", &PlanStats::batches_per_shape)
       .def_ro("dropped", &PlanStats::dropped)
       .def_ro("skipped", &PlanStats::skipped)
-      .def_ro("truncated", &PlanStats::truncated);
+      .def_ro("truncated", &PlanStats::truncated)
+      .def_ro("real_edges", &PlanStats::real_edges)
+      .def_ro("padded_edges", &PlanStats::padded_edges)
+      .def_ro("real_graphs", &PlanStats::real_graphs)
+      .def_ro("padded_graphs", &PlanStats::padded_graphs);
 
   nb::class_<BatchPlan>(m, "BatchPlan")
       .def_ro("packed", &BatchPlan::packed)
       .def_ro("allow_truncate", &BatchPlan::allow_truncate)
+      .def_ro("graph", &BatchPlan::graph)
       .def_rw("length_column", &BatchPlan::length_column)
       .def_ro("stats", &BatchPlan::stats)
       .def_prop_ro("num_batches", &BatchPlan::num_batches)
       .def_prop_ro("shapes",
                    [](const BatchPlan& p) {
-                     std::vector<std::tuple<int64_t, int64_t, int64_t>> out;
+                     std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t>> out;
                      for (const BatchShape& s : p.shapes)
-                       out.emplace_back(s.rows, s.length, s.segments);
+                       out.emplace_back(s.rows, s.length, s.segments, s.edges);
                      return out;
                    })
       .def_prop_ro(
@@ -124,19 +154,23 @@ void BindPlan(nb::module_& m) {
           nb::rv_policy::reference_internal)
       .def("batch_shape", [](const BatchPlan& p, int64_t b) {
         const BatchShape s = p.batch(b).shape;
-        return std::make_tuple(s.rows, s.length, s.segments);
+        return std::make_tuple(s.rows, s.length, s.segments, s.edges);
       });
 
   m.def(
       "plan",
-      [](Int64Input lengths, const PlannerOptions& options, std::optional<Int64Input> order) {
+      [](Int64Input lengths, const PlannerOptions& options, std::optional<Int64Input> order,
+         std::optional<Int64Input> edges) {
         const std::span<const int64_t> l(lengths.data(), lengths.shape(0));
         std::span<const int64_t> o;
+        std::span<const int64_t> e;
         if (order) o = std::span<const int64_t>(order->data(), order->shape(0));
+        if (edges) e = std::span<const int64_t>(edges->data(), edges->shape(0));
         nb::gil_scoped_release release;
-        return Plan(l, options, o);
+        return Plan(l, options, o, e);
       },
-      nb::arg("lengths"), nb::arg("options"), nb::arg("order").none() = nb::none());
+      nb::arg("lengths"), nb::arg("options"), nb::arg("order").none() = nb::none(),
+      nb::arg("edges").none() = nb::none());
 }
 
 }  // namespace jaxbatch::bindings

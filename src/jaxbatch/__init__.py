@@ -33,7 +33,14 @@ from jaxbatch._src.load.device import device_prefetch, global_batches, process_l
 from jaxbatch._src.load.loader import ColumnSchema, Loader, LoaderOptions, LoaderStats
 from jaxbatch._src.ops.broadcast import BroadcastError, explain_broadcast, strict_broadcasting
 from jaxbatch._src.plan.plan import BatchPlan, BatchShape, BatchSpec, PlanStats, plan
-from jaxbatch._src.plan.planners import AutoBuckets, FixedBuckets, Pack, PadToMax
+from jaxbatch._src.plan.planners import (
+    AutoBuckets,
+    FixedBuckets,
+    GraphBuckets,
+    GraphBudget,
+    Pack,
+    PadToMax,
+)
 
 __all__ = [
     "AutoBuckets",
@@ -47,6 +54,8 @@ __all__ = [
     "ColumnSchema",
     "Dataset",
     "FixedBuckets",
+    "GraphBuckets",
+    "GraphBudget",
     "JobError",
     "JobReport",
     "Loader",

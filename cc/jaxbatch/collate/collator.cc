@@ -10,12 +10,10 @@
 #include "jaxbatch/base/checked.h"
 #include "jaxbatch/base/error.h"
 #include "jaxbatch/base/threads.h"
+#include "jaxbatch/collate/internal.h"
 
 namespace jaxbatch {
-namespace {
-
-// Rows shorter than this are cleared for the whole batch at once.
-constexpr int64_t kBulkClearRowBytes = 512;
+namespace collate_internal {
 
 // Fills `count` elements of `item_size` bytes at `out` with `pattern`.
 void FillPattern(uint8_t* out, int64_t count, const uint8_t* pattern, size_t item_size, bool zero) {
@@ -42,12 +40,6 @@ void CopyRows(uint8_t* out, const RaggedColumn& column, int64_t e, int64_t rows)
   if (bytes > 0) std::memcpy(out, column.example_data(e), static_cast<size_t>(bytes));
 }
 
-// One column's pad value encoded in its dtype.
-struct PadValue {
-  uint8_t bytes[8] = {};
-  bool zero = true;
-};
-
 PadValue EncodePad(const RaggedColumn& column, const CollateOptions& options) {
   Scalar value = options.default_pad_value;
   for (const auto& [name, v] : options.pad_values) {
@@ -61,6 +53,46 @@ PadValue EncodePad(const RaggedColumn& column, const CollateOptions& options) {
   return pad;
 }
 
+void FillInParallel(int64_t items, int64_t bytes, const CollateOptions& options,
+                    const std::function<void(int64_t, int64_t)>& fill) {
+  const int64_t most =
+      options.num_threads > 0
+          ? options.num_threads
+          : std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, kMaxThreads);
+  const int64_t threads = std::clamp<int64_t>(
+      std::min(most, bytes / std::max<int64_t>(options.min_bytes_per_thread, 1)), 1,
+      std::max<int64_t>(items, 1));
+  if (threads <= 1) return fill(0, items);
+  // floor(items * t / threads) without forming items * t, which may pass
+  // int64 for a batch of 2^62 rows.
+  auto split = [&](int64_t t) { return items / threads * t + items % threads * t / threads; };
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(threads));
+  // The fillers only write their own rows, so a failed start leaves the
+  // started threads to finish; StartThreads joins them and throws.
+  std::vector<std::thread> pool = StartThreads(
+      threads,
+      [&](int64_t t) {
+        try {
+          fill(split(t), split(t + 1));
+        } catch (...) {
+          errors[static_cast<size_t>(t)] = std::current_exception();
+        }
+      },
+      [] {}, "collate: num_threads");
+  for (std::thread& thread : pool) thread.join();
+  for (const std::exception_ptr& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+}
+
+void CheckNumThreads(const CollateOptions& options) {
+  if (options.num_threads < 0) {
+    throw InvalidArgumentError(StrCat(
+        "collate: num_threads must be >= 1 (or 0 for automatic), found ", options.num_threads));
+  }
+  CheckThreadCount(options.num_threads, "collate: num_threads");
+}
+
 void CheckExample(const Dataset& dataset, int64_t example, int64_t batch) {
   if (example < 0 || example >= dataset.num_examples()) {
     throw OutOfRangeError(StrCat("collate: batch ", batch, " refers to example ", example,
@@ -68,6 +100,12 @@ void CheckExample(const Dataset& dataset, int64_t example, int64_t batch) {
                                  " examples; was the plan made for another dataset?"));
   }
 }
+
+}  // namespace collate_internal
+
+namespace {
+
+using namespace collate_internal;  // NOLINT: this file's own helpers
 
 int64_t Take(const RaggedColumn& column, int64_t example, int64_t room, bool allow_truncate,
              int64_t batch) {
@@ -79,6 +117,9 @@ int64_t Take(const RaggedColumn& column, int64_t example, int64_t room, bool all
   }
   return std::min(length, room);
 }
+
+// Rows shorter than this are cleared for the whole batch at once.
+constexpr int64_t kBulkClearRowBytes = 512;
 
 // The int32 outputs (lengths, segment ids, positions) hold lengths and
 // segment counts up to this.
@@ -109,11 +150,7 @@ class BatchCollator {
         length_column_(layout.length_column.empty() ? dataset.default_length_column()
                                                     : layout.length_column) {
     (void)dataset_.column(length_column_);  // Throws for an unknown column.
-    if (options_.num_threads < 0) {
-      throw InvalidArgumentError(StrCat(
-          "collate: num_threads must be >= 1 (or 0 for automatic), found ", options_.num_threads));
-    }
-    CheckThreadCount(options_.num_threads, "collate: num_threads");
+    CheckNumThreads(options_);
     CheckRows();
     for (int64_t e : view_.all_examples()) CheckExample(dataset_, e, view_.index);
   }
@@ -160,42 +197,12 @@ class BatchCollator {
   // Runs every column's filler over all rows: in one thread, or for a large
   // batch split by rows over up to options_.num_threads threads.
   void FillRows(int64_t bytes) {
-    const int64_t most =
-        options_.num_threads > 0
-            ? options_.num_threads
-            : std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, kMaxThreads);
-    const int64_t threads = std::clamp<int64_t>(
-        std::min(most, bytes / std::max<int64_t>(options_.min_bytes_per_thread, 1)), 1,
-        std::max<int64_t>(rows(), 1));
-    auto fill = [&](int64_t r0, int64_t r1) {
+    FillInParallel(rows(), bytes, options_, [&](int64_t r0, int64_t r1) {
       for (const auto& filler : fillers_) filler(r0, r1);
-    };
-    if (threads <= 1) return fill(0, rows());
-    std::vector<std::exception_ptr> errors(static_cast<size_t>(threads));
-    // The fillers only write their own rows, so a failed start leaves the
-    // started threads to finish; StartThreads joins them and throws.
-    std::vector<std::thread> pool = StartThreads(
-        threads,
-        [&](int64_t t) {
-          try {
-            fill(SplitRow(t, threads), SplitRow(t + 1, threads));
-          } catch (...) {
-            errors[static_cast<size_t>(t)] = std::current_exception();
-          }
-        },
-        [] {}, "collate: num_threads");
-    for (std::thread& thread : pool) thread.join();
-    for (const std::exception_ptr& e : errors) {
-      if (e) std::rethrow_exception(e);
-    }
+    });
   }
 
   int64_t rows() const { return view_.shape.rows; }
-  // floor(rows() * t / threads) without forming rows() * t, which may pass
-  // int64 for a batch of 2^62 rows.
-  int64_t SplitRow(int64_t t, int64_t threads) const {
-    return rows() / threads * t + rows() % threads * t / threads;
-  }
   int64_t slots() const { return layout_.packed ? view_.shape.segments : 1; }
 
   void Padded(const RaggedColumn& column, std::vector<Array>& out) {
@@ -385,6 +392,7 @@ Array AllocateArray(std::string name, DType dtype, std::vector<int64_t> shape,
 }
 
 int64_t CollatedBytes(const Dataset& dataset, const BatchShape& shape, const BatchLayout& layout) {
+  if (layout.graph) return GraphCollatedBytes(dataset, shape);
   const std::string& length_column =
       layout.length_column.empty() ? dataset.default_length_column() : layout.length_column;
   const int64_t rows = shape.rows;
@@ -433,12 +441,14 @@ std::vector<Array> Collate(const Dataset& dataset, const BatchPlan& plan, int64_
   CheckPadValues(dataset, options, "collate");
   const BatchLayout layout{.packed = plan.packed,
                            .allow_truncate = plan.allow_truncate,
-                           .length_column = plan.length_column};
+                           .length_column = plan.length_column,
+                           .graph = plan.graph};
   return CollateView(dataset, plan.batch(batch_index), layout, options);
 }
 
 std::vector<Array> CollateView(const Dataset& dataset, const BatchView& view,
                                const BatchLayout& layout, const CollateOptions& options) {
+  if (layout.graph) return CollateGraphs(dataset, view, options);
   return BatchCollator(dataset, view, layout, options).Run();
 }
 

@@ -46,6 +46,12 @@ inline constexpr std::string_view kLengthsSuffix = "_lengths";
 inline constexpr std::string_view kSegmentIdsSuffix = "_segment_ids";
 inline constexpr std::string_view kPositionsSuffix = "_positions";
 inline constexpr std::string_view kExampleIndexName = "example_index";
+// A graph batch's (see CollateGraphs).
+inline constexpr std::string_view kNodeMaskName = "node_mask";
+inline constexpr std::string_view kEdgeMaskName = "edge_mask";
+inline constexpr std::string_view kGraphMaskName = "graph_mask";
+inline constexpr std::string_view kNodeGraphName = "node_graph";
+inline constexpr std::string_view kGraphIndexName = "graph_index";
 
 inline constexpr double kDefaultPadValue = 0.0;
 inline constexpr int64_t kDefaultMinBytesPerThread = int64_t{4} << 20;
@@ -87,6 +93,7 @@ struct BatchLayout {
   bool packed = false;
   bool allow_truncate = false;
   std::string length_column;  // "" = the dataset's default length column
+  bool graph = false;         // a graph batch (CollateGraphs)
 };
 
 // Throws InvalidArgumentError, starting "<who>: ", when options.pad_values
@@ -108,6 +115,29 @@ int64_t CollatedBytes(const Dataset& dataset, const BatchShape& shape, const Bat
 // (their rows become padding) and collates what remains.
 std::vector<Array> CollateView(const Dataset& dataset, const BatchView& view,
                                const BatchLayout& layout, const CollateOptions& options);
+
+// A graph batch of shape {rows = G graph slots, length = N node slots,
+// edges = E edge slots} over a graph data set (data/graph.h), each stored
+// row one graph, padded exactly as jraph.pad_with_graphs pads:
+//   <node column>  [N, *inner]   the graphs' nodes back to back, then padding
+//   <edge column>  [E, *inner]
+//   senders, receivers [E]       offset by each graph's first node; padding
+//                                edges run from and to the first padding node
+//   n_node, n_edge [G] int32     the padding graph (slot k, after the k real
+//                                graphs) holds every padding node and edge,
+//                                the slots after it are empty graphs
+//   <fixed column> [G, *inner]   one row per graph (globals, labels)
+//   node_mask [N], edge_mask [E], graph_mask [G]  bool, true on real ones
+//   node_graph [N] int32         each node's graph slot (padding: slot k)
+//   graph_index [G] int64        the example in each slot, -1 for padding
+// Throws InvalidArgumentError for more graphs, nodes or edges than the shape
+// holds (at most G - 1, N - 1, E real), a graph whose columns disagree
+// with its counts, or a sender or receiver that is not a node of its graph.
+std::vector<Array> CollateGraphs(const Dataset& dataset, const BatchView& view,
+                                 const CollateOptions& options);
+
+// Bytes of every array CollateGraphs returns for a batch of `shape`.
+int64_t GraphCollatedBytes(const Dataset& dataset, const BatchShape& shape);
 
 }  // namespace jaxbatch
 

@@ -10,6 +10,7 @@
 #include "jaxbatch/base/error.h"
 #include "jaxbatch/base/threads.h"
 #include "jaxbatch/data/fingerprint.h"
+#include "jaxbatch/data/graph.h"
 #include "jaxbatch/load/prefetch.h"
 #include "jaxbatch/plan/planner_key.h"
 
@@ -102,20 +103,12 @@ Loader::Loader(std::shared_ptr<const Dataset> dataset, std::shared_ptr<const Chu
   ValidatePlannerOptions(options_.schedule.planner);
   ValidateLoaderOptions(options_);
   CheckPadValues(*dataset_, options_.collate, "Loader");
-  const std::string& length_column =
-      options_.length_column.empty() ? dataset_->default_length_column() : options_.length_column;
-  if (dataset_->column(length_column).is_fixed()) {
-    throw InvalidArgumentError(StrCat("Loader: column '", length_column,
-                                      "' is fixed-shape; batching by length needs a ragged "
-                                      "column, such as '",
-                                      dataset_->default_length_column(), "'"));
+  if (IsGraphPlanner(options_.schedule.planner)) {
+    InitGraphs();
+  } else {
+    InitLengths();
   }
-  lengths_ =
-      chunked_ ? chunked_->lengths(length_column) : dataset_->column(length_column).Lengths();
   num_examples_ = static_cast<int64_t>(lengths_.size());
-  layout_ = BatchLayout{.packed = std::holds_alternative<PackOptions>(options_.schedule.planner),
-                        .allow_truncate = false,
-                        .length_column = length_column};
   const ScheduleOptions& schedule = options_.schedule;
   key_ = StreamKey{.num_examples = num_examples_,
                    .fingerprint = chunked_ ? LayoutFingerprint(*dataset_,
@@ -132,9 +125,23 @@ Loader::Loader(std::shared_ptr<const Dataset> dataset, std::shared_ptr<const Chu
     const auto [size, modified] = FileStamp(path, "when the loader starts");
     mapped_files_.push_back(MappedFile{path, size, modified});
   }
-  bad_records_ = chunked_ ? chunked_->bad_records : FindBadRecords(*dataset_, options_.schema);
+  const std::vector<BadRecord> bad =
+      chunked_ ? chunked_->bad_records : FindBadRecords(*dataset_, options_.schema);
+  bad_records_.insert(bad_records_.end(), bad.begin(), bad.end());
+  // A graph may break the schema and the graph rules: one record, the first reason.
+  std::sort(bad_records_.begin(), bad_records_.end(),
+            [](const BadRecord& a, const BadRecord& b) { return a.example < b.example; });
+  bad_records_.erase(
+      std::unique(bad_records_.begin(), bad_records_.end(),
+                  [](const BadRecord& a, const BadRecord& b) { return a.example == b.example; }),
+      bad_records_.end());
   excluded_.assign(lengths_.size(), 0);
-  for (const BadRecord& r : bad_records_) excluded_[static_cast<size_t>(r.example)] = 1;
+  for (const BadRecord& r : bad_records_) {
+    excluded_[static_cast<size_t>(r.example)] = 1;
+    // A bad graph's counts may be anything: it is never planned.
+    lengths_[static_cast<size_t>(r.example)] = 0;
+    if (!edge_lengths_.empty()) edge_lengths_[static_cast<size_t>(r.example)] = 0;
+  }
 
   state_.seed = options_.schedule.seed;
   state_.key = key_;
@@ -299,7 +306,7 @@ void Loader::CheckStartState(const LoaderState& start) {
   }
   if (start.step == 0) return;
   auto schedule = std::make_shared<const EpochSchedule>(
-      MakeEpochSchedule(lengths_, excluded_, options_.schedule, start.epoch));
+      MakeEpochSchedule(lengths_, excluded_, options_.schedule, start.epoch, edge_lengths_));
   const auto steps = static_cast<int64_t>(schedule->steps.size());
   if (start.step >= steps) {
     throw InvalidArgumentError(StrCat("Loader: the state's step ", start.step,
@@ -314,7 +321,7 @@ void Loader::CheckMemoryLimit() {
   // Workers fill prefetch batches ahead while the consumer holds one (and a
   // Python loop the one before): a limit below that would wait forever.
   auto schedule = std::make_shared<const EpochSchedule>(
-      MakeEpochSchedule(lengths_, excluded_, options_.schedule, claim_epoch_));
+      MakeEpochSchedule(lengths_, excluded_, options_.schedule, claim_epoch_, edge_lengths_));
   int64_t largest = 0;
   for (const BatchShape& shape : schedule->plan.shapes) {
     largest = std::max(largest, CollatedBytes(*dataset_, shape, layout_));
@@ -425,7 +432,7 @@ std::shared_ptr<const EpochSchedule> Loader::ScheduleFor(int64_t epoch,
   std::exception_ptr error;
   try {
     schedule = std::make_shared<const EpochSchedule>(
-        MakeEpochSchedule(lengths_, excluded_, options_.schedule, epoch));
+        MakeEpochSchedule(lengths_, excluded_, options_.schedule, epoch, edge_lengths_));
   } catch (...) {
     error = std::current_exception();
   }
@@ -700,12 +707,52 @@ std::shared_ptr<const EpochSchedule> Loader::PlannedEpoch(int64_t epoch) const {
   }
   // Lengths, exclusions and options never change after construction.
   return std::make_shared<const EpochSchedule>(
-      MakeEpochSchedule(lengths_, excluded_, options_.schedule, epoch));
+      MakeEpochSchedule(lengths_, excluded_, options_.schedule, epoch, edge_lengths_));
+}
+
+void Loader::InitLengths() {
+  const std::string& length_column =
+      options_.length_column.empty() ? dataset_->default_length_column() : options_.length_column;
+  if (dataset_->column(length_column).is_fixed()) {
+    throw InvalidArgumentError(StrCat("Loader: column '", length_column,
+                                      "' is fixed-shape; batching by length needs a ragged "
+                                      "column, such as '",
+                                      dataset_->default_length_column(), "'"));
+  }
+  lengths_ =
+      chunked_ ? chunked_->lengths(length_column) : dataset_->column(length_column).Lengths();
+  layout_ = BatchLayout{.packed = std::holds_alternative<PackOptions>(options_.schedule.planner),
+                        .allow_truncate = false,
+                        .length_column = length_column};
+}
+
+void Loader::InitGraphs() {
+  const char* planner = PlannerName(options_.schedule.planner);
+  if (chunked_) {
+    throw InvalidArgumentError(StrCat("Loader: ", planner, " needs the graphs in memory; ",
+                                      "streaming graphs chunk by chunk is not supported yet: ",
+                                      "load the file whole (stream=False)"));
+  }
+  if (!options_.length_column.empty()) {
+    throw InvalidArgumentError(StrCat("Loader: ", planner, " plans by node and edge counts; ",
+                                      "length_column='", options_.length_column,
+                                      "' does not apply"));
+  }
+  const GraphColumns graph = FindGraphColumns(*dataset_, "Loader");
+  lengths_ = NodeCounts(*dataset_, graph);
+  edge_lengths_ = EdgeCounts(*dataset_);
+  for (GraphProblem& p : FindBadGraphs(*dataset_, graph)) {
+    bad_records_.push_back(BadRecord{p.example, std::move(p.reason)});
+  }
+  layout_ =
+      BatchLayout{.packed = false, .allow_truncate = false, .length_column = "", .graph = true};
 }
 
 bool Loader::EpochsMayDiffer() const {
+  // Graph batches follow the order: a shuffle changes how many there are.
   const bool ordered = std::holds_alternative<PadToMaxOptions>(options_.schedule.planner) ||
-                       std::holds_alternative<PackOptions>(options_.schedule.planner);
+                       std::holds_alternative<PackOptions>(options_.schedule.planner) ||
+                       IsGraphPlanner(options_.schedule.planner);
   return ordered && options_.schedule.shuffle != ShuffleMode::kNone;
 }
 

@@ -244,6 +244,10 @@ class Loader {
   // another stream; plans that epoch.
   void CheckStartState(const LoaderState& start);
   void CheckStreamKey(const StreamKey& key) const;
+  // lengths_ and layout_ from the length column (sequence planners) or the
+  // graphs' node and edge counts, whose bad graphs join bad_records_.
+  void InitLengths();
+  void InitGraphs();
   void WorkerLoop();
   // Throws IoError naming a mapped file whose size or modification time
   // differs from when the loader started.
@@ -272,7 +276,8 @@ class Loader {
   std::unique_ptr<ChunkCache> cache_;
   LoaderOptions options_;
   int64_t num_examples_ = 0;
-  std::vector<int64_t> lengths_;
+  std::vector<int64_t> lengths_;       // node counts for a graph planner
+  std::vector<int64_t> edge_lengths_;  // edge counts (graph planners only)
   std::vector<uint8_t> excluded_;
   std::vector<BadRecord> bad_records_;
   StreamKey key_;  // this loader's, in every state()

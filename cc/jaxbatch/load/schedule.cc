@@ -1,6 +1,7 @@
 #include "jaxbatch/load/schedule.h"
 
 #include <algorithm>
+#include <type_traits>
 #include <variant>
 
 #include "jaxbatch/base/checked.h"
@@ -42,8 +43,20 @@ std::vector<int64_t> OrderExamples(const std::vector<int64_t>& candidates, const
   return order;
 }
 
+// A graph planner's batches always have their full shape: a shard's tail
+// is evened out with empty batches, as remainder="pad" does.
 Remainder PlannerRemainder(const PlannerOptions& planner) {
-  return std::visit([](const auto& o) { return o.remainder; }, planner);
+  return std::visit(
+      [](const auto& o) {
+        using T = std::decay_t<decltype(o)>;
+        if constexpr (std::is_same_v<T, GraphBudgetOptions> ||
+                      std::is_same_v<T, GraphBucketsOptions>) {
+          return Remainder::kPad;
+        } else {
+          return o.remainder;
+        }
+      },
+      planner);
 }
 
 int64_t ExamplesIn(const BatchPlan& plan, int64_t b) {
@@ -100,7 +113,8 @@ void ValidateScheduleOptions(const ScheduleOptions& o) {
 }
 
 EpochSchedule MakeEpochSchedule(std::span<const int64_t> lengths, std::span<const uint8_t> excluded,
-                                const ScheduleOptions& o, int64_t epoch) {
+                                const ScheduleOptions& o, int64_t epoch,
+                                std::span<const int64_t> edges) {
   ValidateScheduleOptions(o);
   std::vector<int64_t> candidates;
   candidates.reserve(lengths.size());
@@ -111,7 +125,7 @@ EpochSchedule MakeEpochSchedule(std::span<const int64_t> lengths, std::span<cons
   // Plan() reads an empty order as "every example": with none left, plan none.
   schedule.plan = candidates.empty()
                       ? Plan({}, o.planner)
-                      : Plan(lengths, o.planner, OrderExamples(candidates, o, epoch));
+                      : Plan(lengths, o.planner, OrderExamples(candidates, o, epoch), edges);
   BatchPlan& plan = schedule.plan;
   // Block shuffle keeps the planner's batch order, which follows the
   // shuffled blocks, so a batch reads from the blocks read just before it;

@@ -71,9 +71,11 @@ struct EpochSchedule {
 void ValidateScheduleOptions(const ScheduleOptions& options);
 
 // Throws what ValidateScheduleOptions and ValidatePlannerOptions throw, and
-// whatever the planner throws for the data.
+// whatever the planner throws for the data. `edges`: each graph's edge count,
+// for a graph planner (which reads `lengths` as node counts).
 EpochSchedule MakeEpochSchedule(std::span<const int64_t> lengths, std::span<const uint8_t> excluded,
-                                const ScheduleOptions& options, int64_t epoch);
+                                const ScheduleOptions& options, int64_t epoch,
+                                std::span<const int64_t> edges = {});
 
 }  // namespace jaxbatch
 

@@ -25,7 +25,7 @@ BatchView BatchPlan::batch(int64_t b) const {
 void PlanBuilder::BeginBatch(const BatchShape& shape) {
   // Planners check their options first and name them; this is the backstop
   // for a hand-built plan.
-  if (shape.rows < 0 || shape.length < 0 || shape.segments < 0 ||
+  if (shape.rows < 0 || shape.length < 0 || shape.segments < 0 || shape.edges < 0 ||
       !CheckedMul(shape.rows, shape.length) || !CheckedMul(shape.rows, shape.segments)) {
     throw InvalidArgumentError(StrCat("BatchPlan: batch ", plan_.num_batches(), " of ", shape.rows,
                                       " rows x ", shape.length, " elements x ", shape.segments,
@@ -56,7 +56,15 @@ void PlanBuilder::EndBatch() {
   plan_.batch_row_begin.push_back(static_cast<int64_t>(plan_.row_example_begin.size()) - 1);
 }
 
-BatchPlan PlanBuilder::Finish(std::span<const int64_t> lengths, int64_t num_examples) && {
+namespace {
+
+double Ratio(int64_t real, int64_t padded) {
+  return padded == 0 ? 1.0 : static_cast<double>(real) / static_cast<double>(padded);
+}
+
+}  // namespace
+
+void PlanBuilder::StartStats(int64_t num_examples) {
   PlanStats& stats = plan_.stats;
   stats.examples = num_examples;
   stats.batches = plan_.num_batches();
@@ -64,6 +72,32 @@ BatchPlan PlanBuilder::Finish(std::span<const int64_t> lengths, int64_t num_exam
   stats.batches_per_shape.assign(plan_.shapes.size(), 0);
   stats.dropped = static_cast<int64_t>(plan_.dropped_examples.size());
   stats.skipped = static_cast<int64_t>(plan_.skipped_examples.size());
+}
+
+BatchPlan PlanBuilder::FinishGraphs(std::span<const int64_t> nodes, std::span<const int64_t> edges,
+                                    int64_t num_examples) && {
+  StartStats(num_examples);
+  PlanStats& stats = plan_.stats;
+  for (int64_t b = 0; b < stats.batches; ++b) {
+    const BatchView view = plan_.batch(b);
+    ++stats.batches_per_shape[static_cast<size_t>(plan_.batch_shape_ids[static_cast<size_t>(b)])];
+    stats.padded_elements = SaturatingAdd(stats.padded_elements, view.shape.length);
+    stats.padded_edges = SaturatingAdd(stats.padded_edges, view.shape.edges);
+    stats.padded_graphs = SaturatingAdd(stats.padded_graphs, view.shape.rows);
+    for (int64_t e : view.all_examples()) {
+      stats.real_elements = SaturatingAdd(stats.real_elements, nodes[static_cast<size_t>(e)]);
+      stats.real_edges = SaturatingAdd(stats.real_edges, edges[static_cast<size_t>(e)]);
+      ++stats.real_graphs;
+    }
+  }
+  stats.occupied_elements = stats.padded_elements;
+  stats.efficiency = Ratio(stats.real_elements, stats.padded_elements);
+  return std::move(plan_);
+}
+
+BatchPlan PlanBuilder::Finish(std::span<const int64_t> lengths, int64_t num_examples) && {
+  StartStats(num_examples);
+  PlanStats& stats = plan_.stats;
   for (int64_t b = 0; b < stats.batches; ++b) {
     const BatchView view = plan_.batch(b);
     ++stats.batches_per_shape[static_cast<size_t>(plan_.batch_shape_ids[static_cast<size_t>(b)])];
@@ -83,9 +117,7 @@ BatchPlan PlanBuilder::Finish(std::span<const int64_t> lengths, int64_t num_exam
       }
     }
   }
-  stats.efficiency = stats.padded_elements == 0 ? 1.0
-                                                : static_cast<double>(stats.real_elements) /
-                                                      static_cast<double>(stats.padded_elements);
+  stats.efficiency = Ratio(stats.real_elements, stats.padded_elements);
   return std::move(plan_);
 }
 

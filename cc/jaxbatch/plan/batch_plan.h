@@ -21,11 +21,14 @@
 namespace jaxbatch {
 
 // A batch's padded shape: `rows` x `length` elements, and for packed rows
-// `segments` = the most examples one row can hold (0 when not packed).
+// `segments` = the most examples one row can hold (0 when not packed). A
+// graph batch (graph_planner.h) has `rows` graph slots, `length` node slots
+// and `edges` edge slots.
 struct BatchShape {
   int64_t rows = 0;
   int64_t length = 0;
   int64_t segments = 0;
+  int64_t edges = 0;
   friend bool operator==(const BatchShape&, const BatchShape&) = default;
 };
 
@@ -48,6 +51,12 @@ struct PlanStats {
   int64_t dropped = 0;    // examples left out by remainder="drop"
   int64_t skipped = 0;    // examples left out by too_long="skip"
   int64_t truncated = 0;  // examples cut to the shape by too_long="truncate"
+  // Graph plans: real_elements / padded_elements count nodes, and these
+  // edges and graphs (all 0 for other plans).
+  int64_t real_edges = 0;
+  int64_t padded_edges = 0;
+  int64_t real_graphs = 0;
+  int64_t padded_graphs = 0;
 };
 
 // One batch of a plan, viewed without a copy.
@@ -75,6 +84,8 @@ struct BatchView {
 class BatchPlan {
  public:
   bool packed = false;
+  // Graph batches (graph_planner.h): each stored row is one graph.
+  bool graph = false;
   // True when too_long="truncate": a collator may cut examples to the shape.
   bool allow_truncate = false;
   // The column whose lengths made the plan ("" when planned from lengths).
@@ -103,6 +114,12 @@ class BatchPlan {
 class PlanBuilder {
  public:
   explicit PlanBuilder(bool packed) { plan_.packed = packed; }
+  // A builder of graph batches: rows are graphs.
+  static PlanBuilder Graphs() {
+    PlanBuilder builder(false);
+    builder.plan_.graph = true;
+    return builder;
+  }
   void BeginBatch(const BatchShape& shape);
   void AddRow(std::span<const int64_t> examples);
   // Ends the batch; the rows not added up to shape.rows are padding (not
@@ -113,8 +130,12 @@ class PlanBuilder {
   void set_allow_truncate(bool allow) { plan_.allow_truncate = allow; }
   // Computes stats from `lengths` (indexed by example id).
   BatchPlan Finish(std::span<const int64_t> lengths, int64_t num_examples) &&;
+  // Finish for graph batches, from each graph's node and edge count.
+  BatchPlan FinishGraphs(std::span<const int64_t> nodes, std::span<const int64_t> edges,
+                         int64_t num_examples) &&;
 
  private:
+  void StartStats(int64_t num_examples);
   BatchPlan plan_;
   int64_t rows_in_batch_ = 0;
 };

@@ -410,8 +410,14 @@ BatchPlan PlanPack(std::span<const int64_t> lengths, const std::vector<int64_t>&
 }  // namespace
 
 const char* PlannerName(const PlannerOptions& options) {
-  static constexpr const char* kNames[] = {"PadToMax", "FixedBuckets", "AutoBuckets", "Pack"};
+  static constexpr const char* kNames[] = {"PadToMax", "FixedBuckets", "AutoBuckets",
+                                           "Pack",     "GraphBudget",  "GraphBuckets"};
   return kNames[options.index()];
+}
+
+bool IsGraphPlanner(const PlannerOptions& options) {
+  return std::holds_alternative<GraphBudgetOptions>(options) ||
+         std::holds_alternative<GraphBucketsOptions>(options);
 }
 
 void ValidatePlannerOptions(const PlannerOptions& options) {
@@ -422,12 +428,14 @@ void ValidatePlannerOptions(const PlannerOptions& options) {
         if constexpr (std::is_same_v<T, FixedBucketsOptions>) ValidateFixedBuckets(o);
         if constexpr (std::is_same_v<T, AutoBucketsOptions>) ValidateAutoBuckets(o);
         if constexpr (std::is_same_v<T, PackOptions>) ValidatePack(o);
+        if constexpr (std::is_same_v<T, GraphBudgetOptions>) ValidateGraphBudget(o);
+        if constexpr (std::is_same_v<T, GraphBucketsOptions>) ValidateGraphBuckets(o);
       },
       options);
 }
 
 BatchPlan Plan(std::span<const int64_t> lengths, const PlannerOptions& options,
-               std::span<const int64_t> order) {
+               std::span<const int64_t> order, std::span<const int64_t> edges) {
   ValidatePlannerOptions(options);
   const std::vector<int64_t> ids = ResolveOrder(lengths, order);
   return std::visit(
@@ -441,6 +449,12 @@ BatchPlan Plan(std::span<const int64_t> lengths, const PlannerOptions& options,
           return PlanAutoBuckets(lengths, ids, o);
         }
         if constexpr (std::is_same_v<T, PackOptions>) return PlanPack(lengths, ids, o);
+        if constexpr (std::is_same_v<T, GraphBudgetOptions>) {
+          return PlanGraphBudget(lengths, edges, ids, o);
+        }
+        if constexpr (std::is_same_v<T, GraphBucketsOptions>) {
+          return PlanGraphBuckets(lengths, edges, ids, o);
+        }
       },
       options);
 }

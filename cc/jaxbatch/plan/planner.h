@@ -9,6 +9,10 @@
 //   AutoBucketsOptions  the boundaries that minimise padded elements with at
 //                       most max_shapes shapes (exact, see buckets.h).
 //   PackOptions         sequence packing into rows (see packer.h).
+//   GraphBudgetOptions, GraphBucketsOptions
+//                       graphs to node, edge and graph budgets (see
+//                       graph_planner.h): planned from node counts as
+//                       `lengths` and edge counts as `edges`.
 // With a token budget T a bucket of length L gets T / L rows, so every batch
 // holds at most T elements and short sequences get big batches.
 // `rows_multiple` makes every batch's row count a multiple of it (a global
@@ -29,6 +33,7 @@
 #include <vector>
 
 #include "jaxbatch/plan/batch_plan.h"
+#include "jaxbatch/plan/graph_planner.h"
 #include "jaxbatch/plan/packer.h"
 
 namespace jaxbatch {
@@ -99,11 +104,15 @@ struct PackOptions {
   bool operator==(const PackOptions&) const = default;
 };
 
-using PlannerOptions =
-    std::variant<PadToMaxOptions, FixedBucketsOptions, AutoBucketsOptions, PackOptions>;
+using PlannerOptions = std::variant<PadToMaxOptions, FixedBucketsOptions, AutoBucketsOptions,
+                                    PackOptions, GraphBudgetOptions, GraphBucketsOptions>;
 
-// The planner's name: "PadToMax", "FixedBuckets", "AutoBuckets" or "Pack".
+// The planner's name: "PadToMax", "FixedBuckets", "AutoBuckets", "Pack",
+// "GraphBudget" or "GraphBuckets".
 const char* PlannerName(const PlannerOptions& options);
+
+// Whether `options` plan graphs (GraphBudget, GraphBuckets).
+bool IsGraphPlanner(const PlannerOptions& options);
 
 // Throws InvalidArgumentError, naming the planner, the option and the value
 // found, for options that no data could make valid (a count <= 0, an unset
@@ -114,10 +123,12 @@ void ValidatePlannerOptions(const PlannerOptions& options);
 
 // Plans batches over `lengths` (indexed by example id). `order` lists the
 // example ids to plan, in the order to consider them (a shuffle or a shard);
-// empty means every example in index order. Throws InvalidArgumentError for
-// bad options or a too-long example under TooLong::kError.
+// empty means every example in index order. A graph planner reads `lengths`
+// as node counts and needs `edges`, the edge counts; the others ignore
+// `edges`. Throws InvalidArgumentError for bad options or a too-long example
+// under TooLong::kError.
 BatchPlan Plan(std::span<const int64_t> lengths, const PlannerOptions& options,
-               std::span<const int64_t> order = {});
+               std::span<const int64_t> order = {}, std::span<const int64_t> edges = {});
 
 }  // namespace jaxbatch
 

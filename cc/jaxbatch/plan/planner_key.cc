@@ -25,6 +25,8 @@ struct Value {
 constexpr const char* kRemainderNames[] = {"pad", "keep", "drop"};
 constexpr const char* kTooLongNames[] = {"error", "truncate", "skip"};
 constexpr const char* kAlgorithmNames[] = {"first_fit", "best_fit"};
+constexpr const char* kGraphAlgorithmNames[] = {"next_fit", "first_fit", "best_fit"};
+constexpr const char* kTooBigNames[] = {"error", "skip"};
 
 // One field of a planner's key: how it is written (nullopt: left out) and read.
 template <typename T>
@@ -154,6 +156,32 @@ const std::vector<Field<PackOptions>>& FieldsOf(const PackOptions*) {
       Count<O>("rows_multiple", &O::rows_multiple, true, kDefaultRowsMultiple),
       Optional<O>("open_rows", &O::open_rows, true)};
   return fields;
+}
+
+template <typename O>
+const std::vector<Field<O>>& GraphFields() {
+  static const std::vector<Field<O>> fields = [] {
+    std::vector<Field<O>> out;
+    if constexpr (std::is_same_v<O, GraphBucketsOptions>) {
+      out.push_back(Count<O>("max_shapes", &O::max_shapes));
+    }
+    out.push_back(Count<O>("nodes", &O::nodes));
+    out.push_back(Count<O>("edges", &O::edges));
+    out.push_back(Count<O>("graphs", &O::graphs));
+    out.push_back(Choice<O>("algorithm", &O::algorithm, kGraphAlgorithmNames));
+    out.push_back(Optional<O>("open_batches", &O::open_batches));
+    out.push_back(Choice<O>("too_big", &O::too_big, kTooBigNames));
+    return out;
+  }();
+  return fields;
+}
+
+const std::vector<Field<GraphBudgetOptions>>& FieldsOf(const GraphBudgetOptions*) {
+  return GraphFields<GraphBudgetOptions>();
+}
+
+const std::vector<Field<GraphBucketsOptions>>& FieldsOf(const GraphBucketsOptions*) {
+  return GraphFields<GraphBucketsOptions>();
 }
 
 // A cursor over a key's text.
@@ -310,9 +338,14 @@ PlannerOptions ParsePlannerKey(std::string_view key) {
     options = ParseFields<AutoBucketsOptions>(reader, key);
   } else if (name == "Pack") {
     options = ParseFields<PackOptions>(reader, key);
+  } else if (name == "GraphBudget") {
+    options = ParseFields<GraphBudgetOptions>(reader, key);
+  } else if (name == "GraphBuckets") {
+    options = ParseFields<GraphBucketsOptions>(reader, key);
   } else {
     Refuse(key, StrCat("unknown planner '", name,
-                       "'; expected PadToMax, FixedBuckets, AutoBuckets or Pack"));
+                       "'; expected PadToMax, FixedBuckets, AutoBuckets, Pack, GraphBudget or "
+                       "GraphBuckets"));
   }
   if (!reader.AtEnd()) reader.Fail("unexpected text after the planner");
   return options;

@@ -9,7 +9,7 @@ import numpy as np
 
 from jaxbatch import _core
 from jaxbatch._src.collate import keys
-from jaxbatch._src.data.dataset import Dataset
+from jaxbatch._src.data.dataset import Dataset, graph_layout
 from jaxbatch._src.data.dtypes import numpy_dtype
 from jaxbatch._src.plan.plan import BatchShape, BatchSpec
 
@@ -24,6 +24,14 @@ class Batch(dict):
     columns of padded batches; ``<name>_segment_ids``, ``<name>_positions``
     and per-segment ``<name>_lengths`` for packed batches; ``example_index``
     (-1 for padding).
+
+    A graph batch (GraphBudget, GraphBuckets) holds each column concatenated
+    over the batch's graphs and padded as ``jraph.pad_with_graphs`` pads
+    (``nodes/...`` ``[nodes, ...]``, ``edges/...`` and ``senders``,
+    ``receivers`` ``[edges]``, ``n_node``, ``n_edge`` and per-graph columns
+    ``[graphs, ...]``), plus ``node_mask``, ``edge_mask``, ``graph_mask``,
+    ``node_graph`` (each node's graph slot) and ``graph_index`` (each slot's
+    example, -1 for padding); ``batch.graphs`` is the GraphsTuple.
     """
 
     index: int
@@ -32,10 +40,26 @@ class Batch(dict):
     length_column: str
     ragged_columns: tuple[str, ...]
     fixed_columns: tuple[str, ...]
+    graph_layout: Any = None  # a graph batch's GraphLayout
+
+    @property
+    def is_graphs(self) -> bool:
+        return self.graph_layout is not None
+
+    @property
+    def graphs(self) -> Any:
+        """The batch as a ``jraph.GraphsTuple`` (a NamedTuple with jraph's
+        fields when jraph is not installed), padded as
+        ``jraph.pad_with_graphs`` pads; its arrays are this batch's."""
+        if self.graph_layout is None:
+            raise AttributeError("Batch.graphs: this batch holds sequences, not graphs")
+        return self.graph_layout.graphs_tuple(self)
 
     @property
     def aux_keys(self) -> tuple[str, ...]:
         """The keys collate added beside the columns."""
+        if self.graph_layout is not None:
+            return tuple(k for k in self if k in keys.GRAPH_KEYS)
         return tuple(k for k in self if k == keys.EXAMPLE_INDEX or _aux_of(k, self.ragged_columns))
 
 
@@ -81,9 +105,10 @@ def collate(
         batch.index,
         batch.shape,
         batch.plan.packed,
-        batch.plan.length_column or dataset.default_length_column,
+        "" if batch.plan.graph else batch.plan.length_column or dataset.default_length_column,
         tuple(n for n, f in fixed.items() if not f),
         tuple(n for n, f in fixed.items() if f),
+        graph_layout(dataset) if batch.plan.graph else None,
     )
 
 
@@ -115,8 +140,11 @@ def pad_values(pad_value: Any, where: str) -> tuple[list[tuple[str, int | float]
     return [], _pad_scalar(pad_value, f"{where}: pad_value")
 
 
-def batch_from_core(arrays, index, shape, packed, length_column, ragged, fixed) -> Batch:
-    """A Batch over the (name, dtype, array) triples the core returns."""
+def batch_from_core(
+    arrays, index, shape, packed, length_column, ragged, fixed, graphs=None
+) -> Batch:
+    """A Batch over the (name, dtype, array) triples the core returns
+    (`graphs`: a graph batch's GraphLayout)."""
     out = Batch()
     for name, dtype, array in arrays:
         out[name] = array.view(numpy_dtype(dtype)) if dtype == "bfloat16" else array
@@ -126,6 +154,7 @@ def batch_from_core(arrays, index, shape, packed, length_column, ragged, fixed) 
     out.length_column = length_column
     out.ragged_columns = ragged
     out.fixed_columns = fixed
+    out.graph_layout = graphs
     return out
 
 
@@ -134,6 +163,7 @@ def unbatch(
     batch: Batch,
     *,
     per_token: bool | Mapping[str, bool] | None = None,
+    per: str | Mapping[str, str] | None = None,
 ) -> dict[int, Any]:
     """Per-example results with the padding removed, keyed by example index.
 
@@ -146,6 +176,13 @@ def unbatch(
     own extra keys (masks, lengths, ...) are left out, so
     ``unbatch(collate(ds, spec), batch)`` gives back the examples.
 
+    For a graph batch, outputs are per node (``[nodes, ...]``), per edge
+    (``[edges, ...]``) or per graph (``[graphs, ...]``): each graph gets its
+    own nodes, edges or row. Which one is read from the leading axis (a key
+    that names a column follows the column) unless ``per`` says:
+    ``"node"``, ``"edge"`` or ``"graph"``, or a dict of them by name; a
+    leading axis that two of them share is a ValueError asking for ``per=``.
+
     Example::
 
         logits = model(batch["tokens"])           # [rows, L, vocab]
@@ -155,6 +192,10 @@ def unbatch(
         raise TypeError(f"unbatch: expected the Batch collate returned, found {type(batch)}")
     single = not isinstance(outputs, Mapping)
     items = {"": outputs} if single else dict(outputs)
+    if batch.is_graphs:
+        return _unbatch_graphs(items, batch, single, per)
+    if per is not None:
+        raise ValueError("unbatch: per= is for graph batches; use per_token= for sequences")
     index = np.asarray(batch[keys.EXAMPLE_INDEX])
     result: dict[int, Any] = {}
     for key, value in items.items():
@@ -196,6 +237,69 @@ def unbatch(
                 result[example] = piece
             else:
                 result.setdefault(example, {})[key] = piece
+    return result
+
+
+_PER = ("node", "edge", "graph")
+
+
+def _graph_role(key: str, array: np.ndarray, batch: Batch, per: Any) -> str:
+    forced = per.get(key) if isinstance(per, Mapping) else per
+    sizes = {"node": batch.shape.length, "edge": batch.shape.edges, "graph": batch.shape.rows}
+    if forced is not None:
+        if forced not in _PER:
+            raise ValueError(f"unbatch: per must be 'node', 'edge' or 'graph', found {forced!r}")
+        role = forced
+    elif key == "nodes" or key.startswith("nodes/"):
+        role = "node"
+    elif key in ("edges", "senders", "receivers") or key.startswith("edges/"):
+        role = "edge"
+    elif key in batch.fixed_columns:
+        role = "graph"
+    else:
+        lead = array.shape[0] if array.ndim else None
+        roles = [r for r in _PER if sizes[r] == lead]
+        if len(roles) != 1:
+            raise ValueError(
+                f"unbatch: output {key!r} has shape {array.shape}; this graph batch has "
+                f"{sizes['node']} nodes, {sizes['edge']} edges and {sizes['graph']} graphs, so "
+                + (
+                    f"it could be per {' or per '.join(roles)}: pass per={{{key!r}: ...}}"
+                    if roles
+                    else "it is none of them (a leading axis of one of these)"
+                )
+            )
+        role = roles[0]
+    if array.ndim < 1 or array.shape[0] != sizes[role]:
+        raise ValueError(
+            f"unbatch: output {key!r} of shape {array.shape} is per {role} but the batch has "
+            f"{sizes[role]} {role} slots"
+        )
+    return role
+
+
+def _unbatch_graphs(items, batch, single, per) -> dict[int, Any]:
+    index = np.asarray(batch[keys.GRAPH_INDEX])
+    n_node, n_edge = np.asarray(batch["n_node"]), np.asarray(batch["n_edge"])
+    starts = {"node": np.cumsum(n_node) - n_node, "edge": np.cumsum(n_edge) - n_edge}
+    counts = {"node": n_node, "edge": n_edge}
+    result: dict[int, Any] = {}
+    for key, value in items.items():
+        if not single and (key in batch.aux_keys or key in ("n_node", "n_edge")):
+            continue
+        array = np.asarray(value)
+        role = _graph_role(key, array, batch, per)
+        for g in np.flatnonzero(index >= 0):
+            if role == "graph":
+                piece = array[g]
+            else:
+                piece = array[starts[role][g] : starts[role][g] + counts[role][g]]
+                if key in ("senders", "receivers"):
+                    piece = piece - starts["node"][g]  # back to the graph's own node ids
+            if single:
+                result[int(index[g])] = piece
+            else:
+                result.setdefault(int(index[g]), {})[key] = piece
     return result
 
 

@@ -16,6 +16,13 @@ LENGTHS: str = _core.LENGTHS_SUFFIX
 SEGMENT_IDS: str = _core.SEGMENT_IDS_SUFFIX
 POSITIONS: str = _core.POSITIONS_SUFFIX
 EXAMPLE_INDEX: str = _core.EXAMPLE_INDEX
+# A graph batch's.
+NODE_MASK: str = _core.NODE_MASK
+EDGE_MASK: str = _core.EDGE_MASK
+GRAPH_MASK: str = _core.GRAPH_MASK
+NODE_GRAPH: str = _core.NODE_GRAPH
+GRAPH_INDEX: str = _core.GRAPH_INDEX
+GRAPH_KEYS = (NODE_MASK, EDGE_MASK, GRAPH_MASK, NODE_GRAPH, GRAPH_INDEX)
 # What collation adds beside a ragged column's values.
 SUFFIXES = (MASK, LENGTHS, SEGMENT_IDS, POSITIONS)
 # Keys whose first per-row axis is the column's token axis ("" the values).

@@ -11,6 +11,7 @@ from jaxbatch import _core
 from jaxbatch._src.base.words import counted
 from jaxbatch._src.data.arrow import column_from_arrow
 from jaxbatch._src.data.dtypes import as_bytes, dtype_name, numpy_dtype
+from jaxbatch._src.data.graphs import GraphLayout, graph_columns
 
 
 class Columns:
@@ -84,6 +85,51 @@ class Dataset(Columns):
         return dataset
 
     @classmethod
+    def from_graphs(cls, graphs: Iterable[Any], *, validate: bool = True) -> Dataset:
+        """Builds a graph dataset, one example per graph, from single graphs:
+        each a ``jraph.GraphsTuple`` (``n_node`` and ``n_edge`` of length 1)
+        or a mapping with its field names (``nodes``, ``edges``, ``senders``,
+        ``receivers``, ``globals``, ``n_node``, ``n_edge``; any may be left
+        out but senders and receivers). ``nodes``, ``edges`` and ``globals``
+        are arrays or pytrees (dicts, lists, tuples) of arrays whose leading
+        axis is the graph's node count, edge count, or 1 for globals. Graphs
+        with no nodes or no edges are fine.
+
+        Columns are named by field and leaf path (``nodes``, ``nodes/x``,
+        ``edges/bond/0``): plan them with :class:`jaxbatch.GraphBudget` or
+        :class:`jaxbatch.GraphBuckets`; a batch's ``.graphs`` is a
+        GraphsTuple again. With ``validate`` (the default) every graph is
+        checked by the engine (every node and edge leaf the right length,
+        n_node and n_edge agreeing with the arrays, senders and receivers
+        within ``[0, n_node)``), and the first bad one is a ValueError naming
+        it; with ``validate=False`` a Loader finds them instead and follows
+        its ``on_error`` (raise, skip or quarantine, counted).
+
+        Example::
+
+            ds = jb.Dataset.from_graphs(molecules)   # [jraph.GraphsTuple, ...]
+            loader = jb.Loader(ds, jb.GraphBudget(nodes=512, edges=1024, graphs=33))
+            for batch in loader:
+                loss = step(params, batch.graphs, batch["graph_mask"])
+        """
+        columns, dtypes, layout = graph_columns(list(graphs))
+        dataset = cls.from_arrays(columns, dtypes=dtypes)
+        dataset._graph_layout = layout
+        if validate:
+            bad = _core.find_bad_graphs(dataset._core, "Dataset.from_graphs")
+            if bad:
+                example, reason = bad[0]
+                more = f" ({counted(len(bad) - 1, 'other bad graph')} too)" if len(bad) > 1 else ""
+                reason = reason.removeprefix("graph: ")
+                raise ValueError(f"Dataset.from_graphs: graph {example}: {reason}{more}")
+        return dataset
+
+    @property
+    def is_graphs(self) -> bool:
+        """Whether this dataset holds graphs (it has senders and receivers)."""
+        return _core.is_graph_dataset(self._core)
+
+    @classmethod
     def from_arrow(
         cls,
         table: Any,
@@ -151,6 +197,13 @@ class Dataset(Columns):
             kind = "fixed" if col.is_fixed else f"ragged, max length {col.max_length}"
             cols.append(f"{name}: {col.dtype}{list(col.inner_shape)} ({kind})")
         return f"Dataset({counted(len(self), 'example')}; " + "; ".join(cols) + ")"
+
+
+def graph_layout(columns: Columns) -> Any:
+    """How `columns`' graph columns make a GraphsTuple (see data/graphs.py):
+    the pytrees from_graphs was given, else nested dicts by column path."""
+    layout = getattr(columns, "_graph_layout", None)
+    return layout if layout is not None else GraphLayout.from_columns(columns.column_names)
 
 
 def mapped_files(columns: Columns) -> tuple[str, ...]:

@@ -21,7 +21,7 @@ from jaxbatch._src.execute.memory import max_batch_size_for
 from jaxbatch._src.execute.output_layout import unbatch_layout
 from jaxbatch._src.load.loader import Loader
 from jaxbatch._src.plan.plan import plan
-from jaxbatch._src.plan.planners import AutoBuckets, Pack, PadToMax, Planner
+from jaxbatch._src.plan.planners import GRAPH_PLANNERS, AutoBuckets, Pack, PadToMax, Planner
 
 log = logging.getLogger("jaxbatch")
 
@@ -469,6 +469,12 @@ def _batches(fun, data, planner, batch_size, memory_budget):
     """The batches to run, the shapes they will have (None: unknown), and the
     length column. A Loader says its shapes itself (the engine's, after
     shuffle, shard and bad records), so nothing is planned twice."""
+    graphs = isinstance(data, Loader) and isinstance(data.planner, GRAPH_PLANNERS)
+    if graphs or isinstance(planner, GRAPH_PLANNERS):
+        raise NotImplementedError(
+            "jb.map: graph batches are not supported yet; iterate jb.Loader(ds, "
+            "jb.GraphBudget(...)) and call the jitted function on batch.graphs (docs/graphs.md)"
+        )
     if isinstance(data, Loader):
         if planner is not None:
             raise ValueError("jb.map: planner= is for a Dataset; the Loader has its own")

@@ -75,6 +75,8 @@ from jaxbatch._src.load.loader import (
     schema_rules,
 )
 from jaxbatch._src.plan.planners import (
+    GRAPH_PLANNERS,
+    PLANNERS,
     AutoBuckets,
     FixedBuckets,
     Pack,
@@ -249,6 +251,8 @@ def run(
             "jb.run writes Parquet and needs pyarrow: pip install 'jaxbatch[arrow]'"
         ) from None
     _check_args(checkpoint_every)
+    if planner is not None:
+        _planner_record(planner)  # Refused before anything is made on disk.
     # The job's loader reads in example order, once; the engine checks the
     # rest here, before any folder is made; errors name jb.run, the caller.
     with named_for("jb.run"):
@@ -414,8 +418,13 @@ def _check_args(checkpoint_every) -> None:
 
 
 def _planner_record(planner: Planner) -> dict[str, Any]:
-    if not isinstance(planner, PadToMax | FixedBuckets | AutoBuckets | Pack):
+    if not isinstance(planner, PLANNERS):
         raise TypeError(f"jb.run: planner must be a jaxbatch planner, found {planner!r}")
+    if isinstance(planner, GRAPH_PLANNERS):
+        raise NotImplementedError(
+            f"jb.run: {type(planner).__name__}: jobs over graph batches are not supported yet; "
+            "iterate jb.Loader(ds, planner) (docs/graphs.md)"
+        )
     return {"key": planner.key}
 
 

@@ -15,7 +15,7 @@ import numpy as np
 
 from jaxbatch import _core
 from jaxbatch._src.collate.collate import Batch, batch_from_core, pad_values
-from jaxbatch._src.data.dataset import Dataset, mapped_files
+from jaxbatch._src.data.dataset import Dataset, graph_layout, mapped_files
 from jaxbatch._src.data.dtypes import dtype_name
 from jaxbatch._src.data.sources import (
     StreamedParquet,
@@ -26,10 +26,9 @@ from jaxbatch._src.data.sources import (
 from jaxbatch._src.load.agree import agree, loader_settings
 from jaxbatch._src.plan.plan import BatchShape
 from jaxbatch._src.plan.planners import (
-    AutoBuckets,
-    FixedBuckets,
+    GRAPH_PLANNERS,
+    PLANNERS,
     Pack,
-    PadToMax,
     Planner,
 )
 
@@ -258,7 +257,7 @@ class Loader:
         state: Mapping[str, Any] | None = None,
         **kwargs: Any,
     ):
-        if not isinstance(planner, PadToMax | FixedBuckets | AutoBuckets | Pack):
+        if not isinstance(planner, PLANNERS):
             raise TypeError(f"Loader: expected a planner, found {type(planner).__name__}")
         if options is None:
             options = LoaderOptions(**kwargs)
@@ -296,7 +295,9 @@ class Loader:
         fixed = {n: self.dataset._core.column(n).is_fixed for n in self.dataset.column_names}
         self._ragged = tuple(n for n, f in fixed.items() if not f)
         self._fixed = tuple(n for n, f in fixed.items() if f)
-        self._length_column = o.column or self.dataset.default_length_column
+        self._graphs = graph_layout(self.dataset) if isinstance(planner, GRAPH_PLANNERS) else None
+        # A graph planner plans by node and edge counts (the engine refuses column=).
+        self._length_column = "" if self._graphs else o.column or self.dataset.default_length_column
         self._start(state)
         if o.shard == "jax":
             try:
@@ -434,8 +435,9 @@ class Loader:
         packed = isinstance(self.planner, Pack)
         shape = BatchShape(*planned)
         batch = batch_from_core(
-            arrays, step, shape, packed, self._length_column, self._ragged, self._fixed
-        )
+            arrays, step, shape, packed, self._length_column, self._ragged, self._fixed,
+            self._graphs,
+        )  # fmt: skip
         batch.epoch = epoch
         return batch
 

@@ -256,6 +256,15 @@ def attention_mask(segment_ids: Any, causal: bool = False) -> jax.Array:
     return allowed
 
 
+def _num_segments(op: str, num_segments: Any) -> int:
+    if not isinstance(num_segments, (int, np.integer)) or num_segments < 1:
+        raise ValueError(
+            f"jb.masked.{op}: num_segments must be a positive Python int (a static shape), "
+            f"found {num_segments!r}"
+        )
+    return int(num_segments)
+
+
 def _segment_inputs(op, x, segment_ids, num_segments):
     x = jnp.asarray(x)
     segment_ids = _check_segment_ids(op, segment_ids)
@@ -264,12 +273,7 @@ def _segment_inputs(op, x, segment_ids, num_segments):
             f"jb.masked.{op}: x of shape {tuple(x.shape)} does not start with segment_ids' "
             f"shape {tuple(segment_ids.shape)}; expected x [..., L, ...] for ids [..., L]"
         )
-    if not isinstance(num_segments, (int, np.integer)) or num_segments < 1:
-        raise ValueError(
-            f"jb.masked.{op}: num_segments must be a positive Python int (a static shape), "
-            f"found {num_segments!r}"
-        )
-    return x, segment_ids.astype(jnp.int32), int(num_segments)
+    return x, segment_ids.astype(jnp.int32), _num_segments(op, num_segments)
 
 
 def _segment_sum(x, segment_ids, num_segments):
@@ -328,3 +332,72 @@ __all__ = [
     "sum",
     "var",
 ]
+
+
+def _scatter_inputs(op, data, segment_ids, num_segments, mask):
+    data, segment_ids, mask = jnp.asarray(data), jnp.asarray(segment_ids), jnp.asarray(mask)
+    if not jnp.issubdtype(segment_ids.dtype, jnp.integer) or segment_ids.ndim != 1:
+        raise TypeError(
+            f"jb.masked.{op}: segment_ids must be 1-D integer ids (0-based, as "
+            f"jax.ops.segment_sum takes them: batch['node_graph'], batch['receivers']), found "
+            f"{segment_ids.dtype} of shape {tuple(segment_ids.shape)}"
+        )
+    if mask.dtype != jnp.bool_ or mask.shape != segment_ids.shape:
+        raise ValueError(
+            f"jb.masked.{op}: mask must be a bool array shaped like segment_ids "
+            f"{tuple(segment_ids.shape)} (batch['node_mask'] for node_graph, batch['edge_mask'] "
+            f"for senders/receivers), found {mask.dtype} of shape {tuple(mask.shape)}"
+        )
+    if data.ndim < 1 or data.shape[0] != segment_ids.shape[0]:
+        raise ValueError(
+            f"jb.masked.{op}: data of shape {tuple(data.shape)} needs a leading axis of "
+            f"{segment_ids.shape[0]}, one row per id"
+        )
+    num_segments = _num_segments(op, num_segments)
+    # Padding goes to one extra segment that is dropped: it touches no real one.
+    slot = jnp.where(mask, segment_ids.astype(jnp.int32), num_segments)
+    rows = mask.reshape(mask.shape + (1,) * (data.ndim - 1))
+    return data, slot, rows, num_segments
+
+
+def scatter_sum(data: Any, segment_ids: Any, num_segments: int, mask: Any) -> jax.Array:
+    """``jax.ops.segment_sum`` that leaves padding out: the rows of ``data``
+    where ``mask`` is False add to no segment (not merely a zero: a NaN or
+    inf in a padding row cannot leak into a real one). Ids are 0-based, as
+    jraph's message passing uses them: aggregate messages over
+    ``batch["receivers"]`` with ``batch["edge_mask"]``, or read out per graph
+    over ``batch["node_graph"]`` with ``batch["node_mask"]``.
+
+    Example::
+
+        agg = jb.masked.scatter_sum(messages, batch["receivers"], nodes, batch["edge_mask"])
+    """
+    data, slot, rows, n = _scatter_inputs("scatter_sum", data, segment_ids, num_segments, mask)
+    out, acc = _sum_dtypes(data)
+    clean = jnp.where(rows, data, 0).astype(acc)
+    return jax.ops.segment_sum(clean, slot, num_segments=n + 1)[:n].astype(out)
+
+
+def scatter_mean(data: Any, segment_ids: Any, num_segments: int, mask: Any) -> jax.Array:
+    """:func:`scatter_sum` divided by each segment's count of real rows; a
+    segment with none gives 0."""
+    data, slot, rows, n = _scatter_inputs("scatter_mean", data, segment_ids, num_segments, mask)
+    out, acc = _float_dtypes(data)
+    total = jax.ops.segment_sum(jnp.where(rows, data, 0).astype(acc), slot, num_segments=n + 1)[:n]
+    count = jax.ops.segment_sum(jnp.ones(slot.shape, jnp.int32), slot, num_segments=n + 1)[:n]
+    count = count.reshape(count.shape + (1,) * (total.ndim - 1))
+    return jnp.where(count > 0, total / jnp.where(count > 0, count, 1).astype(acc), 0).astype(out)
+
+
+def scatter_max(data: Any, segment_ids: Any, num_segments: int, mask: Any) -> jax.Array:
+    """Per-segment maxima of the real rows (``jax.ops.segment_max`` without
+    the padding); a segment with none gives 0, not ``-inf``."""
+    data, slot, rows, n = _scatter_inputs("scatter_max", data, segment_ids, num_segments, mask)
+    low = _lowest(data.dtype)
+    best = jax.ops.segment_max(jnp.where(rows, data, low), slot, num_segments=n + 1)[:n]
+    count = jax.ops.segment_sum(jnp.ones(slot.shape, jnp.int32), slot, num_segments=n + 1)[:n]
+    count = count.reshape(count.shape + (1,) * (best.ndim - 1))
+    return jnp.where(count > 0, best, jnp.zeros((), data.dtype))
+
+
+__all__ += ["scatter_max", "scatter_mean", "scatter_sum"]

@@ -11,7 +11,7 @@ import numpy as np
 from jaxbatch import _core
 from jaxbatch._src.base.words import counted
 from jaxbatch._src.data.dataset import Dataset
-from jaxbatch._src.plan.planners import AutoBuckets, FixedBuckets, Pack, PadToMax, Planner
+from jaxbatch._src.plan.planners import GRAPH_PLANNERS, PLANNERS, Planner
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,6 +30,27 @@ class PlanStats:
     dropped: int
     skipped: int
     truncated: int
+    # Graph plans (GraphBudget, GraphBuckets): real_elements and
+    # padded_elements count nodes; these count edges and graphs (0 otherwise).
+    real_edges: int = 0
+    padded_edges: int = 0
+    real_graphs: int = 0
+    padded_graphs: int = 0
+
+    @property
+    def node_efficiency(self) -> float:
+        """Real nodes over node slots (a graph plan's ``efficiency``)."""
+        return self.efficiency
+
+    @property
+    def edge_efficiency(self) -> float:
+        """Real edges over edge slots (1.0 when there are none)."""
+        return self.real_edges / self.padded_edges if self.padded_edges else 1.0
+
+    @property
+    def graph_efficiency(self) -> float:
+        """Real graphs over graph slots (the padding graph's slot included)."""
+        return self.real_graphs / self.padded_graphs if self.padded_graphs else 1.0
 
     @property
     def row_efficiency(self) -> float:
@@ -38,6 +59,13 @@ class PlanStats:
         return self.real_elements / self.occupied_elements if self.occupied_elements else 1.0
 
     def __str__(self) -> str:
+        if self.padded_graphs:
+            return (
+                f"{counted(self.examples, 'graph')} in {counted(self.batches, 'batch', 'batches')} "
+                f"of {counted(self.shapes, 'shape')}; {self.node_efficiency:.1%} real nodes, "
+                f"{self.edge_efficiency:.1%} real edges, {self.graph_efficiency:.1%} real graphs; "
+                f"skipped {self.skipped}"
+            )
         return (
             f"{counted(self.examples, 'example')} in {counted(self.batches, 'batch', 'batches')} "
             f"of {counted(self.shapes, 'shape')}; "
@@ -50,11 +78,13 @@ class PlanStats:
 @dataclasses.dataclass(frozen=True)
 class BatchShape:
     """A batch's padded shape: ``rows`` x ``length``; ``segments`` is the most
-    examples a packed row holds (0 when not packed)."""
+    examples a packed row holds (0 when not packed). A graph batch has
+    ``rows`` graph slots, ``length`` node slots and ``edges`` edge slots."""
 
     rows: int
     length: int
     segments: int = 0
+    edges: int = 0
 
 
 class BatchSpec:
@@ -107,6 +137,11 @@ class BatchPlan:
     @property
     def packed(self) -> bool:
         return self._core.packed
+
+    @property
+    def graph(self) -> bool:
+        """Whether the batches are graph batches (GraphBudget, GraphBuckets)."""
+        return self._core.graph
 
     @property
     def length_column(self) -> str | None:
@@ -162,16 +197,33 @@ def plan(
     shuffle or a shard; default every example in index order). Deterministic:
     the same lengths and planner give the same plan.
 
+    A graph planner (:class:`GraphBudget`, :class:`GraphBuckets`) plans a
+    graph dataset (:meth:`Dataset.from_graphs`) by its node and edge counts.
+
     Example::
 
         plan = jb.plan(ds, jb.AutoBuckets(max_shapes=8, token_budget=65536))
         print(plan.stats.efficiency, plan.boundaries)
     """
-    if not isinstance(planner, PadToMax | FixedBuckets | AutoBuckets | Pack):
+    if not isinstance(planner, PLANNERS):
         raise TypeError(
-            f"plan: expected a planner (PadToMax, FixedBuckets, AutoBuckets or Pack), "
+            f"plan: expected a planner ({', '.join(c.__name__ for c in PLANNERS)}), "
             f"found {type(planner).__name__}"
         )
+    order = _order(order)
+    if isinstance(planner, GRAPH_PLANNERS):
+        if not isinstance(data, Dataset):
+            raise TypeError(
+                f"plan: {type(planner).__name__} plans graphs: pass a Dataset.from_graphs(...), "
+                f"found {type(data).__name__}"
+            )
+        if column is not None:
+            raise ValueError(
+                f"plan: {type(planner).__name__} plans by node and edge counts; "
+                f"column={column!r} does not apply"
+            )
+        nodes, edges = _core.graph_counts(data._core, "plan")
+        return BatchPlan(_core.plan(nodes, planner._options(), order, edges), planner)
     if isinstance(data, Dataset):
         name = column if column is not None else data.default_length_column
         lengths = data.lengths(name)
@@ -186,10 +238,15 @@ def plan(
                 f"and dtype {lengths.dtype}"
             )
         lengths = np.ascontiguousarray(lengths, dtype=np.int64)
-    if order is not None:
-        order = np.ascontiguousarray(order, dtype=np.int64)
-        if order.ndim != 1:
-            raise ValueError(f"plan: expected 1-D order, found shape {order.shape}")
     core = _core.plan(lengths, planner._options(), order)
     core.length_column = name
     return BatchPlan(core, planner)
+
+
+def _order(order: Any) -> np.ndarray | None:
+    if order is None:
+        return None
+    order = np.ascontiguousarray(order, dtype=np.int64)
+    if order.ndim != 1:
+        raise ValueError(f"plan: expected 1-D order, found shape {order.shape}")
+    return order

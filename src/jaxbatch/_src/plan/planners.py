@@ -24,6 +24,8 @@ from jaxbatch import _core
 Remainder = Literal["pad", "keep", "drop"]
 TooLong = Literal["error", "truncate", "skip"]
 Algorithm = Literal["first_fit", "best_fit"]
+GraphAlgorithm = Literal["next_fit", "first_fit", "best_fit"]
+TooBig = Literal["error", "skip"]
 
 _INT64 = (-(2**63), 2**63 - 1)
 
@@ -71,7 +73,7 @@ def _integer(planner: str, option: str, value: Any) -> int:
 
 
 class _Planner:
-    """What the four planners share: their fields are the core options'."""
+    """What the planners share: their fields are the core options'."""
 
     _core_type: ClassVar[Any]
 
@@ -98,11 +100,13 @@ class _Planner:
         return _core.planner_key(self._options())
 
 
-_PAD, _FIXED, _AUTO, _PACK = (
+_PAD, _FIXED, _AUTO, _PACK, _GRAPH, _GRAPH_BUCKETS = (
     _core.PadToMaxOptions,
     _core.FixedBucketsOptions,
     _core.AutoBucketsOptions,
     _core.PackOptions,
+    _core.GraphBudgetOptions,
+    _core.GraphBucketsOptions,
 )
 
 
@@ -193,8 +197,57 @@ class Pack(_Planner):
     _core_type: ClassVar[Any] = _PACK
 
 
-Planner = PadToMax | FixedBuckets | AutoBuckets | Pack
-_BY_NAME = {c.__name__: c for c in (PadToMax, FixedBuckets, AutoBuckets, Pack)}
+@dataclasses.dataclass(frozen=True)
+class GraphBudget(_Planner):
+    """Graphs (``jb.Dataset.from_graphs``) into batches of exactly ``nodes``
+    node slots, ``edges`` edge slots and ``graphs`` graph slots, padded the
+    way ``jraph.pad_with_graphs`` pads: one padding graph holds every padding
+    node and edge, so a batch holds at most ``nodes - 1`` real nodes,
+    ``edges`` real edges and ``graphs - 1`` real graphs. One shape, so one
+    compilation.
+
+    ``algorithm="next_fit"`` fills one batch at a time, exactly
+    ``jraph.dynamically_batch``; ``"first_fit"`` and ``"best_fit"`` (the
+    default) keep up to ``open_batches`` batches open (default 8), taking
+    graphs in order, each into the first or the fullest batch it fits, so
+    budgets fill better. A graph larger than the budget is a ValueError
+    naming it when the batches are planned (``too_big="skip"``: left out and
+    counted in ``plan.stats.skipped``), never an abort half-way through an
+    epoch."""
+
+    nodes: int
+    edges: int
+    graphs: int
+    algorithm: GraphAlgorithm = _default(_GRAPH, "algorithm")
+    open_batches: int | None = None
+    too_big: TooBig = _default(_GRAPH, "too_big")
+    _core_type: ClassVar[Any] = _GRAPH
+
+
+@dataclasses.dataclass(frozen=True)
+class GraphBuckets(_Planner):
+    """:class:`GraphBudget`'s batches, each given the smallest of at most
+    ``max_shapes`` (nodes, edges, graphs) shapes that holds it: so at most
+    ``max_shapes`` compilations, and a batch that is not full (an epoch's
+    remainder, a few large graphs) pads less. The shapes are chosen once
+    from all the graphs, minimising padded nodes plus edges; the full budget
+    is always one of them, so no batch pads more than under GraphBudget, and
+    a shuffle or a shard never changes them."""
+
+    max_shapes: int
+    nodes: int
+    edges: int
+    graphs: int
+    algorithm: GraphAlgorithm = _default(_GRAPH_BUCKETS, "algorithm")
+    open_batches: int | None = None
+    too_big: TooBig = _default(_GRAPH_BUCKETS, "too_big")
+    _core_type: ClassVar[Any] = _GRAPH_BUCKETS
+
+
+Planner = PadToMax | FixedBuckets | AutoBuckets | Pack | GraphBudget | GraphBuckets
+PLANNERS = (PadToMax, FixedBuckets, AutoBuckets, Pack, GraphBudget, GraphBuckets)
+GRAPH_PLANNERS = (GraphBudget, GraphBuckets)
+_BY_NAME = {c.__name__: c for c in PLANNERS}
 
 
 def planner_key(planner: Planner | None) -> str:

@@ -1,0 +1,310 @@
+#include "jaxbatch/plan/graph_planner.h"
+
+#include <algorithm>
+#include <limits>
+#include <string>
+#include <tuple>
+
+#include "jaxbatch/base/checked.h"
+#include "jaxbatch/base/error.h"
+
+namespace jaxbatch {
+namespace {
+
+// How many real nodes, edges and graphs one batch may hold.
+struct Capacity {
+  int64_t nodes = 0;
+  int64_t edges = 0;
+  int64_t graphs = 0;
+};
+
+Capacity CapacityOf(int64_t nodes, int64_t edges, int64_t graphs) {
+  return {.nodes = nodes - 1, .edges = edges, .graphs = graphs - 1};
+}
+
+struct OpenBatch {
+  int64_t nodes = 0;
+  int64_t edges = 0;
+  std::vector<int64_t> ids;
+};
+
+// Room left, as a fraction of each budget: what best fit minimises and what
+// "the fullest batch" has least of.
+double Slack(const Capacity& cap, int64_t nodes, int64_t edges) {
+  const double n = static_cast<double>(cap.nodes - nodes) / static_cast<double>(cap.nodes);
+  const double e = cap.edges == 0
+                       ? 0.0
+                       : static_cast<double>(cap.edges - edges) / static_cast<double>(cap.edges);
+  return n + e;
+}
+
+struct Packed {
+  std::vector<std::vector<int64_t>> batches;  // in the order they close
+  std::vector<int64_t> skipped;
+};
+
+// Graphs `ids`, in order, into batches of capacity `cap`, at most `window`
+// open at once (1: next fit).
+Packed PackGraphs(std::span<const int64_t> nodes, std::span<const int64_t> edges,
+                  const std::vector<int64_t>& ids, const Capacity& cap, GraphAlgorithm algorithm,
+                  int64_t window, TooBig too_big, const char* planner) {
+  Packed out;
+  std::vector<OpenBatch> open;
+  auto close = [&](size_t k) {
+    out.batches.push_back(std::move(open[k].ids));
+    open.erase(open.begin() + static_cast<std::ptrdiff_t>(k));
+  };
+  for (int64_t id : ids) {
+    const int64_t n = nodes[static_cast<size_t>(id)];
+    const int64_t e = edges[static_cast<size_t>(id)];
+    if (n > cap.nodes || e > cap.edges) {
+      if (too_big == TooBig::kSkip) {
+        out.skipped.push_back(id);
+        continue;
+      }
+      throw InvalidArgumentError(
+          StrCat(planner, ": graph ", id, " has ", n, " nodes and ", e,
+                 " edges, but a batch holds at most ", cap.nodes,
+                 " real nodes (nodes - 1: one node is padding) and ", cap.edges,
+                 " edges; raise the budget or pass too_big=\"skip\" to leave such graphs out"));
+    }
+    size_t chosen = open.size();
+    double best = std::numeric_limits<double>::infinity();
+    for (size_t k = 0; k < open.size(); ++k) {
+      const OpenBatch& b = open[k];
+      if (b.nodes + n > cap.nodes || b.edges + e > cap.edges) continue;
+      if (algorithm != GraphAlgorithm::kBestFit) {
+        chosen = k;
+        break;
+      }
+      const double slack = Slack(cap, b.nodes + n, b.edges + e);
+      if (slack < best) {
+        best = slack;
+        chosen = k;
+      }
+    }
+    if (chosen == open.size()) {
+      if (static_cast<int64_t>(open.size()) == window) {
+        size_t fullest = 0;
+        for (size_t k = 1; k < open.size(); ++k) {
+          if (Slack(cap, open[k].nodes, open[k].edges) <
+              Slack(cap, open[fullest].nodes, open[fullest].edges)) {
+            fullest = k;
+          }
+        }
+        close(fullest);
+      }
+      open.emplace_back();
+      chosen = open.size() - 1;
+    }
+    OpenBatch& b = open[chosen];
+    b.nodes += n;
+    b.edges += e;
+    b.ids.push_back(id);
+    if (static_cast<int64_t>(b.ids.size()) == cap.graphs) close(chosen);
+  }
+  while (!open.empty()) close(0);
+  return out;
+}
+
+int64_t WindowOf(GraphAlgorithm algorithm, const std::optional<int64_t>& open_batches) {
+  return algorithm == GraphAlgorithm::kNextFit ? 1 : open_batches.value_or(kDefaultOpenBatches);
+}
+
+void ValidateBudget(int64_t nodes, int64_t edges, int64_t graphs, GraphAlgorithm algorithm,
+                    const std::optional<int64_t>& open_batches, const char* planner) {
+  if (nodes < 2) {
+    throw InvalidArgumentError(StrCat(planner, ": nodes must be at least 2 (one real node and ",
+                                      "the padding graph's node), found ", nodes));
+  }
+  if (edges < 0) {
+    throw InvalidArgumentError(StrCat(planner, ": edges must be >= 0, found ", edges));
+  }
+  if (graphs < 2) {
+    throw InvalidArgumentError(StrCat(planner, ": graphs must be at least 2 (one real graph and ",
+                                      "the padding graph, as jraph.pad_with_graphs needs), found ",
+                                      graphs));
+  }
+  if (open_batches && *open_batches <= 0) {
+    throw InvalidArgumentError(StrCat(planner, ": open_batches must be a positive integer, found ",
+                                      *open_batches, " (leave it unset for ", kDefaultOpenBatches,
+                                      ")"));
+  }
+  if (open_batches && algorithm == GraphAlgorithm::kNextFit) {
+    throw InvalidArgumentError(StrCat(planner, ": algorithm=\"next_fit\" keeps one batch open; ",
+                                      "leave open_batches unset, or use \"first_fit\" or ",
+                                      "\"best_fit\" with open_batches=", *open_batches));
+  }
+  // Every array of a batch is at most max(nodes, edges, graphs) rows: their
+  // sums must fit an int64 so byte counts cannot wrap.
+  if (!CheckedAdd(nodes, edges) || !CheckedAdd(*CheckedAdd(nodes, edges), graphs)) {
+    throw InvalidArgumentError(StrCat(planner, ": nodes=", nodes, ", edges=", edges,
+                                      " and graphs=", graphs, " add up past ", kMaxSize));
+  }
+}
+
+BatchShape ShapeOf(int64_t nodes, int64_t edges, int64_t graphs) {
+  return {.rows = graphs, .length = nodes, .segments = 0, .edges = edges};
+}
+
+// What a batch of `ids` needs: its nodes + 1, edges, graphs + 1.
+BatchShape NeedOf(std::span<const int64_t> nodes, std::span<const int64_t> edges,
+                  const std::vector<int64_t>& ids) {
+  int64_t n = 1;
+  int64_t e = 0;
+  for (int64_t id : ids) {
+    n = SaturatingAdd(n, nodes[static_cast<size_t>(id)]);
+    e = SaturatingAdd(e, edges[static_cast<size_t>(id)]);
+  }
+  return ShapeOf(n, e, static_cast<int64_t>(ids.size()) + 1);
+}
+
+bool Fits(const BatchShape& need, const BatchShape& shape) {
+  return need.length <= shape.length && need.edges <= shape.edges && need.rows <= shape.rows;
+}
+
+// Padded nodes plus edges, then graph slots: what a shape costs per batch.
+int64_t Cost(const BatchShape& s) { return s.length + s.edges; }
+
+// The cheapest of `shapes` that holds `need` (shapes[0] holds every batch).
+const BatchShape& Smallest(const std::vector<BatchShape>& shapes, const BatchShape& need) {
+  const BatchShape* best = &shapes.front();
+  for (const BatchShape& s : shapes) {
+    if (Fits(need, s) &&
+        (Cost(s) < Cost(*best) || (Cost(s) == Cost(*best) && s.rows < best->rows))) {
+      best = &s;
+    }
+  }
+  return *best;
+}
+
+// Up to `max_shapes` shapes, the full budget first: greedily the need of
+// some batch that lowers the total cost of `needs` (with their counts) most.
+std::vector<BatchShape> ChooseShapes(const BatchShape& full, std::vector<BatchShape> needs,
+                                     int64_t max_shapes) {
+  auto order = [](const BatchShape& a, const BatchShape& b) {
+    return std::tie(a.length, a.edges, a.rows) < std::tie(b.length, b.edges, b.rows);
+  };
+  std::sort(needs.begin(), needs.end(), order);
+  std::vector<std::pair<BatchShape, int64_t>> counted;  // distinct needs, how many batches
+  for (const BatchShape& n : needs) {
+    if (!counted.empty() && counted.back().first == n) {
+      ++counted.back().second;
+    } else {
+      counted.emplace_back(n, 1);
+    }
+  }
+  // At most kCandidates candidate shapes, spread over the needs by cost.
+  constexpr size_t kCandidates = 256;
+  std::vector<BatchShape> candidates;
+  for (const auto& [n, count] : counted) candidates.push_back(n);
+  std::sort(candidates.begin(), candidates.end(),
+            [](const BatchShape& a, const BatchShape& b) { return Cost(a) < Cost(b); });
+  if (candidates.size() > kCandidates) {
+    std::vector<BatchShape> spread;
+    for (size_t k = 0; k < kCandidates; ++k) {
+      spread.push_back(candidates[k * (candidates.size() - 1) / (kCandidates - 1)]);
+    }
+    candidates = std::move(spread);
+  }
+  std::vector<BatchShape> shapes = {full};
+  // Each distinct need's cost under `shapes`.
+  std::vector<int64_t> cost(counted.size(), Cost(full));
+  while (static_cast<int64_t>(shapes.size()) < max_shapes) {
+    int64_t best_gain = 0;
+    const BatchShape* best = nullptr;
+    for (const BatchShape& c : candidates) {
+      int64_t gain = 0;
+      for (size_t k = 0; k < counted.size(); ++k) {
+        if (Fits(counted[k].first, c) && Cost(c) < cost[k]) {
+          gain = SaturatingAdd(gain, SaturatingMul(cost[k] - Cost(c), counted[k].second));
+        }
+      }
+      if (gain > best_gain) {
+        best_gain = gain;
+        best = &c;
+      }
+    }
+    if (best == nullptr) break;
+    shapes.push_back(*best);
+    for (size_t k = 0; k < counted.size(); ++k) {
+      if (Fits(counted[k].first, *best)) cost[k] = std::min(cost[k], Cost(*best));
+    }
+  }
+  return shapes;
+}
+
+BatchPlan Build(std::span<const int64_t> nodes, std::span<const int64_t> edges,
+                const Packed& packed, const std::vector<BatchShape>& shapes, int64_t num_examples) {
+  PlanBuilder builder = PlanBuilder::Graphs();
+  for (const std::vector<int64_t>& batch : packed.batches) {
+    builder.BeginBatch(Smallest(shapes, NeedOf(nodes, edges, batch)));
+    for (const int64_t& id : batch) builder.AddRow(std::span<const int64_t>(&id, 1));
+    builder.EndBatch();
+  }
+  for (int64_t id : packed.skipped) builder.Skip(id);
+  return std::move(builder).FinishGraphs(nodes, edges, num_examples);
+}
+
+void CheckCounts(std::span<const int64_t> nodes, std::span<const int64_t> edges,
+                 const char* planner) {
+  if (edges.size() != nodes.size()) {
+    throw InvalidArgumentError(StrCat(planner, ": expected an edge count for each of the ",
+                                      nodes.size(), " graphs, found ", edges.size()));
+  }
+  for (size_t i = 0; i < edges.size(); ++i) {
+    if (edges[i] < 0) {
+      throw InvalidArgumentError(
+          StrCat(planner, ": graph ", i, ": expected an edge count >= 0, found ", edges[i]));
+    }
+  }
+}
+
+}  // namespace
+
+void ValidateGraphBudget(const GraphBudgetOptions& o) {
+  ValidateBudget(o.nodes, o.edges, o.graphs, o.algorithm, o.open_batches, "GraphBudget");
+}
+
+void ValidateGraphBuckets(const GraphBucketsOptions& o) {
+  if (o.max_shapes <= 0) {
+    throw InvalidArgumentError(
+        StrCat("GraphBuckets: max_shapes must be a positive integer, found ", o.max_shapes));
+  }
+  ValidateBudget(o.nodes, o.edges, o.graphs, o.algorithm, o.open_batches, "GraphBuckets");
+}
+
+BatchPlan PlanGraphBudget(std::span<const int64_t> nodes, std::span<const int64_t> edges,
+                          const std::vector<int64_t>& ids, const GraphBudgetOptions& o) {
+  CheckCounts(nodes, edges, "GraphBudget");
+  const Packed packed =
+      PackGraphs(nodes, edges, ids, CapacityOf(o.nodes, o.edges, o.graphs), o.algorithm,
+                 WindowOf(o.algorithm, o.open_batches), o.too_big, "GraphBudget");
+  return Build(nodes, edges, packed, {ShapeOf(o.nodes, o.edges, o.graphs)},
+               static_cast<int64_t>(ids.size()));
+}
+
+BatchPlan PlanGraphBuckets(std::span<const int64_t> nodes, std::span<const int64_t> edges,
+                           const std::vector<int64_t>& ids, const GraphBucketsOptions& o) {
+  CheckCounts(nodes, edges, "GraphBuckets");
+  const Capacity cap = CapacityOf(o.nodes, o.edges, o.graphs);
+  const int64_t window = WindowOf(o.algorithm, o.open_batches);
+  const Packed packed =
+      PackGraphs(nodes, edges, ids, cap, o.algorithm, window, o.too_big, "GraphBuckets");
+  // The shapes come from the same graphs in index order, so they do not
+  // depend on a shuffle: every epoch compiles the same few.
+  std::vector<int64_t> canonical(ids);
+  std::sort(canonical.begin(), canonical.end());
+  const Packed reference =
+      PackGraphs(nodes, edges, canonical, cap, o.algorithm, window, TooBig::kSkip, "GraphBuckets");
+  std::vector<BatchShape> needs;
+  needs.reserve(reference.batches.size());
+  for (const std::vector<int64_t>& batch : reference.batches) {
+    needs.push_back(NeedOf(nodes, edges, batch));
+  }
+  const std::vector<BatchShape> shapes =
+      ChooseShapes(ShapeOf(o.nodes, o.edges, o.graphs), std::move(needs), o.max_shapes);
+  return Build(nodes, edges, packed, shapes, static_cast<int64_t>(ids.size()));
+}
+
+}  // namespace jaxbatch
