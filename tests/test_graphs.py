@@ -321,3 +321,24 @@ def test_every_graph_is_placed_once_within_its_shape(sizes, algorithm, buckets, 
         assert batch["node_mask"].sum() == int(batch["n_node"][: len(ids)].sum())
         assert batch["graph_mask"].sum() == len(ids)
     assert sorted(placed) == list(range(len(sizes)))
+
+
+def test_loader_stats_count_real_and_padded_nodes_and_edges_as_the_plan_does():
+    ds = jb.Dataset.from_graphs(random_graphs(80, seed=12))
+    planner = jb.GraphBuckets(max_shapes=3, nodes=40, edges=70, graphs=6)
+    plan = jb.plan(ds, planner).stats
+    loader = jb.Loader(ds, planner, shuffle=False)
+    list(loader)
+    s = loader.stats
+    assert (s.real_elements, s.padded_elements) == (plan.real_elements, plan.padded_elements)
+    assert (s.real_edges, s.padded_edges) == (plan.real_edges, plan.padded_edges)
+    assert s.efficiency == plan.node_efficiency and s.edge_efficiency == plan.edge_efficiency
+    # Sequences too: padded rows x length, real lengths cut as the collator cuts.
+    tokens = jb.Dataset.from_arrays({"t": [np.arange(n) for n in range(1, 40)]})
+    for p in (jb.Pack(row_length=16, rows_per_batch=2, too_long="truncate"),
+              jb.AutoBuckets(max_shapes=3, batch_size=4)):  # fmt: skip
+        loader = jb.Loader(tokens, p, shuffle=False)
+        list(loader)
+        want = jb.plan(tokens, p).stats
+        assert loader.stats.real_elements == want.real_elements
+        assert loader.stats.padded_elements == want.padded_elements

@@ -91,7 +91,11 @@ void BindLoad(nb::module_& m) {
       .def_rw("quarantined", &LoaderState::quarantined)
       .def_rw("dropped", &LoaderState::dropped)
       .def_rw("padding_batches", &LoaderState::padding_batches)
-      .def_rw("truncated", &LoaderState::truncated);
+      .def_rw("truncated", &LoaderState::truncated)
+      .def_rw("real_elements", &LoaderState::real_elements)
+      .def_rw("padded_elements", &LoaderState::padded_elements)
+      .def_rw("real_edges", &LoaderState::real_edges)
+      .def_rw("padded_edges", &LoaderState::padded_edges);
 
   nb::class_<ChunkedSource>(m, "ChunkedSource")
       .def_prop_ro("num_examples", &ChunkedSource::num_examples)

@@ -282,11 +282,19 @@ void Loader::CheckStreamKey(const StreamKey& key) const {
 
 void Loader::CheckStartState(const LoaderState& start) {
   if (start.key) CheckStreamKey(*start.key);
-  const std::pair<const char*, int64_t> counters[] = {
-      {"epoch", start.epoch},     {"step", start.step},
-      {"batches", start.batches}, {"examples", start.examples},
-      {"skipped", start.skipped}, {"quarantined", start.quarantined},
-      {"dropped", start.dropped}, {"padding_batches", start.padding_batches}};
+  const std::pair<const char*, int64_t> counters[] = {{"epoch", start.epoch},
+                                                      {"step", start.step},
+                                                      {"batches", start.batches},
+                                                      {"examples", start.examples},
+                                                      {"skipped", start.skipped},
+                                                      {"quarantined", start.quarantined},
+                                                      {"dropped", start.dropped},
+                                                      {"padding_batches", start.padding_batches},
+                                                      {"truncated", start.truncated},
+                                                      {"real_elements", start.real_elements},
+                                                      {"padded_elements", start.padded_elements},
+                                                      {"real_edges", start.real_edges},
+                                                      {"padded_edges", start.padded_edges}};
   for (const auto& [name, value] : counters) {
     if (value < 0) {
       throw InvalidArgumentError(
@@ -507,6 +515,12 @@ void Loader::WorkerLoop() {
       layout.allow_truncate = schedule->plan.allow_truncate;
       result.examples = static_cast<int64_t>(view.all_examples().size());
       result.shape = view.shape;
+      result.real_elements = RealElements(view, lengths_, layout_.graph);
+      if (layout_.graph) {
+        for (int64_t e : view.all_examples()) {
+          result.real_edges += edge_lengths_[static_cast<size_t>(e)];
+        }
+      }
       if (cache_) {
         const GatheredBatch gathered = GatherBatch(*chunked_, *cache_, view, seq);
         result.arrays = CollateView(*gathered.dataset, gathered.view(), layout, options_.collate);
@@ -682,6 +696,11 @@ bool Loader::TryNext(std::chrono::milliseconds timeout, std::optional<LoadedBatc
   schedules_.erase(schedules_.begin(), schedules_.lower_bound(result.epoch));
   state_.batches += 1;
   state_.examples += result.examples;
+  state_.real_elements = SaturatingAdd(state_.real_elements, result.real_elements);
+  state_.padded_elements =
+      SaturatingAdd(state_.padded_elements, PaddedElements(result.shape, layout_.graph));
+  state_.real_edges = SaturatingAdd(state_.real_edges, result.real_edges);
+  state_.padded_edges = SaturatingAdd(state_.padded_edges, result.shape.edges);
   state_.epoch = result.epoch;
   state_.step = result.step + 1;
   if (state_.step >= static_cast<int64_t>(schedule->steps.size())) {

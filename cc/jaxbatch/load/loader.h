@@ -121,6 +121,12 @@ struct LoaderState {
   int64_t dropped = 0;          // examples left out by the remainder policy (plan or shards)
   int64_t padding_batches = 0;  // empty batches that even out shards
   int64_t truncated = 0;        // examples cut to their batch's shape by too_long="truncate"
+  // Of the batches yielded: real and padded elements (a graph batch's
+  // nodes), and a graph batch's real and padded edges.
+  int64_t real_elements = 0;
+  int64_t padded_elements = 0;
+  int64_t real_edges = 0;
+  int64_t padded_edges = 0;
   // Set by Loader::state(). A state made by hand without one is checked for
   // its seed and position only.
   std::optional<StreamKey> key = std::nullopt;
@@ -231,6 +237,8 @@ class Loader {
     int64_t step = 0;
     int64_t examples = 0;
     BatchShape shape;
+    int64_t real_elements = 0;
+    int64_t real_edges = 0;
   };
   // `epoch`'s schedule: the workers' when they hold it, else planned now
   // (not kept). Throws what planning throws.

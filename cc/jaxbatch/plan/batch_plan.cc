@@ -64,6 +64,23 @@ double Ratio(int64_t real, int64_t padded) {
 
 }  // namespace
 
+int64_t PaddedElements(const BatchShape& shape, bool graph) {
+  return graph ? shape.length : SaturatingMul(shape.rows, shape.length);
+}
+
+int64_t RealElements(const BatchView& view, std::span<const int64_t> lengths, bool graph) {
+  int64_t real = 0;
+  for (int64_t r = 0; r < view.stored_rows(); ++r) {
+    int64_t used = 0;
+    for (int64_t e : view.row_examples(r)) {
+      const int64_t length = lengths[static_cast<size_t>(e)];
+      used = SaturatingAdd(used, graph ? length : std::min(length, view.shape.length - used));
+    }
+    real = SaturatingAdd(real, used);
+  }
+  return real;
+}
+
 void PlanBuilder::StartStats(int64_t num_examples) {
   PlanStats& stats = plan_.stats;
   stats.examples = num_examples;

@@ -81,6 +81,12 @@ struct BatchView {
   }
 };
 
+// Elements a batch pads to: rows x length, or a graph batch's node slots.
+int64_t PaddedElements(const BatchShape& shape, bool graph);
+// Real elements of `view`: each example's length (from `lengths`, by
+// example id), cut to what its row has room for as a collator cuts it.
+int64_t RealElements(const BatchView& view, std::span<const int64_t> lengths, bool graph);
+
 class BatchPlan {
  public:
   bool packed = false;

@@ -31,7 +31,9 @@ struct OpenBatch {
 // Room left, as a fraction of each budget: what best fit minimises and what
 // "the fullest batch" has least of.
 double Slack(const Capacity& cap, int64_t nodes, int64_t edges) {
-  const double n = static_cast<double>(cap.nodes - nodes) / static_cast<double>(cap.nodes);
+  const double n = cap.nodes == 0
+                       ? 0.0
+                       : static_cast<double>(cap.nodes - nodes) / static_cast<double>(cap.nodes);
   const double e = cap.edges == 0
                        ? 0.0
                        : static_cast<double>(cap.edges - edges) / static_cast<double>(cap.edges);
@@ -113,9 +115,9 @@ int64_t WindowOf(GraphAlgorithm algorithm, const std::optional<int64_t>& open_ba
 
 void ValidateBudget(int64_t nodes, int64_t edges, int64_t graphs, GraphAlgorithm algorithm,
                     const std::optional<int64_t>& open_batches, const char* planner) {
-  if (nodes < 2) {
-    throw InvalidArgumentError(StrCat(planner, ": nodes must be at least 2 (one real node and ",
-                                      "the padding graph's node), found ", nodes));
+  if (nodes < 1) {
+    throw InvalidArgumentError(StrCat(planner, ": nodes must be at least 1 (the padding graph's ",
+                                      "node, as jraph.pad_with_graphs needs), found ", nodes));
   }
   if (edges < 0) {
     throw InvalidArgumentError(StrCat(planner, ": edges must be >= 0, found ", edges));

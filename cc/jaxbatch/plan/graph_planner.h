@@ -53,7 +53,7 @@ inline constexpr int64_t kDefaultOpenBatches = 8;
 inline constexpr TooBig kDefaultTooBig = TooBig::kError;
 
 struct GraphBudgetOptions {
-  int64_t nodes = 0;   // required, >= 2: node slots per batch, padding included
+  int64_t nodes = 0;   // required, >= 1: node slots per batch, padding included
   int64_t edges = 0;   // required, >= 0
   int64_t graphs = 0;  // required, >= 2: graph slots, the padding graph included
   GraphAlgorithm algorithm = kDefaultGraphAlgorithm;

@@ -186,8 +186,14 @@ TEST(GraphPlannerTest, OptionsAreValidated) {
   };
   EXPECT_TRUE(Contains(message(GraphBudgetOptions{.nodes = 10, .edges = 5, .graphs = 1}),
                        "GraphBudget: graphs must be at least 2"));
-  EXPECT_TRUE(Contains(message(GraphBudgetOptions{.nodes = 1, .edges = 5, .graphs = 3}),
-                       "GraphBudget: nodes must be at least 2"));
+  EXPECT_TRUE(Contains(message(GraphBudgetOptions{.nodes = 0, .edges = 5, .graphs = 3}),
+                       "GraphBudget: nodes must be at least 1"));
+  // One node slot is enough for graphs without nodes, as in jraph.
+  const Sizes empty{{0, 0, 0}, {0, 0, 0}};
+  EXPECT_EQ(
+      Plan(empty.nodes, GraphBudgetOptions{.nodes = 1, .edges = 0, .graphs = 2}, {}, empty.edges)
+          .num_batches(),
+      3);
   EXPECT_TRUE(Contains(message(GraphBudgetOptions{.nodes = 4, .edges = -1, .graphs = 3}),
                        "edges must be >= 0"));
   EXPECT_TRUE(Contains(message(GraphBudgetOptions{.nodes = 4,

@@ -33,9 +33,11 @@ from jaxbatch._src.plan.planners import (
 )
 
 _STATE_FIELDS = ("seed", "epoch", "step", "batches", "examples", "skipped", "quarantined",
-                 "dropped", "padding_batches", "truncated")  # fmt: skip
+                 "dropped", "padding_batches", "truncated", "real_elements", "padded_elements",
+                 "real_edges", "padded_edges")  # fmt: skip
 # Fields a state may lack (saved before they were added): they count from 0.
-_OPTIONAL_STATE_FIELDS = ("truncated",)
+_OPTIONAL_STATE_FIELDS = ("truncated", "real_elements", "padded_elements", "real_edges",
+                          "padded_edges")  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,9 +75,26 @@ class LoaderStats:
     padding_batches: int
     epoch: int
     truncated: int
+    #: Of the batches yielded: real and padded elements (a graph batch's
+    #: nodes), and a graph batch's real and padded edges.
+    real_elements: int = 0
+    padded_elements: int = 0
+    real_edges: int = 0
+    padded_edges: int = 0
     #: Row groups a streaming loader read since it started (or set_state):
     #: more than the file's row groups per epoch means some were read again.
     chunk_reads: int = 0
+
+    @property
+    def efficiency(self) -> float:
+        """Real over padded elements of the batches yielded (a graph batch's
+        nodes): 1.0 before the first."""
+        return self.real_elements / self.padded_elements if self.padded_elements else 1.0
+
+    @property
+    def edge_efficiency(self) -> float:
+        """Real over padded edges of the graph batches yielded."""
+        return self.real_edges / self.padded_edges if self.padded_edges else 1.0
 
 
 _CORE = _core.LoaderOptions()  # The engine's defaults.
