@@ -102,7 +102,7 @@ test-tsan: $(VENV)/.deps
 # folder. `make fuzz` grows build/fuzz/corpus/<name> from the committed seeds;
 # a crash input lands in build/fuzz/: once fixed, commit it to
 # cc/fuzz/regressions/<name>/, where test-fuzz replays every one.
-FUZZERS := plan_fuzzer collate_fuzzer
+FUZZERS := plan_fuzzer collate_fuzzer graph_fuzzer
 FUZZ_SECONDS ?= 300
 FUZZ_FLAGS := -G Ninja -DCMAKE_MAKE_PROGRAM=$(abspath $(VENV))/bin/ninja -DCMAKE_CXX_COMPILER=clang++ \
   -DJAXBATCH_BUILD_FUZZERS=ON -DCMAKE_BUILD_TYPE=Release

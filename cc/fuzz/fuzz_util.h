@@ -117,20 +117,22 @@ inline PlannerOptions ConsumePlanner(FuzzedDataProvider& in, int64_t small_max, 
   const bool round = in.ConsumeProbability<float>() < 0.8f;
   std::visit(
       [&](auto& o) {
-        o.rows_multiple = multiple;
-        auto round_up = [&](int64_t& rows) {
-          int64_t up = 0;
-          if (round && multiple > 0 && rows > 0 &&
-              !__builtin_mul_overflow(rows / multiple + (rows % multiple != 0), multiple, &up)) {
-            rows = up;
+        if constexpr (requires { o.rows_multiple; }) {  // not the graph planners
+          o.rows_multiple = multiple;
+          auto round_up = [&](int64_t& rows) {
+            int64_t up = 0;
+            if (round && multiple > 0 && rows > 0 &&
+                !__builtin_mul_overflow(rows / multiple + (rows % multiple != 0), multiple, &up)) {
+              rows = up;
+            }
+          };
+          if constexpr (requires { o.rows_per_batch; }) {
+            round_up(o.rows_per_batch);
+          } else if constexpr (std::is_same_v<decltype(o.batch_size), int64_t>) {
+            round_up(o.batch_size);
+          } else if (o.batch_size) {
+            round_up(*o.batch_size);
           }
-        };
-        if constexpr (requires { o.rows_per_batch; }) {
-          round_up(o.rows_per_batch);
-        } else if constexpr (std::is_same_v<decltype(o.batch_size), int64_t>) {
-          round_up(o.batch_size);
-        } else if (o.batch_size) {
-          round_up(*o.batch_size);
         }
       },
       options);

@@ -34,8 +34,10 @@ Limits LimitsOf(const PlannerOptions& options) {
       [](const auto& o) {
         using T = std::decay_t<decltype(o)>;
         Limits l;
-        l.remainder = o.remainder;
-        l.rows_multiple = o.rows_multiple;
+        if constexpr (requires { o.rows_multiple; }) {  // graph planners: graph_fuzzer.cc
+          l.remainder = o.remainder;
+          l.rows_multiple = o.rows_multiple;
+        }
         if constexpr (std::is_same_v<T, PadToMaxOptions>) l.max_rows = o.batch_size;
         if constexpr (std::is_same_v<T, FixedBucketsOptions> ||
                       std::is_same_v<T, AutoBucketsOptions>) {
