@@ -2,11 +2,13 @@
 #ifndef JAXBATCH_LOAD_TEST_UTIL_H_
 #define JAXBATCH_LOAD_TEST_UTIL_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "jaxbatch/data/dataset.h"
@@ -27,6 +29,43 @@ inline std::shared_ptr<const Dataset> TokensDataset(const std::vector<int64_t>& 
   return std::make_shared<const Dataset>(std::vector<RaggedColumn>{RaggedColumn::Ragged(
       "tokens", DType::kInt32, {}, values->data(), static_cast<int64_t>(values->size()),
       offsets->data(), static_cast<int64_t>(lengths.size()), owner)});
+}
+
+// A graph dataset: graph i has nodes[i] nodes (column "nodes", float32
+// values i * 1000 + k) and a chain of nodes[i] - 1 edges (senders k,
+// receivers k + 1); graphs listed in `bad` get a sender past their nodes.
+inline std::shared_ptr<const Dataset> GraphsDataset(const std::vector<int64_t>& nodes,
+                                                    const std::vector<int64_t>& bad = {}) {
+  auto x = std::make_shared<std::vector<float>>();
+  auto senders = std::make_shared<std::vector<int32_t>>();
+  auto receivers = std::make_shared<std::vector<int32_t>>();
+  auto node_offsets = std::make_shared<std::vector<int64_t>>(1, 0);
+  auto edge_offsets = std::make_shared<std::vector<int64_t>>(1, 0);
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    for (int64_t k = 0; k < nodes[i]; ++k) x->push_back(static_cast<float>(i * 1000 + k));
+    for (int64_t k = 0; k + 1 < nodes[i]; ++k) {
+      senders->push_back(static_cast<int32_t>(k));
+      receivers->push_back(static_cast<int32_t>(k + 1));
+    }
+    if (std::find(bad.begin(), bad.end(), static_cast<int64_t>(i)) != bad.end()) {
+      senders->push_back(static_cast<int32_t>(nodes[i]));
+      receivers->push_back(0);
+    }
+    node_offsets->push_back(static_cast<int64_t>(x->size()));
+    edge_offsets->push_back(static_cast<int64_t>(senders->size()));
+  }
+  auto owner = std::make_shared<std::tuple<decltype(x), decltype(senders), decltype(receivers),
+                                           decltype(node_offsets), decltype(edge_offsets)>>(
+      x, senders, receivers, node_offsets, edge_offsets);
+  const auto n = static_cast<int64_t>(nodes.size());
+  const auto m = static_cast<int64_t>(senders->size());
+  return std::make_shared<const Dataset>(std::vector<RaggedColumn>{
+      RaggedColumn::Ragged("nodes", DType::kFloat32, {}, x->data(), static_cast<int64_t>(x->size()),
+                           node_offsets->data(), n, owner),
+      RaggedColumn::Ragged("senders", DType::kInt32, {}, senders->data(), m, edge_offsets->data(),
+                           n, owner),
+      RaggedColumn::Ragged("receivers", DType::kInt32, {}, receivers->data(), m,
+                           edge_offsets->data(), n, owner)});
 }
 
 inline std::vector<int64_t> RandomLengths(size_t n, int64_t max_length, uint32_t seed) {
