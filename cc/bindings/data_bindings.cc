@@ -104,6 +104,13 @@ void BindData(nb::module_& m) {
            })
       .def("column", &Dataset::column, nb::rv_policy::reference_internal)
       .def("are_aligned", &Dataset::AreAligned);
+  m.attr("GRAPH_NODES") = kNodesName;
+  m.attr("GRAPH_EDGES") = kEdgesName;
+  m.attr("GRAPH_GLOBALS") = kGlobalsName;
+  m.attr("GRAPH_SENDERS") = kSendersName;
+  m.attr("GRAPH_RECEIVERS") = kReceiversName;
+  m.attr("GRAPH_N_NODE") = kNodeCountName;
+  m.attr("GRAPH_N_EDGE") = kEdgeCountName;
   m.def("is_graph_dataset", &IsGraphDataset, nb::arg("dataset"));
   m.def(
       "graph_counts",

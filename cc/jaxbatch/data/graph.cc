@@ -106,9 +106,9 @@ GraphColumns FindGraphColumns(const Dataset& dataset, const std::string& who) {
     if (name == kNodeCountName || name == kEdgeCountName) {
       RequireCount(dataset, name == kNodeCountName ? kNodeCountName : kEdgeCountName, who);
       (name == kNodeCountName ? graph.has_node_count : graph.has_edge_count) = true;
-    } else if (IsIn(name, "nodes") && !c.is_fixed()) {
+    } else if (IsIn(name, kNodesName) && !c.is_fixed()) {
       graph.nodes.push_back(name);
-    } else if (IsIn(name, "edges") && !c.is_fixed()) {
+    } else if (IsIn(name, kEdgesName) && !c.is_fixed()) {
       graph.edges.push_back(name);
     } else if (c.is_fixed()) {
       graph.per_graph.push_back(name);

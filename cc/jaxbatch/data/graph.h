@@ -25,6 +25,10 @@
 
 namespace jaxbatch {
 
+// The columns' names: jraph.GraphsTuple's field names.
+inline constexpr char kNodesName[] = "nodes";
+inline constexpr char kEdgesName[] = "edges";
+inline constexpr char kGlobalsName[] = "globals";
 inline constexpr char kSendersName[] = "senders";
 inline constexpr char kReceiversName[] = "receivers";
 inline constexpr char kNodeCountName[] = "n_node";

@@ -9,6 +9,7 @@ import numpy as np
 
 from jaxbatch import _core
 from jaxbatch._src.collate import keys
+from jaxbatch._src.data import graphs
 from jaxbatch._src.data.dataset import Dataset, graph_layout
 from jaxbatch._src.data.dtypes import numpy_dtype
 from jaxbatch._src.plan.plan import BatchShape, BatchSpec
@@ -141,10 +142,10 @@ def pad_values(pad_value: Any, where: str) -> tuple[list[tuple[str, int | float]
 
 
 def batch_from_core(
-    arrays, index, shape, packed, length_column, ragged, fixed, graphs=None
+    arrays, index, shape, packed, length_column, ragged, fixed, layout=None
 ) -> Batch:
     """A Batch over the (name, dtype, array) triples the core returns
-    (`graphs`: a graph batch's GraphLayout)."""
+    (`layout`: a graph batch's GraphLayout)."""
     out = Batch()
     for name, dtype, array in arrays:
         out[name] = array.view(numpy_dtype(dtype)) if dtype == "bfloat16" else array
@@ -154,7 +155,7 @@ def batch_from_core(
     out.length_column = length_column
     out.ragged_columns = ragged
     out.fixed_columns = fixed
-    out.graph_layout = graphs
+    out.graph_layout = layout
     return out
 
 
@@ -250,10 +251,8 @@ def _graph_role(key: str, array: np.ndarray, batch: Batch, per: Any) -> str:
         if forced not in _PER:
             raise ValueError(f"unbatch: per must be 'node', 'edge' or 'graph', found {forced!r}")
         role = forced
-    elif key == "nodes" or key.startswith("nodes/"):
-        role = "node"
-    elif key in ("edges", "senders", "receivers") or key.startswith("edges/"):
-        role = "edge"
+    elif batch.graph_layout.role_of(key) is not None:
+        role = batch.graph_layout.role_of(key)
     elif key in batch.fixed_columns:
         role = "graph"
     else:
@@ -280,12 +279,12 @@ def _graph_role(key: str, array: np.ndarray, batch: Batch, per: Any) -> str:
 
 def _unbatch_graphs(items, batch, single, per) -> dict[int, Any]:
     index = np.asarray(batch[keys.GRAPH_INDEX])
-    n_node, n_edge = np.asarray(batch["n_node"]), np.asarray(batch["n_edge"])
+    n_node, n_edge = np.asarray(batch[graphs.N_NODE]), np.asarray(batch[graphs.N_EDGE])
     starts = {"node": np.cumsum(n_node) - n_node, "edge": np.cumsum(n_edge) - n_edge}
     counts = {"node": n_node, "edge": n_edge}
     result: dict[int, Any] = {}
     for key, value in items.items():
-        if not single and (key in batch.aux_keys or key in ("n_node", "n_edge")):
+        if not single and (key in batch.aux_keys or key in (graphs.N_NODE, graphs.N_EDGE)):
             continue
         array = np.asarray(value)
         role = _graph_role(key, array, batch, per)
@@ -294,7 +293,7 @@ def _unbatch_graphs(items, batch, single, per) -> dict[int, Any]:
                 piece = array[g]
             else:
                 piece = array[starts[role][g] : starts[role][g] + counts[role][g]]
-                if key in ("senders", "receivers"):
+                if key in (graphs.SENDERS, graphs.RECEIVERS):
                     piece = piece - starts["node"][g]  # back to the graph's own node ids
             if single:
                 result[int(index[g])] = piece

@@ -15,8 +15,19 @@ from typing import Any, NamedTuple
 import jax
 import numpy as np
 
-FIELDS = ("nodes", "edges", "receivers", "senders", "globals", "n_node", "n_edge")
-TREES = ("nodes", "edges", "globals")
+from jaxbatch import _core
+
+# The engine's column names (data/graph.h), which are jraph.GraphsTuple's
+# field names.
+NODES: str = _core.GRAPH_NODES
+EDGES: str = _core.GRAPH_EDGES
+GLOBALS: str = _core.GRAPH_GLOBALS
+SENDERS: str = _core.GRAPH_SENDERS
+RECEIVERS: str = _core.GRAPH_RECEIVERS
+N_NODE: str = _core.GRAPH_N_NODE
+N_EDGE: str = _core.GRAPH_N_EDGE
+FIELDS = (NODES, EDGES, RECEIVERS, SENDERS, GLOBALS, N_NODE, N_EDGE)  # jraph's order
+TREES = (NODES, EDGES, GLOBALS)
 
 
 class GraphsTuple(NamedTuple):
@@ -116,14 +127,23 @@ class GraphLayout:
             return jax.tree_util.tree_unflatten(treedef, [arrays[n] for n in leaves])
 
         return graphs_tuple_type()(
-            nodes=tree("nodes"),
-            edges=tree("edges"),
-            receivers=arrays["receivers"],
-            senders=arrays["senders"],
-            globals=tree("globals"),
-            n_node=arrays["n_node"],
-            n_edge=arrays["n_edge"],
+            nodes=tree(NODES),
+            edges=tree(EDGES),
+            receivers=arrays[RECEIVERS],
+            senders=arrays[SENDERS],
+            globals=tree(GLOBALS),
+            n_node=arrays[N_NODE],
+            n_edge=arrays[N_EDGE],
         )
+
+    def role_of(self, column: str) -> str | None:
+        """'node', 'edge' or None for a column of this layout."""
+        leaves = {f: spec[1] if spec else [] for f, spec in self.trees.items()}
+        if column in leaves[NODES]:
+            return "node"
+        if column in leaves[EDGES] or column in (SENDERS, RECEIVERS):
+            return "edge"
+        return None
 
 
 def graph_columns(graphs: Sequence[Any]) -> tuple[dict[str, Any], dict[str, Any], GraphLayout]:
@@ -161,17 +181,17 @@ def graph_columns(graphs: Sequence[Any]) -> tuple[dict[str, Any], dict[str, Any]
                     raise ValueError(
                         f"Dataset.from_graphs: graph {i}: {names[k]} is a scalar; expected a "
                         f"leading axis of the graph's {field} count"
-                        + (" (1 for globals)" if field == "globals" else "")
+                        + (" (1 for globals)" if field == GLOBALS else "")
                     )
-                if field == "globals" and array.shape[0] != 1:
+                if field == GLOBALS and array.shape[0] != 1:
                     raise ValueError(
                         f"Dataset.from_graphs: graph {i}: {names[k]} has shape {array.shape}; "
                         f"a single graph's globals have a leading axis of 1"
                     )
-                leaves[k].append(array[0] if field == "globals" else array)
+                leaves[k].append(array[0] if field == GLOBALS else array)
         for name, pieces in zip(names, leaves, strict=True):
-            columns[name] = np.stack(pieces) if field == "globals" else pieces
-    for field in ("senders", "receivers"):
+            columns[name] = np.stack(pieces) if field == GLOBALS else pieces
+    for field in (SENDERS, RECEIVERS):
         pieces = []
         for i, f in enumerate(fields):
             array = np.asarray(f[field] if f[field] is not None else np.zeros(0, np.int32))
@@ -184,7 +204,7 @@ def graph_columns(graphs: Sequence[Any]) -> tuple[dict[str, Any], dict[str, Any]
         wide = any(p.size and (p.max() > np.iinfo(np.int32).max or p.min() < 0) for p in pieces)
         dtypes[field] = np.int64 if wide else np.int32
         columns[field] = pieces
-    for field in ("n_node", "n_edge"):
+    for field in (N_NODE, N_EDGE):
         counts = [_single(f[field], field, i) for i, f in enumerate(fields)]
         if all(c is None for c in counts):
             continue
