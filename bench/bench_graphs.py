@@ -85,6 +85,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import adam  # noqa: E402
 import harness  # noqa: E402
 
 SEED = 0
@@ -564,23 +565,8 @@ def train_step(params, opt, graph, graph_mask, norm, lr):
         return total / jnp.maximum(count, 1)
 
     value, grads = jax.value_and_grad(loss)(params)
-    step = opt["step"] + 1
-    b1, b2 = 0.9, 0.999
-    m = jax.tree.map(lambda m, g: b1 * m + (1 - b1) * g, opt["m"], grads)
-    v = jax.tree.map(lambda v, g: b2 * v + (1 - b2) * g * g, opt["v"], grads)
-    scale = lr * jnp.sqrt(1 - b2**step) / (1 - b1**step)
-    params = jax.tree.map(lambda p, m, v: p - scale * m / (jnp.sqrt(v) + 1e-8), params, m, v)
-    return params, {"m": m, "v": v, "step": step}, value
-
-
-def init_opt(params) -> dict:
-    import jax
-    import jax.numpy as jnp
-
-    def zeros():
-        return jax.tree.map(jnp.zeros_like, params)
-
-    return {"m": zeros(), "v": zeros(), "step": jnp.zeros((), jnp.int32)}
+    params, opt = adam.update(params, opt, grads, lr)
+    return params, opt, value
 
 
 class Validation:
@@ -872,7 +858,7 @@ def main(argv: list[str] | None = None) -> int:
     norm = np.array([data.train_labels.mean(), data.train_labels.std()], np.float32)
     validation = Validation(data.validation, norm)
     params = init_params()
-    initial = jax.block_until_ready((params, init_opt(params)))
+    initial = jax.block_until_ready((params, adam.init(params)))
     options = QUICK_COMPILER_OPTIONS if args.quick else None
     variants = list(ANCHORS) + (list(JAXBATCH_VARIANTS) if available else [])
 

@@ -52,6 +52,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import adam  # noqa: E402
 import harness  # noqa: E402
 
 WAYS = ("naive", "pad64", "buckets", "pack")
@@ -252,23 +253,8 @@ def train_step(params, opt, tokens, positions, segments):
         return total / jnp.maximum(count, 1)
 
     value, grads = jax.value_and_grad(loss)(params)
-    step = opt["step"] + 1
-    b1, b2 = 0.9, 0.999
-    m = jax.tree.map(lambda m, g: b1 * m + (1 - b1) * g, opt["m"], grads)
-    v = jax.tree.map(lambda v, g: b2 * v + (1 - b2) * g * g, opt["v"], grads)
-    scale = LEARNING_RATE * jnp.sqrt(1 - b2**step) / (1 - b1**step)
-    params = jax.tree.map(lambda p, m, v: p - scale * m / (jnp.sqrt(v) + 1e-8), params, m, v)
-    return params, {"m": m, "v": v, "step": step}, value
-
-
-def init_opt(params) -> dict:
-    import jax
-    import jax.numpy as jnp
-
-    def zeros():
-        return jax.tree.map(jnp.zeros_like, params)
-
-    return {"m": zeros(), "v": zeros(), "step": jnp.zeros((), jnp.int32)}
+    params, opt = adam.update(params, opt, grads, LEARNING_RATE)
+    return params, opt, value
 
 
 class HeldOut:
@@ -453,7 +439,7 @@ def main(argv: list[str] | None = None) -> int:
 
     evaluate = HeldOut(held_out)
     params = init_params()
-    initial = jax.block_until_ready((params, init_opt(params)))
+    initial = jax.block_until_ready((params, adam.init(params)))
 
     def contender(way):
         options = QUICK_COMPILER_OPTIONS if args.quick else None

@@ -113,6 +113,13 @@ void BindData(nb::module_& m) {
   m.attr("GRAPH_N_EDGE") = kEdgeCountName;
   m.def("is_graph_dataset", &IsGraphDataset, nb::arg("dataset"));
   m.def(
+      "graph_columns",
+      [](const Dataset& dataset, const std::string& who) {
+        const GraphColumns graph = FindGraphColumns(dataset, who);
+        return nb::make_tuple(graph.nodes, graph.edges, graph.globals);
+      },
+      nb::arg("dataset"), nb::arg("who"));
+  m.def(
       "graph_counts",
       [](const Dataset& dataset, const std::string& who) {
         const GraphColumns graph = FindGraphColumns(dataset, who);

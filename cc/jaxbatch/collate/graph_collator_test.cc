@@ -189,6 +189,7 @@ TEST(GraphCollatorTest, EqualsJraphsBatchAndPadForEveryPlannerAndThreadCount) {
   EXPECT_EQ(columns.nodes, (std::vector<std::string>{"nodes/x", "nodes/z"}));
   EXPECT_EQ(columns.edges, (std::vector<std::string>{"edges"}));
   EXPECT_EQ(columns.per_graph, (std::vector<std::string>{"globals"}));
+  EXPECT_EQ(columns.globals, (std::vector<std::string>{"globals"}));
   EXPECT_TRUE(FindBadGraphs(ds, columns).empty());
   const std::vector<int64_t> nodes = NodeCounts(ds, columns);
   const std::vector<int64_t> edges = EdgeCounts(ds);

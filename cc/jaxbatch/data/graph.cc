@@ -112,6 +112,7 @@ GraphColumns FindGraphColumns(const Dataset& dataset, const std::string& who) {
       graph.edges.push_back(name);
     } else if (c.is_fixed()) {
       graph.per_graph.push_back(name);
+      if (IsIn(name, kGlobalsName)) graph.globals.push_back(name);
     } else {
       throw InvalidArgumentError(
           StrCat(who, ": column '", name,

@@ -38,6 +38,7 @@ struct GraphColumns {
   std::vector<std::string> nodes;      // ragged, one row per node
   std::vector<std::string> edges;      // ragged, one row per edge
   std::vector<std::string> per_graph;  // fixed columns: globals, labels
+  std::vector<std::string> globals;    // those of per_graph named globals, globals/...
   bool has_node_count = false;         // an n_node column
   bool has_edge_count = false;         // an n_edge column
 };

@@ -109,7 +109,7 @@ def collate(
         "" if batch.plan.graph else batch.plan.length_column or dataset.default_length_column,
         tuple(n for n, f in fixed.items() if not f),
         tuple(n for n, f in fixed.items() if f),
-        graph_layout(dataset) if batch.plan.graph else None,
+        graph_layout(dataset, "collate") if batch.plan.graph else None,
     )
 
 

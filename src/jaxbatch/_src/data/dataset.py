@@ -199,11 +199,11 @@ class Dataset(Columns):
         return f"Dataset({counted(len(self), 'example')}; " + "; ".join(cols) + ")"
 
 
-def graph_layout(columns: Columns) -> Any:
+def graph_layout(columns: Columns, who: str) -> Any:
     """How `columns`' graph columns make a GraphsTuple (see data/graphs.py):
     the pytrees from_graphs was given, else nested dicts by column path."""
     layout = getattr(columns, "_graph_layout", None)
-    return layout if layout is not None else GraphLayout.from_columns(columns.column_names)
+    return layout if layout is not None else GraphLayout.from_columns(columns._core, who)
 
 
 def mapped_files(columns: Columns) -> tuple[str, ...]:

@@ -98,10 +98,13 @@ class GraphLayout:
         self.trees = trees
 
     @classmethod
-    def from_columns(cls, names: Sequence[str]) -> GraphLayout:
+    def from_columns(cls, core: Any, who: str) -> GraphLayout:
+        """The layout of a core dataset's graph columns, as the engine finds
+        them (its errors start with `who`)."""
+        found = dict(zip(TREES, _core.graph_columns(core, who), strict=True))
         trees: dict[str, tuple[Any, list[str]] | None] = {}
         for field in TREES:
-            leaves = [n for n in names if n == field or n.startswith(field + "/")]
+            leaves = list(found[field])
             if not leaves:
                 trees[field] = None
             elif leaves == [field]:

@@ -314,7 +314,9 @@ class Loader:
         fixed = {n: self.dataset._core.column(n).is_fixed for n in self.dataset.column_names}
         self._ragged = tuple(n for n, f in fixed.items() if not f)
         self._fixed = tuple(n for n, f in fixed.items() if f)
-        self._graphs = graph_layout(self.dataset) if isinstance(planner, GRAPH_PLANNERS) else None
+        self._graphs = (
+            graph_layout(self.dataset, "Loader") if isinstance(planner, GRAPH_PLANNERS) else None
+        )
         # A graph planner plans by node and edge counts (the engine refuses column=).
         self._length_column = "" if self._graphs else o.column or self.dataset.default_length_column
         self._start(state)
