@@ -5,6 +5,8 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <memory>
+
 #include "bindings.h"
 #include "jaxbatch/base/error.h"
 #include "jaxbatch/data/dataset.h"
@@ -41,6 +43,25 @@ RaggedColumn MakeFixed(std::string name, const std::string& dtype, std::vector<i
                              HoldPython(std::move(owner)));
 }
 
+// chunks: (uint8 view of the values, int64 offsets (empty when fixed),
+// examples) per chunk; order: the examples' order (empty: as they are).
+RaggedColumn MakeGathered(std::string name, const std::string& dtype,
+                          std::vector<int64_t> inner_shape, bool fixed,
+                          const std::vector<std::tuple<ByteInput, Int64Input, int64_t>>& chunks,
+                          Int64Input order, nb::object owner) {
+  const DType parsed = ParseDType(dtype, "column '" + name + "'");
+  std::vector<RaggedColumn::Chunk> core;
+  core.reserve(chunks.size());
+  for (const auto& [values, offsets, num_examples] : chunks) {
+    core.push_back(
+        {{values.data(), values.shape(0)}, {offsets.data(), offsets.shape(0)}, num_examples});
+  }
+  Keepalive keep = HoldPython(std::move(owner));
+  nb::gil_scoped_release release;
+  return RaggedColumn::Gathered(std::move(name), parsed, std::move(inner_shape), fixed, core,
+                                {order.data(), order.shape(0)}, std::move(keep));
+}
+
 // pieces: (uint8 view, dtype name, shape) per example.
 RaggedColumn MakeFromPieces(
     std::string name, const std::string& dtype, std::vector<int64_t> inner_shape, bool fixed,
@@ -66,6 +87,9 @@ void BindData(nb::module_& m) {
                   nb::arg("values"), nb::arg("offsets"), nb::arg("owner"))
       .def_static("fixed", &MakeFixed, nb::arg("name"), nb::arg("dtype"), nb::arg("inner_shape"),
                   nb::arg("values"), nb::arg("num_examples"), nb::arg("owner"))
+      .def_static("gathered", &MakeGathered, nb::arg("name"), nb::arg("dtype"),
+                  nb::arg("inner_shape"), nb::arg("fixed"), nb::arg("chunks"), nb::arg("order"),
+                  nb::arg("owner"))
       .def_static("from_pieces", &MakeFromPieces, nb::arg("name"), nb::arg("dtype"),
                   nb::arg("inner_shape"), nb::arg("fixed"), nb::arg("pieces"))
       .def_prop_ro("name", &RaggedColumn::name)
@@ -75,6 +99,16 @@ void BindData(nb::module_& m) {
       .def_prop_ro("num_examples", &RaggedColumn::num_examples)
       .def_prop_ro("max_length", &RaggedColumn::max_length)
       .def("lengths", [](const RaggedColumn& c) { return ToNumpy(c.Lengths()); })
+      .def("copy_values",
+           [](const RaggedColumn& c) {
+             std::shared_ptr<std::vector<uint8_t>> owned;
+             {
+               nb::gil_scoped_release release;
+               owned = std::make_shared<std::vector<uint8_t>>(c.CopyValues());
+             }
+             const auto size = static_cast<int64_t>(owned->size());
+             return WrapArray(owned->data(), DType::kUInt8, {size}, owned);
+           })
       .def(
           "example",
           [](const RaggedColumn& c, int64_t i) {

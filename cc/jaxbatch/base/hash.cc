@@ -43,31 +43,33 @@ uint64_t MergeRound(uint64_t acc, uint64_t value) {
   return acc * kP1 + kP4;
 }
 
-}  // namespace
+// Reads one 32-byte stripe into the four accumulators.
+void Stripe(uint64_t v[4], const unsigned char* p) {
+  v[0] = Round(v[0], Load64(p));
+  v[1] = Round(v[1], Load64(p + 8));
+  v[2] = Round(v[2], Load64(p + 16));
+  v[3] = Round(v[3], Load64(p + 24));
+}
 
-uint64_t Hash64(const void* data, size_t size, uint64_t seed) {
-  const auto* p = static_cast<const unsigned char*>(data);
-  const unsigned char* const end = p + size;
+void InitLanes(uint64_t v[4], uint64_t seed) {
+  v[0] = seed + kP1 + kP2;
+  v[1] = seed + kP2;
+  v[2] = seed;
+  v[3] = seed - kP1;
+}
+
+// The hash from the lanes (when `size` >= 32), the length and the last
+// size % 32 bytes [p, end).
+uint64_t Finish(const uint64_t v[4], uint64_t seed, uint64_t size, const unsigned char* p,
+                const unsigned char* end) {
   uint64_t h;
   if (size >= 32) {
-    uint64_t v1 = seed + kP1 + kP2, v2 = seed + kP2, v3 = seed, v4 = seed - kP1;
-    const unsigned char* const limit = end - 32;
-    do {
-      v1 = Round(v1, Load64(p));
-      v2 = Round(v2, Load64(p + 8));
-      v3 = Round(v3, Load64(p + 16));
-      v4 = Round(v4, Load64(p + 24));
-      p += 32;
-    } while (p <= limit);
-    h = std::rotl(v1, 1) + std::rotl(v2, 7) + std::rotl(v3, 12) + std::rotl(v4, 18);
-    h = MergeRound(h, v1);
-    h = MergeRound(h, v2);
-    h = MergeRound(h, v3);
-    h = MergeRound(h, v4);
+    h = std::rotl(v[0], 1) + std::rotl(v[1], 7) + std::rotl(v[2], 12) + std::rotl(v[3], 18);
+    for (int k = 0; k < 4; ++k) h = MergeRound(h, v[k]);
   } else {
     h = seed + kP5;
   }
-  h += static_cast<uint64_t>(size);
+  h += size;
   while (end - p >= 8) {
     h ^= Round(0, Load64(p));
     h = std::rotl(h, 27) * kP1 + kP4;
@@ -89,6 +91,44 @@ uint64_t Hash64(const void* data, size_t size, uint64_t seed) {
   h *= kP3;
   h ^= h >> 32;
   return h;
+}
+
+}  // namespace
+
+uint64_t Hash64(const void* data, size_t size, uint64_t seed) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  const unsigned char* const end = p + size;
+  uint64_t v[4];
+  InitLanes(v, seed);
+  for (; end - p >= 32; p += 32) Stripe(v, p);
+  return Finish(v, seed, size, p, end);
+}
+
+Hash64Stream::Hash64Stream(uint64_t seed) : seed_(seed) { InitLanes(v_, seed); }
+
+void Hash64Stream::Update(const void* data, size_t size) {
+  if (size == 0) return;  // data may be null
+  const auto* p = static_cast<const unsigned char*>(data);
+  const unsigned char* const end = p + size;
+  total_ += size;
+  if (buffered_ > 0) {  // Fill the stripe a previous piece began.
+    const size_t take = std::min(size, sizeof(buffer_) - buffered_);
+    std::memcpy(buffer_ + buffered_, p, take);
+    buffered_ += take;
+    p += take;
+    if (buffered_ < sizeof(buffer_)) return;
+    Stripe(v_, buffer_);
+    buffered_ = 0;
+  }
+  for (; end - p >= 32; p += 32) Stripe(v_, p);
+  if (p < end) {
+    std::memcpy(buffer_, p, static_cast<size_t>(end - p));
+    buffered_ = static_cast<size_t>(end - p);
+  }
+}
+
+uint64_t Hash64Stream::Digest() const {
+  return Finish(v_, seed_, total_, buffer_, buffer_ + buffered_);
 }
 
 uint64_t HashFile(const std::string& path) {

@@ -23,6 +23,28 @@ namespace jaxbatch {
 // Hash64("", 0, 0) == 0xEF46DB3751D8E999).
 uint64_t Hash64(const void* data, size_t size, uint64_t seed = 0);
 
+// Hash64 of bytes that come in pieces: Update(a, n); Update(b, m); then
+// Digest() is Hash64 of the n + m bytes laid end to end, with `seed` (for
+// a column whose examples lie in several buffers).
+//
+// Example:
+//   Hash64Stream h(seed);
+//   for (const auto& piece : pieces) h.Update(piece.data(), piece.size());
+//   uint64_t value = h.Digest();
+class Hash64Stream {
+ public:
+  explicit Hash64Stream(uint64_t seed = 0);
+  void Update(const void* data, size_t size);
+  uint64_t Digest() const;
+
+ private:
+  uint64_t seed_;
+  uint64_t v_[4];
+  uint64_t total_ = 0;
+  unsigned char buffer_[32];
+  size_t buffered_ = 0;
+};
+
 // The hash of a whole file, read in chunks of kHashFileChunk bytes, each
 // chunk's Hash64 seeded with the previous one's (seed 0 for the first; an
 // empty file hashes to Hash64("", 0)). Throws IoError naming the file when

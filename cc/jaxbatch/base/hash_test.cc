@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -58,6 +59,24 @@ TEST(HashFileTest, ContentsHashLikeTheFile) {
     EXPECT_EQ(HashFileContents(data.data(), data.size()), HashFile(path.string())) << size;
   }
   std::filesystem::remove(path);
+}
+
+// Bytes given in pieces hash as the same bytes given at once, for every
+// split of every length around the 32-byte stripe (pieces of 0 bytes too).
+TEST(Hash64StreamTest, PiecesHashAsTheWhole) {
+  std::string data(200, '\0');
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 31 + 7);
+  for (size_t size : {size_t{0}, size_t{1}, size_t{31}, size_t{32}, size_t{33}, size_t{64},
+                      size_t{65}, size_t{200}}) {
+    for (size_t piece = 1; piece <= 40; ++piece) {
+      Hash64Stream stream(/*seed=*/size);
+      for (size_t at = 0; at < size; at += piece) {
+        stream.Update(data.data() + at, std::min(piece, size - at));
+        stream.Update(nullptr, 0);
+      }
+      EXPECT_EQ(stream.Digest(), Hash64(data.data(), size, size)) << size << " " << piece;
+    }
+  }
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -251,6 +252,99 @@ TEST(RaggedColumnTest, RaggedPointsAtValuesAndOffsets) {
   EXPECT_EQ(col.Lengths(), (std::vector<int64_t>{3, 0, 2}));
   EXPECT_EQ(col.example_data(0), reinterpret_cast<const uint8_t*>(&tokens[0]));
   EXPECT_EQ(col.example_data(2), reinterpret_cast<const uint8_t*>(&tokens[3]));
+}
+
+template <typename T>
+std::span<const uint8_t> BytesOf(const std::vector<T>& v) {
+  return {reinterpret_cast<const uint8_t*>(v.data()), v.size() * sizeof(T)};
+}
+
+// Example i of a gathered column is example order[i] of its chunks laid end
+// to end, read in place: compared with the obvious copy into one buffer.
+TEST(RaggedColumnTest, GatheredReadsChunksInPlaceInTheGivenOrder) {
+  const std::vector<int32_t> a = {1, 2, 3, 4, 5}, b = {6, 7, 8, 9};
+  const std::vector<int64_t> a_offsets = {0, 2, 2, 5}, b_offsets = {1, 3, 4};  // b from row 1
+  const std::vector<RaggedColumn::Chunk> chunks = {{BytesOf(a), a_offsets, 3},
+                                                   {BytesOf(b), b_offsets, 2}};
+  // Flat: [1 2] [] [3 4 5] [7 8] [9]
+  const std::vector<std::vector<int32_t>> flat = {{1, 2}, {}, {3, 4, 5}, {7, 8}, {9}};
+  const std::vector<int64_t> order = {4, 0, 3, 3, 1, 2};
+  for (const bool reorder : {false, true}) {
+    const RaggedColumn col = RaggedColumn::Gathered(
+        "tokens", DType::kInt32, {}, false, chunks,
+        reorder ? std::span<const int64_t>(order) : std::span<const int64_t>(), nullptr);
+    ASSERT_EQ(col.num_examples(), reorder ? 6 : 5);
+    EXPECT_FALSE(col.contiguous());
+    EXPECT_EQ(col.max_length(), reorder ? 3 : 3);
+    for (int64_t i = 0; i < col.num_examples(); ++i) {
+      const std::vector<int32_t>& want = flat[reorder ? order[i] : i];
+      ASSERT_EQ(col.length(i), static_cast<int64_t>(want.size())) << i;
+      std::vector<int32_t> got(want.size());
+      if (!got.empty()) std::memcpy(got.data(), col.example_data(i), got.size() * 4);
+      EXPECT_EQ(got, want) << i;
+    }
+  }
+  // In place: example 0 (unordered) is the first byte of chunk a.
+  const RaggedColumn col =
+      RaggedColumn::Gathered("tokens", DType::kInt32, {}, false, chunks, {}, nullptr);
+  EXPECT_EQ(col.example_data(3), reinterpret_cast<const uint8_t*>(&b[1]));
+}
+
+// CopyValues lays every example's bytes back to back in example order:
+// compared with the examples read one by one, for a gathered (reordered)
+// column, a contiguous one that starts past its buffer's first row, and a
+// fixed one.
+TEST(RaggedColumnTest, CopyValuesIsTheExamplesBackToBack) {
+  const std::vector<int32_t> a = {1, 2, 3, 4, 5}, b = {6, 7, 8, 9};
+  const std::vector<int64_t> a_offsets = {0, 2, 2, 5}, b_offsets = {1, 3, 4};
+  const std::vector<RaggedColumn::Chunk> chunks = {{BytesOf(a), a_offsets, 3},
+                                                   {BytesOf(b), b_offsets, 2}};
+  const std::vector<int64_t> order = {4, 0, 3, 3, 1, 2};
+  const std::vector<int64_t> tail_offsets = {1, 3, 5};
+  const std::vector<RaggedColumn> columns = {
+      RaggedColumn::Gathered("g", DType::kInt32, {}, false, chunks, order, nullptr),
+      RaggedColumn::Ragged("r", DType::kInt32, {}, BytesOf(a), tail_offsets, nullptr),
+      RaggedColumn::Fixed("f", DType::kInt32, {}, BytesOf(b), 4, nullptr)};
+  for (const RaggedColumn& col : columns) {
+    std::vector<uint8_t> want;
+    for (int64_t i = 0; i < col.num_examples(); ++i) {
+      const uint8_t* data = col.example_data(i);
+      want.insert(want.end(), data, data + col.length(i) * col.row_bytes());
+    }
+    EXPECT_EQ(col.CopyValues(), want) << col.name();
+  }
+  EXPECT_EQ(columns[0].CopyValues().size(), 10u * 4u);  // [9] [1 2] [7 8] [7 8] [] [3 4 5]
+}
+
+TEST(RaggedColumnTest, GatheredFixedChunksAndBadInputNameTheExample) {
+  const std::vector<float> a = {1, 2, 3, 4}, b = {5, 6};
+  const std::vector<RaggedColumn::Chunk> chunks = {{BytesOf(a), {}, 2}, {BytesOf(b), {}, 1}};
+  const std::vector<int64_t> order = {2, 1};
+  const RaggedColumn col =
+      RaggedColumn::Gathered("xy", DType::kFloat32, {2}, true, chunks, order, nullptr);
+  ASSERT_EQ(col.num_examples(), 2);
+  EXPECT_EQ(col.length(0), 1);
+  EXPECT_EQ(col.example_data(0), reinterpret_cast<const uint8_t*>(&b[0]));
+  EXPECT_EQ(col.example_data(1), reinterpret_cast<const uint8_t*>(&a[2]));
+  // An order entry past the data.
+  const std::vector<int64_t> bad_order = {0, 3};
+  std::string msg = ThrownMessage<InvalidArgumentError>([&] {
+    RaggedColumn::Gathered("xy", DType::kFloat32, {2}, true, chunks, bad_order, nullptr);
+  });
+  EXPECT_TRUE(Contains(msg, "column 'xy', example 1")) << msg;
+  EXPECT_TRUE(Contains(msg, "[0, 3)")) << msg;
+  // A chunk that claims more elements than its buffer holds.
+  const std::vector<RaggedColumn::Chunk> short_chunk = {{BytesOf(a), {}, 2}, {BytesOf(b), {}, 2}};
+  msg = ThrownMessage<InvalidArgumentError>(
+      [&] { RaggedColumn::Gathered("xy", DType::kFloat32, {2}, true, short_chunk, {}, nullptr); });
+  EXPECT_TRUE(Contains(msg, "first example is 2")) << msg;
+  // Ragged offsets past a chunk's values.
+  const std::vector<int32_t> v = {1, 2};
+  const std::vector<int64_t> past = {0, 3};
+  const std::vector<RaggedColumn::Chunk> past_chunk = {{BytesOf(v), past, 1}};
+  msg = ThrownMessage<InvalidArgumentError>(
+      [&] { RaggedColumn::Gathered("tokens", DType::kInt32, {}, false, past_chunk, {}, nullptr); });
+  EXPECT_TRUE(Contains(msg, "offsets run past the values")) << msg;
 }
 
 TEST(RaggedColumnTest, RaggedWithInnerShapeAndNonZeroFirstOffset) {

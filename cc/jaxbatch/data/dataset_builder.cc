@@ -68,9 +68,15 @@ void DatasetBuilder::AppendRange(const Dataset& from, int64_t begin, int64_t end
   for (size_t c = 0; c < columns_.size(); ++c) {
     Column& out = columns_[c];
     const RaggedColumn& in = from.columns()[c];
-    const int64_t rows = RowsOf(in, begin, end);
-    const uint8_t* data = in.example_data(begin);
-    out.values.insert(out.values.end(), data, data + rows * out.row_bytes);
+    if (in.contiguous()) {
+      const uint8_t* data = in.example_data(begin);
+      out.values.insert(out.values.end(), data, data + RowsOf(in, begin, end) * out.row_bytes);
+    } else {
+      for (int64_t e = begin; e < end; ++e) {
+        const uint8_t* data = in.example_data(e);
+        out.values.insert(out.values.end(), data, data + in.length(e) * out.row_bytes);
+      }
+    }
     if (!out.fixed) {
       const int64_t base = out.offsets.back();
       int64_t at = base;

@@ -32,8 +32,16 @@ uint64_t DatasetFingerprint(const Dataset& dataset) {
     h = Hash64(lengths.data(), lengths.size() * sizeof(int64_t), h);
     int64_t rows = 0;
     for (int64_t length : lengths) rows += length;
-    if (n > 0)
+    if (n > 0 && column.contiguous()) {
       h = Hash64(column.example_data(0), static_cast<size_t>(rows * column.row_bytes()), h);
+    } else if (n > 0) {  // The same bytes, from several buffers.
+      Hash64Stream stream(h);
+      for (int64_t e = 0; e < n; ++e) {
+        stream.Update(column.example_data(e),
+                      static_cast<size_t>(column.length(e) * column.row_bytes()));
+      }
+      h = stream.Digest();
+    }
   }
   return h;
 }

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,28 @@ TEST(DatasetFingerprintTest, EqualDataHashesAlikeWhateverTheLayout) {
   const std::vector<int64_t> offsets = {0, 2, 5}, shifted_offsets = {2, 4, 7};
   EXPECT_EQ(DatasetFingerprint(Tokens(values, offsets)),
             DatasetFingerprint(Tokens(shifted, shifted_offsets)));
+}
+
+// A column whose examples lie in two buffers (and come in another order)
+// hashes as the same examples in one buffer.
+TEST(DatasetFingerprintTest, GatheredColumnHashesAsOneBuffer) {
+  const std::vector<int32_t> first = {1, 2, 3}, second = {4, 5, 6, 7, 8, 9, 10, 11, 12};
+  const std::vector<int64_t> first_offsets = {0, 1, 3}, second_offsets = {0, 9};
+  const auto bytes = [](const std::vector<int32_t>& v) {
+    return std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(v.data()), v.size() * 4);
+  };
+  const std::vector<RaggedColumn::Chunk> chunks = {{bytes(first), first_offsets, 2},
+                                                   {bytes(second), second_offsets, 1}};
+  const Dataset gathered(
+      {RaggedColumn::Gathered("tokens", DType::kInt32, {}, false, chunks, {}, nullptr)});
+  const std::vector<int32_t> values = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+  EXPECT_EQ(DatasetFingerprint(gathered), DatasetFingerprint(Tokens(values, {0, 1, 3, 12})));
+  const std::vector<int64_t> order = {2, 0};
+  const Dataset reordered(
+      {RaggedColumn::Gathered("tokens", DType::kInt32, {}, false, chunks, order, nullptr)});
+  const std::vector<int32_t> reordered_values = {4, 5, 6, 7, 8, 9, 10, 11, 12, 1};
+  EXPECT_EQ(DatasetFingerprint(reordered),
+            DatasetFingerprint(Tokens(reordered_values, {0, 9, 10})));
 }
 
 TEST(DatasetFingerprintTest, AnyChangeChangesIt) {

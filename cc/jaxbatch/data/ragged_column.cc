@@ -191,10 +191,98 @@ RaggedColumn RaggedColumn::FromPieces(std::string name, DType dtype,
   return Ragged(col.name_, dtype, std::move(inner), values, rows, offsets, num_examples, storage);
 }
 
+namespace {
+
+// A gathered column's index: where each example starts and its rows.
+struct GatherIndex {
+  std::vector<const uint8_t*> starts;
+  std::vector<int64_t> lengths;
+};
+
+}  // namespace
+
+RaggedColumn RaggedColumn::Gathered(std::string name, DType dtype, std::vector<int64_t> inner_shape,
+                                    bool fixed, std::span<const Chunk> chunks,
+                                    std::span<const int64_t> order, Keepalive owner) {
+  // Each chunk is checked as a one-buffer column is; `flat` is every
+  // example of the chunks, in chunk order.
+  auto flat = std::make_shared<GatherIndex>();
+  int64_t first = 0;
+  for (const Chunk& chunk : chunks) {
+    RaggedColumn part;
+    try {
+      part = fixed ? Fixed(name, dtype, inner_shape, chunk.values, chunk.num_examples, nullptr)
+                   : Ragged(name, dtype, inner_shape, chunk.values, chunk.offsets, nullptr);
+    } catch (const InvalidArgumentError& e) {
+      throw InvalidArgumentError(
+          StrCat(e.what(), " (in the chunk whose first example is ", first, " of the column)"));
+    }
+    if (!fixed && part.num_examples() != chunk.num_examples) {
+      throw InvalidArgumentError(StrCat("column '", name, "', chunk at example ", first,
+                                        ": expected ", chunk.num_examples + 1, " offsets, found ",
+                                        chunk.offsets.size()));
+    }
+    for (int64_t i = 0; i < part.num_examples(); ++i) {
+      flat->starts.push_back(part.example_data(i));
+      if (!fixed) flat->lengths.push_back(part.length(i));
+    }
+    first += part.num_examples();
+  }
+  std::shared_ptr<GatherIndex> index = flat;
+  if (!order.empty()) {
+    index = std::make_shared<GatherIndex>();
+    index->starts.reserve(order.size());
+    if (!fixed) index->lengths.reserve(order.size());
+    for (size_t i = 0; i < order.size(); ++i) {
+      const int64_t e = order[i];
+      if (e < 0 || e >= first) {
+        throw InvalidArgumentError(StrCat("column '", name, "', example ", i,
+                                          ": its index in the data is ", e,
+                                          ", expected one in [0, ", first, ")"));
+      }
+      index->starts.push_back(flat->starts[e]);
+      if (!fixed) index->lengths.push_back(flat->lengths[e]);
+    }
+  }
+  RaggedColumn col;
+  col.name_ = std::move(name);
+  col.dtype_ = dtype;
+  col.InitShape(std::move(inner_shape));
+  col.fixed_ = fixed;
+  col.num_examples_ = static_cast<int64_t>(index->starts.size());
+  col.max_length_ = fixed ? (col.num_examples_ > 0 ? 1 : 0) : 0;
+  for (int64_t length : index->lengths) col.max_length_ = std::max(col.max_length_, length);
+  // A gathered column with no examples still reads as gathered (a non-null index).
+  static const uint8_t* const kNoStarts[1] = {nullptr};
+  static const int64_t kNoLengths[1] = {0};
+  col.starts_ = index->starts.empty() ? kNoStarts : index->starts.data();
+  col.lengths_ = index->lengths.empty() ? kNoLengths : index->lengths.data();
+  col.gather_ = std::move(index);
+  col.owner_ = std::move(owner);
+  return col;
+}
+
 std::vector<int64_t> RaggedColumn::Lengths() const {
   std::vector<int64_t> lengths(static_cast<size_t>(num_examples_));
   for (int64_t i = 0; i < num_examples_; ++i) lengths[i] = length(i);
   return lengths;
+}
+
+std::vector<uint8_t> RaggedColumn::CopyValues() const {
+  int64_t rows = 0;
+  for (int64_t i = 0; i < num_examples_; ++i) rows += length(i);
+  std::vector<uint8_t> out(static_cast<size_t>(rows * row_bytes_));
+  if (contiguous()) {  // One block: example 0's first byte to the last's end.
+    if (!out.empty()) std::memcpy(out.data(), example_data(0), out.size());
+    return out;
+  }
+  size_t at = 0;
+  for (int64_t i = 0; i < num_examples_; ++i) {
+    const auto bytes = static_cast<size_t>(length(i) * row_bytes_);
+    if (bytes != 0) std::memcpy(out.data() + at, example_data(i), bytes);
+    at += bytes;
+  }
+  return out;
 }
 
 }  // namespace jaxbatch

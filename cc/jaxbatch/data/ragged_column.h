@@ -10,6 +10,13 @@
 // A fixed column has one element of `inner_shape` per example and no
 // offsets (a stacked numpy array of shape [num_examples, *inner_shape]).
 //
+// A gathered column (Gathered) points at several such buffers, the chunks
+// of an Arrow chunked array (the record batches of a memory-mapped file),
+// and may take its examples in another order (a Hugging Face dataset's
+// indices mapping after select, shuffle or filter): it keeps, per example,
+// where its rows start and how many there are (16 bytes an example), and
+// copies no value.
+//
 // Example:
 //   std::vector<int32_t> tokens = {1, 2, 3, 4, 5};
 //   std::vector<int64_t> offsets = {0, 3, 3, 5};  // lengths 3, 0, 2
@@ -71,6 +78,31 @@ class RaggedColumn {
   static RaggedColumn Fixed(std::string name, DType dtype, std::vector<int64_t> inner_shape,
                             std::span<const uint8_t> values, int64_t num_examples, Keepalive owner);
 
+  // One chunk of a gathered column: the bytes of its values and, for a
+  // ragged column, its num_examples + 1 offsets into them (rows from the
+  // chunk's first value); a fixed chunk has no offsets and num_examples
+  // elements.
+  struct Chunk {
+    std::span<const uint8_t> values;
+    std::span<const int64_t> offsets;
+    int64_t num_examples = 0;
+  };
+
+  // A column over `chunks`, read in place: each chunk is checked as Ragged
+  // or Fixed check one buffer (the error names the chunk's first example
+  // in the whole column). Example i is example order[i] of the chunks laid
+  // end to end, or example i when `order` is empty; an order entry outside
+  // [0, examples in the chunks) throws InvalidArgumentError naming it.
+  //
+  // Example (two record batches of an Arrow list<int32> column, reversed):
+  //   std::vector<RaggedColumn::Chunk> chunks = {{values0, offsets0, 2}, {values1, offsets1, 1}};
+  //   std::vector<int64_t> order = {2, 1, 0};
+  //   RaggedColumn col = RaggedColumn::Gathered("tokens", DType::kInt32, {}, false, chunks,
+  //                                             order, owner);
+  static RaggedColumn Gathered(std::string name, DType dtype, std::vector<int64_t> inner_shape,
+                               bool fixed, std::span<const Chunk> chunks,
+                               std::span<const int64_t> order, Keepalive owner);
+
   // Copies per-example arrays into one owned buffer (one copy). Every piece
   // must have `dtype` and rank/inner shape matching `inner_shape`; the error
   // names the first example that does not.
@@ -86,15 +118,41 @@ class RaggedColumn {
   int64_t inner_size() const { return inner_size_; }
   // Bytes in one row of the variable axis (or one fixed element).
   int64_t row_bytes() const { return row_bytes_; }
+  // The column's addressing by value, for a hot loop: a local copy the
+  // compiler need not reload after every store through a pointer (as it
+  // must reload this column's members, which a memcpy might have written).
+  struct Reader {
+    const uint8_t* values;
+    const int64_t* offsets;
+    const uint8_t* const* starts;
+    const int64_t* lengths;
+    int64_t row_bytes;
+    bool fixed;
+
+    int64_t length(int64_t i) const {
+      if (fixed) return 1;
+      return starts != nullptr ? lengths[i] : offsets[i + 1] - offsets[i];
+    }
+    const uint8_t* data(int64_t i) const {
+      if (starts != nullptr) return starts[i];
+      return values + (fixed ? i : offsets[i]) * row_bytes;
+    }
+  };
+  Reader reader() const { return {values_, offsets_, starts_, lengths_, row_bytes_, fixed_}; }
   // Rows of example i (1 for a fixed column).
-  int64_t length(int64_t i) const { return fixed_ ? 1 : offsets_[i + 1] - offsets_[i]; }
+  int64_t length(int64_t i) const { return reader().length(i); }
   int64_t max_length() const { return max_length_; }
   // First byte of example i.
-  const uint8_t* example_data(int64_t i) const {
-    return values_ + (fixed_ ? i : offsets_[i]) * row_bytes_;
-  }
+  const uint8_t* example_data(int64_t i) const { return reader().data(i); }
+  // Whether examples [begin, end) lie back to back from example_data(begin)
+  // (always, but in a gathered column).
+  bool contiguous() const { return starts_ == nullptr; }
   // Lengths of every example, as a planner takes them.
   std::vector<int64_t> Lengths() const;
+  // Every example's bytes back to back, in example order (a gathered
+  // column's too): with offsets from Lengths(), what Ragged or Fixed rebuild
+  // the column from, as a pickle does. One copy of the values.
+  std::vector<uint8_t> CopyValues() const;
 
  private:
   RaggedColumn() = default;
@@ -114,6 +172,11 @@ class RaggedColumn {
   int64_t max_length_ = 0;
   const uint8_t* values_ = nullptr;
   const int64_t* offsets_ = nullptr;
+  // A gathered column's per-example first bytes and lengths (null otherwise),
+  // held by gather_.
+  const uint8_t* const* starts_ = nullptr;
+  const int64_t* lengths_ = nullptr;
+  std::shared_ptr<const void> gather_;
   Keepalive owner_;
 };
 
