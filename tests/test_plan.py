@@ -148,14 +148,59 @@ def test_rows_multiple_refuses_a_batch_size_that_cannot_split():
     st.integers(1, 3),
     st.sampled_from(["pad", "keep"]),
 )
-def test_autobuckets_equals_brute_force_optimum(lengths, k, batch, budget, multiple, remainder):
+def test_autobuckets_against_brute_force_optima(lengths, k, batch, budget, multiple, remainder):
+    """keep: the exact optimum. pad: the last batches' empty rows take
+    shorter examples, so never worse than the best buckets whose remainders
+    are padded with empty rows, and never better than remainders for free."""
     if batch is None and budget is None:
         batch = 4
     budget = None if budget is None else max(budget, rounded(max(lengths), multiple))
     planner = jb.AutoBuckets(k, budget, batch, multiple, remainder)
     plan = jb.plan(np.array(lengths), planner)
     best = brute_force_autobuckets_cost(lengths, k, batch, budget, multiple, remainder == "pad")
-    assert plan.stats.padded_elements == best
+    if remainder == "keep":
+        assert plan.stats.padded_elements == best
+    else:
+        free = brute_force_autobuckets_cost(lengths, k, batch, budget, multiple, False)
+        assert free <= plan.stats.padded_elements <= best
+        assert len(plan.shapes) <= k
+
+
+def whole_batch_optimum(lengths: np.ndarray, k: int, rows: int) -> int:
+    """The least padded elements of batches of `rows` rows with at most `k`
+    lengths: the examples sorted longest first, cut into runs of whole
+    batches, each padded to its first example, the last run's last batch
+    padded with empty rows (an exact DP over the run starts)."""
+    order = np.sort(lengths)[::-1]
+    starts = range(0, len(order), rows)
+    best = {len(order): 0}  # cost of the examples from a batch start on, with g runs
+    for _ in range(k):
+        new = {len(order): 0}
+        for i in reversed(starts):
+            length, options = int(order[i]), []
+            for end in range(i + rows, len(order) + rows, rows):
+                end = min(end, len(order))
+                batches = -(-(end - i) // rows)
+                if end in best:
+                    options.append(length * rows * batches + best[end])
+            new[i] = min(options)
+        best = new
+    return best[0]
+
+
+def test_autobuckets_pads_near_the_exact_optimum_of_whole_batches():
+    # Molecule-sized examples (lognormal, median 24 atoms), 128 rows a batch.
+    # Real elements (measured), before remainders were filled / now / the
+    # exact optimum of whole batches / remainders that cost nothing (more
+    # than whole batches allow): 4,999 at K=8 85.5% / 85.8% / 86.2% / 88.8%,
+    # 999 at K=8 73.2% / 75.3% / 76.4% / 89.5%, 4,999 at K=4 72.6% / 72.6% /
+    # 72.9% / 75.0%.
+    rng = np.random.default_rng(0)
+    for n, k in ((4999, 8), (999, 8), (4999, 4)):
+        lengths = np.clip(np.round(rng.lognormal(np.log(24), 0.45, n)), 1, 200).astype(np.int64)
+        got = jb.plan(lengths, jb.AutoBuckets(k, batch_size=128)).stats.padded_elements
+        best = whole_batch_optimum(lengths, k, 128)
+        assert best <= got <= 1.02 * best, (n, k, lengths.sum() / got, lengths.sum() / best)
 
 
 def test_token_budget_gives_short_sequences_big_batches():

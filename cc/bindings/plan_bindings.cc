@@ -7,7 +7,13 @@
 #include <nanobind/stl/variant.h>
 #include <nanobind/stl/vector.h>
 
+#include <cstdint>
+#include <new>
+#include <utility>
+
 #include "bindings.h"
+#include "jaxbatch/base/error.h"
+#include "jaxbatch/plan/batch_plan.h"
 #include "jaxbatch/plan/planner.h"
 #include "jaxbatch/plan/planner_key.h"
 
@@ -103,7 +109,26 @@ void BindPlan(nb::module_& m) {
   m.def("planner_key", &PlannerKey, nb::arg("options"));
   m.def("parse_planner_key", &ParsePlannerKey, nb::arg("key"));
 
+  // Pickled (a plan sent to a worker process) as a tuple of its fields.
+  using StatsState =
+      std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, double, int64_t, std::vector<int64_t>,
+                 int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>;
   nb::class_<PlanStats>(m, "PlanStats")
+      .def("__getstate__",
+           [](const PlanStats& s) {
+             return StatsState(s.examples, s.batches, s.shapes, s.real_elements, s.padded_elements,
+                               s.efficiency, s.occupied_elements, s.batches_per_shape, s.dropped,
+                               s.skipped, s.truncated, s.real_edges, s.padded_edges, s.real_graphs,
+                               s.padded_graphs);
+           })
+      .def("__setstate__",
+           [](PlanStats& s, const StatsState& t) {
+             new (&s) PlanStats();
+             std::tie(s.examples, s.batches, s.shapes, s.real_elements, s.padded_elements,
+                      s.efficiency, s.occupied_elements, s.batches_per_shape, s.dropped, s.skipped,
+                      s.truncated, s.real_edges, s.padded_edges, s.real_graphs, s.padded_graphs) =
+                 t;
+           })
       .def_ro("examples", &PlanStats::examples)
       .def_ro("batches", &PlanStats::batches)
       .def_ro("shapes", &PlanStats::shapes)
@@ -120,7 +145,51 @@ void BindPlan(nb::module_& m) {
       .def_ro("real_graphs", &PlanStats::real_graphs)
       .def_ro("padded_graphs", &PlanStats::padded_graphs);
 
+  // Pickled as its flags, shapes, vectors and stats; unpickling checks
+  // that they fit together (CheckPlan) before anything indexes with them.
+  using Shapes = std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t>>;
+  using PlanState = std::tuple<bool, bool, bool, std::string, Shapes, Int64Input, Int64Input,
+                               Int64Input, Int64Input, Int64Input, Int64Input, PlanStats>;
   nb::class_<BatchPlan>(m, "BatchPlan")
+      .def("__getstate__",
+           [](const BatchPlan& p) {
+             Shapes shapes;
+             for (const BatchShape& s : p.shapes)
+               shapes.emplace_back(s.rows, s.length, s.segments, s.edges);
+             std::vector<int64_t> shape_ids(p.batch_shape_ids.begin(), p.batch_shape_ids.end());
+             return nb::make_tuple(p.packed, p.graph, p.allow_truncate, p.length_column, shapes,
+                                   ToNumpy(std::move(shape_ids)), ToNumpy(p.batch_row_begin),
+                                   ToNumpy(p.row_example_begin), ToNumpy(p.example_ids),
+                                   ToNumpy(p.dropped_examples), ToNumpy(p.skipped_examples),
+                                   p.stats);
+           })
+      .def("__setstate__",
+           [](BatchPlan& p, const PlanState& t) {
+             const auto vec = [](const Int64Input& a) {
+               return std::vector<int64_t>(a.data(), a.data() + a.shape(0));
+             };
+             BatchPlan plan;
+             plan.packed = std::get<0>(t);
+             plan.graph = std::get<1>(t);
+             plan.allow_truncate = std::get<2>(t);
+             plan.length_column = std::get<3>(t);
+             for (const auto& [rows, length, segments, edges] : std::get<4>(t))
+               plan.shapes.push_back({rows, length, segments, edges});
+             for (int64_t id : vec(std::get<5>(t))) {
+               if (id < 0 || id > INT32_MAX) {
+                 throw InvalidArgumentError("BatchPlan: a batch's shape id is out of range");
+               }
+               plan.batch_shape_ids.push_back(static_cast<int32_t>(id));
+             }
+             plan.batch_row_begin = vec(std::get<6>(t));
+             plan.row_example_begin = vec(std::get<7>(t));
+             plan.example_ids = vec(std::get<8>(t));
+             plan.dropped_examples = vec(std::get<9>(t));
+             plan.skipped_examples = vec(std::get<10>(t));
+             plan.stats = std::get<11>(t);
+             CheckPlan(plan);
+             new (&p) BatchPlan(std::move(plan));
+           })
       .def_ro("packed", &BatchPlan::packed)
       .def_ro("allow_truncate", &BatchPlan::allow_truncate)
       .def_ro("graph", &BatchPlan::graph)

@@ -231,7 +231,7 @@ void ValidateLoaderOptions(const LoaderOptions& options) {
 }
 
 void Loader::CheckStreamKey(const StreamKey& key) const {
-  if (key.version != 1 && key.version != kLoaderStateVersion) {
+  if (key.version < 1 || key.version > kLoaderStateVersion) {
     throw InvalidArgumentError(StrCat("Loader: expected a state of version ", kLoaderStateVersion,
                                       ", found ", key.version));
   }
@@ -280,8 +280,18 @@ void Loader::CheckStreamKey(const StreamKey& key) const {
   }
 }
 
+void Loader::PlanAsBefore3(int64_t version) {
+  // The state's stream is the one that version planned; it stays that
+  // version, so a state saved from here restores the same way again.
+  key_.version = version;
+  if (auto* o = std::get_if<AutoBucketsOptions>(&options_.schedule.planner)) {
+    o->fill_remainders = false;
+  }
+}
+
 void Loader::CheckStartState(const LoaderState& start) {
   if (start.key) CheckStreamKey(*start.key);
+  if (start.key && start.key->version < 3) PlanAsBefore3(start.key->version);
   const std::pair<const char*, int64_t> counters[] = {{"epoch", start.epoch},
                                                       {"step", start.step},
                                                       {"batches", start.batches},
@@ -332,7 +342,8 @@ void Loader::CheckMemoryLimit() {
       MakeEpochSchedule(lengths_, excluded_, options_.schedule, claim_epoch_, edge_lengths_));
   int64_t largest = 0;
   for (const BatchShape& shape : schedule->plan.shapes) {
-    largest = std::max(largest, CollatedBytes(*dataset_, shape, layout_));
+    largest = std::max(largest,
+                       CollatedBytes(*dataset_, shape, layout_, options_.collate.padded_segments));
   }
   largest_batch_bytes_ = largest;
   const int64_t needed = SaturatingMul(SaturatingAdd(options_.prefetch, 2), largest);

@@ -91,7 +91,9 @@ struct LoaderOptions {
 void ValidateLoaderOptions(const LoaderOptions& options);
 
 // 2: block shuffle keeps the planner's batch order (1 shuffled it).
-inline constexpr int64_t kLoaderStateVersion = 2;
+// 3: AutoBuckets with remainder pad fills the last batches' empty rows (1
+// and 2 left them empty; a Loader restoring one plans as they did).
+inline constexpr int64_t kLoaderStateVersion = 3;
 
 // What makes a loader's stream besides its seed and position. A state
 // restores only into a loader whose key is the same; the Loader refuses any
@@ -249,9 +251,12 @@ class Loader {
 
   // Throws InvalidArgumentError for a start state with a negative counter,
   // a position past the stream's end or its epoch's last step, or a key of
-  // another stream; plans that epoch.
+  // another stream; plans that epoch (as the state's version did).
   void CheckStartState(const LoaderState& start);
   void CheckStreamKey(const StreamKey& key) const;
+  // Plans as loader state versions 1 and 2 did (AutoBuckets leaves
+  // remainder rows empty) and keeps the version in the states it saves.
+  void PlanAsBefore3(int64_t version);
   // lengths_ and layout_ from the length column (sequence planners) or the
   // graphs' node and edge counts, whose bad graphs join bad_records_.
   void InitLengths();

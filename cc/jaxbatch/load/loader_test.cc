@@ -123,6 +123,38 @@ TEST(LoaderTest, RestoreAtEveryStepContinuesTheSameStream) {
   }
 }
 
+// A state saved before version 3 (AutoBuckets left remainder rows empty)
+// continues the stream it began, every later epoch too, and what it saves
+// stays that version; a version-3 state plans with the rows filled.
+TEST(LoaderTest, AnOlderStateKeepsTheBucketsItWasPlannedWith) {
+  auto ds = testing::TokensDataset(testing::RandomLengths(90, 40, 6));
+  const AutoBucketsOptions filled{.max_shapes = 3, .batch_size = 8};
+  AutoBucketsOptions unfilled = filled;
+  unfilled.fill_remainders = false;  // The planner of versions 1 and 2.
+  Loader old_run(ds, Options(unfilled, 2));
+  const std::vector<std::string> before = Drain(old_run);
+  Loader new_run(ds, Options(filled, 2));
+  const std::vector<std::string> now = Drain(new_run);
+  ASSERT_NE(before, now);  // Filling changes this data's plan.
+  for (size_t k : {size_t{1}, before.size() / 2}) {
+    Loader first(ds, Options(unfilled, 1));
+    Drain(first, static_cast<int64_t>(k));
+    LoaderState saved = first.state();
+    ASSERT_TRUE(saved.key);
+    saved.key->version = 2;
+    Loader resumed(ds, Options(filled, 2), saved);
+    EXPECT_EQ(Drain(resumed), std::vector<std::string>(
+                                  before.begin() + static_cast<std::ptrdiff_t>(k), before.end()))
+        << "restored after " << k << " batches";
+    EXPECT_EQ(resumed.state().key->version, 2);
+  }
+  Loader first(ds, Options(filled, 1));
+  Drain(first, 1);
+  Loader resumed(ds, Options(filled, 2), first.state());
+  EXPECT_EQ(resumed.state().key->version, kLoaderStateVersion);
+  EXPECT_EQ(Drain(resumed), std::vector<std::string>(now.begin() + 1, now.end()));
+}
+
 TEST(LoaderTest, EveryExampleOncePerEpochAndCountsAddUp) {
   auto ds = testing::TokensDataset(testing::RandomLengths(97, 30, 2));
   Loader loader(ds,
@@ -148,13 +180,14 @@ TEST(LoaderTest, SteadyStateAllocatesNoNewBuffers) {
   LoaderOptions o = Options(PadToMaxOptions{.batch_size = 8}, 2, 0);
   Loader loader(ds, o);
   // About prefetch batches ahead plus the one the consumer holds are alive,
-  // each of 4 arrays (tokens, mask, lengths, example_index). After 1000
-  // batches the arena has allocated a handful of sets, not one per batch;
-  // one set of slack covers a buffer whose release races a new claim.
+  // each of 6 arrays (tokens, mask, lengths, segment ids, positions,
+  // example_index). After 1000 batches the arena has allocated a handful of
+  // sets, not one per batch; one set of slack covers a buffer whose release
+  // races a new claim.
   for (int i = 0; i < 1000; ++i) ASSERT_TRUE(loader.Next());
   const int64_t after_1000 = loader.arena().allocations();
-  EXPECT_LE(after_1000, (o.prefetch + 2) * 4);
-  EXPECT_GE(after_1000, 4);
+  EXPECT_LE(after_1000, (o.prefetch + 2) * 6);
+  EXPECT_GE(after_1000, 6);
 }
 
 TEST(LoaderTest, BadRecordsRaiseSkipOrQuarantine) {
@@ -361,10 +394,12 @@ TEST(LoaderDeathTest, WorkerThatCannotStartThrowsInsteadOfAborting) {
 
 TEST(LoaderTest, KeepingEveryBufferTheLimitAllowsThrowsInsteadOfWaitingForever) {
   // 40 examples of length 1..4, int32: PadToMax(4) batches of at most 4*4*4 +
-  // mask 16 + lengths 16 + example_index 32 = 128 bytes; 624 bytes hold 4.
+  // mask 16 + lengths 16 + example_index 32 = 128 bytes (without segment
+  // ids and positions); 624 bytes hold 4.
   std::vector<int64_t> lengths;
   for (int64_t i = 0; i < 40; ++i) lengths.push_back(i % 4 + 1);
   LoaderOptions o = Options(PadToMaxOptions{.batch_size = 4}, /*threads=*/2, /*epochs=*/1);
+  o.collate.padded_segments = false;
   o.prefetch = 1;
   o.host_memory_limit = 624;
   Loader loader(testing::TokensDataset(lengths), o);
@@ -389,6 +424,7 @@ TEST(LoaderTest, KeepingEveryBufferTheLimitAllowsThrowsInsteadOfWaitingForever) 
 TEST(LoaderTest, TryNextReturnsFalseWhenNoBatchIsReadyWithinItsTimeout) {
   std::vector<int64_t> lengths(40, 4);
   LoaderOptions o = Options(PadToMaxOptions{.batch_size = 4}, /*threads=*/1, /*epochs=*/1);
+  o.collate.padded_segments = false;  // 128-byte batches, as above
   o.prefetch = 1;
   o.host_memory_limit = 624;
   Loader loader(testing::TokensDataset(lengths), o);
@@ -529,7 +565,7 @@ TEST(LoaderTest, AStateOfAnotherStreamIsRefusedNamingWhatDiffers) {
   EXPECT_TRUE(testing::Contains(refused(ds, o, unreadable), "planner cannot be read"));
   LoaderState future = saved;
   future.key->version = 9;
-  EXPECT_TRUE(testing::Contains(refused(ds, o, future), "expected a state of version 2, found 9"));
+  EXPECT_TRUE(testing::Contains(refused(ds, o, future), "expected a state of version 3, found 9"));
   // A key an earlier release stored (fields in another order, one left out)
   // names the same planner.
   LoaderState older = saved;

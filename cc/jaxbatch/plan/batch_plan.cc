@@ -1,6 +1,7 @@
 #include "jaxbatch/plan/batch_plan.h"
 
 #include <algorithm>
+#include <string>
 
 #include "jaxbatch/base/checked.h"
 #include "jaxbatch/base/error.h"
@@ -22,15 +23,86 @@ BatchView BatchPlan::batch(int64_t b) const {
   return view;
 }
 
+namespace {
+
+// `what` names the shape in the error: "batch 3" or "shape 1".
+void CheckShape(const BatchShape& shape, const std::string& what) {
+  if (shape.rows < 0 || shape.length < 0 || shape.segments < 0 || shape.edges < 0 ||
+      !CheckedMul(shape.rows, shape.length) || !CheckedMul(shape.rows, shape.segments)) {
+    throw InvalidArgumentError(StrCat("BatchPlan: ", what, " of ", shape.rows, " rows x ",
+                                      shape.length, " elements x ", shape.segments,
+                                      " segments: expected sizes >= 0 whose products fit int64"));
+  }
+}
+
+// Checks that `begin` starts at 0, never decreases and ends at `end`.
+void CheckBegins(std::span<const int64_t> begin, int64_t end, const char* name, const char* what) {
+  if (begin.empty() || begin.front() != 0) {
+    throw InvalidArgumentError(StrCat("BatchPlan: ", name, " must start at 0"));
+  }
+  for (size_t i = 1; i < begin.size(); ++i) {
+    if (begin[i] < begin[i - 1]) {
+      throw InvalidArgumentError(StrCat("BatchPlan: ", name, " decreases at ", what, " ", i - 1,
+                                        " (", begin[i - 1], " then ", begin[i], ")"));
+    }
+  }
+  if (begin.back() != end) {
+    throw InvalidArgumentError(
+        StrCat("BatchPlan: ", name, " ends at ", begin.back(), ", expected ", end));
+  }
+}
+
+}  // namespace
+
+void CheckPlan(const BatchPlan& plan) {
+  const int64_t batches = plan.num_batches();
+  for (size_t s = 0; s < plan.shapes.size(); ++s) {
+    CheckShape(plan.shapes[s], StrCat("shape ", s));
+  }
+  if (static_cast<int64_t>(plan.batch_row_begin.size()) != batches + 1) {
+    throw InvalidArgumentError(StrCat("BatchPlan: batch_row_begin has ",
+                                      plan.batch_row_begin.size(), " entries, expected ",
+                                      batches + 1, " (batches + 1)"));
+  }
+  const auto stored_rows = static_cast<int64_t>(plan.row_example_begin.size()) - 1;
+  CheckBegins(plan.batch_row_begin, stored_rows, "batch_row_begin", "batch");
+  CheckBegins(plan.row_example_begin, static_cast<int64_t>(plan.example_ids.size()),
+              "row_example_begin", "row");
+  for (int64_t b = 0; b < batches; ++b) {
+    const int32_t id = plan.batch_shape_ids[static_cast<size_t>(b)];
+    if (id < 0 || static_cast<size_t>(id) >= plan.shapes.size()) {
+      throw InvalidArgumentError(StrCat("BatchPlan: batch ", b, " has shape ", id,
+                                        ", expected one of the ", plan.shapes.size(), " shapes"));
+    }
+    const BatchView view = plan.batch(b);
+    if (view.stored_rows() > view.shape.rows) {
+      throw InvalidArgumentError(StrCat("BatchPlan: batch ", b, " stores ", view.stored_rows(),
+                                        " rows but its shape has ", view.shape.rows));
+    }
+    for (int64_t r = 0; r < view.stored_rows() && !plan.packed && !plan.graph; ++r) {
+      if (view.row_examples(r).size() > 1) {
+        throw InvalidArgumentError(StrCat("BatchPlan: batch ", b, ", row ", r, " holds ",
+                                          view.row_examples(r).size(),
+                                          " examples, but the plan is not packed"));
+      }
+    }
+  }
+  for (size_t i = 0; i < plan.example_ids.size(); ++i) {
+    if (plan.example_ids[i] < 0) {
+      throw InvalidArgumentError(
+          StrCat("BatchPlan: example id ", plan.example_ids[i], " at ", i, " is negative"));
+    }
+  }
+  if (plan.stats.batches != batches) {
+    throw InvalidArgumentError(
+        StrCat("BatchPlan: stats count ", plan.stats.batches, " batches, the plan has ", batches));
+  }
+}
+
 void PlanBuilder::BeginBatch(const BatchShape& shape) {
   // Planners check their options first and name them; this is the backstop
   // for a hand-built plan.
-  if (shape.rows < 0 || shape.length < 0 || shape.segments < 0 || shape.edges < 0 ||
-      !CheckedMul(shape.rows, shape.length) || !CheckedMul(shape.rows, shape.segments)) {
-    throw InvalidArgumentError(StrCat("BatchPlan: batch ", plan_.num_batches(), " of ", shape.rows,
-                                      " rows x ", shape.length, " elements x ", shape.segments,
-                                      " segments: expected sizes >= 0 whose products fit int64"));
-  }
+  CheckShape(shape, StrCat("batch ", plan_.num_batches()));
   auto it = std::find(plan_.shapes.begin(), plan_.shapes.end(), shape);
   if (it == plan_.shapes.end()) {
     plan_.shapes.push_back(shape);

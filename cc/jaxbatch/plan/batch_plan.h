@@ -110,6 +110,17 @@ class BatchPlan {
   BatchView batch(int64_t b) const;
 };
 
+// Checks that a plan's vectors fit together, as a planner leaves them: a
+// plan rebuilt from its parts (a pickle sent to a worker process) is checked
+// before anything indexes with it. Throws InvalidArgumentError naming the
+// vector and the batch or row that does not fit. Example ids are only
+// checked to be >= 0: collate checks them against its dataset.
+//
+// Example:
+//   BatchPlan plan = Plan(lengths, PadToMaxOptions{.batch_size = 2});
+//   CheckPlan(plan);  // passes: a planner's plan always fits
+void CheckPlan(const BatchPlan& plan);
+
 // Builds a BatchPlan batch by batch, deduplicating shapes.
 // Example:
 //   PlanBuilder builder(/*packed=*/false);

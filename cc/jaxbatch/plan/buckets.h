@@ -39,6 +39,30 @@ std::vector<int64_t> OptimalBoundaries(const LengthHistogram& histogram, int64_t
                                        const std::function<int64_t(int64_t)>& rows_for_length,
                                        bool pad_remainder);
 
+// Filling remainders (AutoBuckets with remainder pad): the empty rows of a
+// bucket's last batch cost the same whether empty or holding a shorter
+// example, so, longest bucket first, each bucket's last batch takes
+// examples of the shorter buckets (the next shorter first) into its empty
+// rows, and those buckets have fewer examples to batch. `counts[k]` and
+// `rows[k]` are bucket k's (shortest first); FillRemainders updates counts
+// and calls move(from, to, n) for each n examples moved.
+void FillRemainders(std::vector<int64_t>& counts, std::span<const int64_t> rows,
+                    const std::function<void(size_t from, size_t to, int64_t n)>& move = {});
+
+// The padded elements of buckets ending at `boundaries` over `histogram`
+// once their remainders are filled, each bucket padded to its longest
+// member (shorter than its boundary when its longest moved up) with the
+// rows of its boundary.
+int64_t FilledCost(const LengthHistogram& histogram, std::span<const int64_t> boundaries,
+                   const std::function<int64_t(int64_t)>& rows_for_length);
+
+// The boundaries of at most `max_shapes` buckets with the least FilledCost
+// among the exact optima of each bucket count under both cost models (empty
+// rows counted, and free): the filled cost lies between the two models', so
+// the free model's optimum bounds it from below.
+std::vector<int64_t> FilledBoundaries(const LengthHistogram& histogram, int64_t max_shapes,
+                                      const std::function<int64_t(int64_t)>& rows_for_length);
+
 }  // namespace jaxbatch
 
 #endif  // JAXBATCH_PLAN_BUCKETS_H_

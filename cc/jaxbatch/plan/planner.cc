@@ -192,25 +192,55 @@ int64_t RowsForLength(int64_t length, int64_t batch_size, int64_t token_budget,
   return rows;
 }
 
+// Moves examples into the empty rows of longer buckets' last batches
+// (FillRemainders): `bucket_of[p]` is the bucket of ids[p], -1 when left
+// out. The examples a bucket gives are its longest (ties: the first in
+// order), so the same examples move whatever the order.
+void FillBucketRemainders(std::span<const int64_t> lengths, const std::vector<int64_t>& ids,
+                          std::span<const int64_t> rows, std::vector<int64_t>& bucket_of) {
+  std::vector<std::vector<size_t>> members(rows.size());
+  for (size_t p = 0; p < ids.size(); ++p) {
+    if (bucket_of[p] >= 0) members[static_cast<size_t>(bucket_of[p])].push_back(p);
+  }
+  std::vector<int64_t> counts(rows.size());
+  for (size_t k = 0; k < rows.size(); ++k) {
+    std::stable_sort(members[k].begin(), members[k].end(), [&](size_t a, size_t b) {
+      return lengths[static_cast<size_t>(ids[a])] > lengths[static_cast<size_t>(ids[b])];
+    });
+    counts[k] = static_cast<int64_t>(members[k].size());
+  }
+  std::vector<size_t> taken(rows.size(), 0);
+  FillRemainders(counts, rows, [&](size_t from, size_t to, int64_t n) {
+    for (int64_t q = 0; q < n; ++q)
+      bucket_of[members[from][taken[from]++]] = static_cast<int64_t>(to);
+  });
+}
+
 // Plans buckets with the given boundaries: the common tail of FixedBuckets
 // and AutoBuckets. An example goes to the first boundary >= its length
-// (`rounded` lengths for AutoBuckets' pad_to_multiple).
+// (`rounded` lengths for AutoBuckets' pad_to_multiple), or with
+// `fill_remainders` (and Remainder::kPad) maybe to a longer one's last
+// batch (FillBucketRemainders).
 BatchPlan PlanBuckets(std::span<const int64_t> lengths, const std::vector<int64_t>& ids,
                       const std::vector<int64_t>& boundaries, int64_t batch_size,
                       int64_t token_budget, int64_t multiple, int64_t rows_multiple,
-                      Remainder remainder, TooLong too_long, const char* planner) {
+                      Remainder remainder, TooLong too_long, const char* planner,
+                      bool fill_remainders = false) {
   PlanBuilder builder(/*packed=*/false);
   std::vector<BucketBatcher> buckets;
+  std::vector<int64_t> rows(boundaries.size());
   for (size_t k = 0; k < boundaries.size(); ++k) {
-    const int64_t rows = RowsForLength(boundaries[k], batch_size, token_budget, rows_multiple,
-                                       planner, StrCat("bucket length ", boundaries[k]));
+    rows[k] = RowsForLength(boundaries[k], batch_size, token_budget, rows_multiple, planner,
+                            StrCat("bucket length ", boundaries[k]));
     CheckBatchSize(
-        rows, boundaries[k], 0,
+        rows[k], boundaries[k], 0,
         StrCat(planner, ": batch_size=", batch_size, " with boundaries[", k, "]=", boundaries[k],
                multiple > 1 ? StrCat(" (from pad_to_multiple=", multiple, ")") : ""));
-    buckets.emplace_back(boundaries[k], rows, rows_multiple);
+    buckets.emplace_back(boundaries[k], rows[k], rows_multiple);
   }
-  for (int64_t id : ids) {
+  std::vector<int64_t> bucket_of(ids.size(), -1);
+  for (size_t p = 0; p < ids.size(); ++p) {
+    const int64_t id = ids[p];
     const int64_t length = lengths[static_cast<size_t>(id)];
     const int64_t key = RoundUp(length, multiple, planner);
     auto it = std::lower_bound(boundaries.begin(), boundaries.end(), key);
@@ -221,7 +251,25 @@ BatchPlan PlanBuckets(std::span<const int64_t> lengths, const std::vector<int64_
       }
       --it;
     }
-    buckets[static_cast<size_t>(it - boundaries.begin())].Add(id, builder);
+    bucket_of[p] = it - boundaries.begin();
+  }
+  if (fill_remainders && remainder == Remainder::kPad) {
+    FillBucketRemainders(lengths, ids, rows, bucket_of);
+    // A bucket whose longest examples moved up pads to its longest left
+    // (with its boundary's rows, which that length fits): the same length
+    // whatever the order, since which examples move does not depend on it.
+    std::vector<int64_t> longest(boundaries.size(), 0);
+    for (size_t p = 0; p < ids.size(); ++p) {
+      if (bucket_of[p] < 0) continue;
+      int64_t& l = longest[static_cast<size_t>(bucket_of[p])];
+      l = std::max(l, RoundUp(lengths[static_cast<size_t>(ids[p])], multiple, planner));
+    }
+    for (size_t k = 0; k < boundaries.size(); ++k) {
+      if (longest[k] > 0) buckets[k] = BucketBatcher(longest[k], rows[k], rows_multiple);
+    }
+  }
+  for (size_t p = 0; p < ids.size(); ++p) {
+    if (bucket_of[p] >= 0) buckets[static_cast<size_t>(bucket_of[p])].Add(ids[p], builder);
   }
   for (BucketBatcher& bucket : buckets) bucket.Finish(remainder, builder);
   return std::move(builder).Finish(lengths, static_cast<int64_t>(ids.size()));
@@ -315,10 +363,14 @@ BatchPlan PlanAutoBuckets(std::span<const int64_t> lengths, const std::vector<in
     return RowsForLength(length, batch_size, token_budget, o.rows_multiple, "AutoBuckets",
                          StrCat("bucket length ", length));
   };
+  // With remainder pad the last batches' empty rows take shorter examples.
+  const bool pad = o.remainder == Remainder::kPad;
+  const bool fill = pad && o.fill_remainders;
   const std::vector<int64_t> boundaries =
-      OptimalBoundaries(histogram, o.max_shapes, rows_for_length, o.remainder == Remainder::kPad);
+      fill ? FilledBoundaries(histogram, o.max_shapes, rows_for_length)
+           : OptimalBoundaries(histogram, o.max_shapes, rows_for_length, pad);
   return PlanBuckets(lengths, ids, boundaries, batch_size, token_budget, o.pad_to_multiple,
-                     o.rows_multiple, o.remainder, TooLong::kError, "AutoBuckets");
+                     o.rows_multiple, o.remainder, TooLong::kError, "AutoBuckets", fill);
 }
 
 // The per-segment axis when the user sets none: the most examples any row

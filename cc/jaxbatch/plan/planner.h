@@ -7,7 +7,11 @@
 //   FixedBucketsOptions tf.data's bucket_by_sequence_length: an example of
 //                       length l goes to the first boundary >= l.
 //   AutoBucketsOptions  the boundaries that minimise padded elements with at
-//                       most max_shapes shapes (exact, see buckets.h).
+//                       most max_shapes shapes (exact, see buckets.h); with
+//                       Remainder::kPad the empty rows of each bucket's last
+//                       batch take the longest examples of shorter buckets
+//                       (FillRemainders), and a bucket pads to its longest
+//                       example left.
 //   PackOptions         sequence packing into rows (see packer.h).
 //   GraphBudgetOptions, GraphBucketsOptions
 //                       graphs to node, edge and graph budgets (see
@@ -85,6 +89,10 @@ struct AutoBucketsOptions {
   int64_t pad_to_multiple = kDefaultPadToMultiple;
   Remainder remainder = kDefaultRemainder;
   int64_t rows_multiple = kDefaultRowsMultiple;
+  // false: plans as jaxbatch did before loader state version 3, the last
+  // batches' empty rows left empty. Not a user option: the Loader clears it
+  // when it restores an older state, so the stream continues as it began.
+  bool fill_remainders = true;
   bool operator==(const AutoBucketsOptions&) const = default;
 };
 

@@ -122,11 +122,15 @@ RefPlan NaivePadToMax(const std::vector<int64_t>& lengths, const std::vector<int
 
 // Buckets by boundaries: an example goes to the first boundary >= its length
 // rounded up to `multiple`; a bucket emits a batch each time it holds its
-// rows, and its remainder at the end, bucket by bucket.
+// rows, and its remainder at the end, bucket by bucket. With `fill`, first,
+// longest bucket first, each bucket's last batch takes into its empty rows,
+// one at a time, the longest example left in the next shorter non-empty
+// bucket (the first in `ids` among equals); then each bucket pads to its
+// longest (rounded) member.
 RefPlan NaiveBuckets(const std::vector<int64_t>& lengths, const std::vector<int64_t>& ids,
                      const std::vector<int64_t>& boundaries, int64_t batch_size,
-                     int64_t token_budget, int64_t multiple, Remainder remainder,
-                     TooLong too_long) {
+                     int64_t token_budget, int64_t multiple, Remainder remainder, TooLong too_long,
+                     bool fill = false) {
   RefPlan plan;
   const size_t n = boundaries.size();
   std::vector<int64_t> rows(n);
@@ -134,8 +138,9 @@ RefPlan NaiveBuckets(const std::vector<int64_t>& lengths, const std::vector<int6
     rows[b] = batch_size > 0 ? batch_size : std::numeric_limits<int64_t>::max();
     if (token_budget > 0) rows[b] = std::min(rows[b], token_budget / boundaries[b]);
   }
-  std::vector<std::vector<int64_t>> pending(n);
-  for (int64_t id : ids) {
+  std::vector<int64_t> bucket(ids.size(), -1);
+  for (size_t p = 0; p < ids.size(); ++p) {
+    const int64_t id = ids[p];
     const int64_t key = RoundUp(lengths[static_cast<size_t>(id)], multiple);
     size_t b = 0;
     while (b < n && boundaries[b] < key) ++b;
@@ -148,9 +153,45 @@ RefPlan NaiveBuckets(const std::vector<int64_t>& lengths, const std::vector<int6
       plan.allow_truncate = true;
       b = n - 1;
     }
+    bucket[p] = static_cast<int64_t>(b);
+  }
+  for (size_t k = n; fill && k-- > 1;) {
+    int64_t count = 0;
+    for (int64_t b : bucket) count += b == static_cast<int64_t>(k);
+    int64_t free = (rows[k] - count % rows[k]) % rows[k];
+    for (size_t j = k; free > 0 && j-- > 0;) {
+      for (; free > 0; --free) {
+        std::optional<size_t> longest;
+        for (size_t p = 0; p < ids.size(); ++p) {
+          if (bucket[p] != static_cast<int64_t>(j)) continue;
+          if (!longest ||
+              lengths[static_cast<size_t>(ids[p])] > lengths[static_cast<size_t>(ids[*longest])]) {
+            longest = p;
+          }
+        }
+        if (!longest) break;  // bucket j is empty: the next shorter one
+        bucket[*longest] = static_cast<int64_t>(k);
+      }
+    }
+  }
+  std::vector<int64_t> length = boundaries;
+  if (fill) {
+    std::vector<int64_t> longest(n, 0);
+    for (size_t p = 0; p < ids.size(); ++p) {
+      if (bucket[p] < 0) continue;
+      int64_t& l = longest[static_cast<size_t>(bucket[p])];
+      l = std::max(l, RoundUp(lengths[static_cast<size_t>(ids[p])], multiple));
+    }
+    for (size_t b = 0; b < n; ++b) length[b] = longest[b] > 0 ? longest[b] : boundaries[b];
+  }
+  std::vector<std::vector<int64_t>> pending(n);
+  for (size_t p = 0; p < ids.size(); ++p) {
+    if (bucket[p] < 0) continue;
+    const int64_t id = ids[p];
+    const auto b = static_cast<size_t>(bucket[p]);
     pending[b].push_back(id);
     if (static_cast<int64_t>(pending[b].size()) == rows[b]) {
-      plan.batches.push_back(PaddedBatch(pending[b], rows[b], boundaries[b]));
+      plan.batches.push_back(PaddedBatch(pending[b], rows[b], length[b]));
       pending[b].clear();
     }
   }
@@ -161,7 +202,7 @@ RefPlan NaiveBuckets(const std::vector<int64_t>& lengths, const std::vector<int6
       plan.dropped.insert(plan.dropped.end(), pending[b].begin(), pending[b].end());
     } else {
       plan.batches.push_back(
-          PaddedBatch(pending[b], remainder == Remainder::kPad ? rows[b] : count, boundaries[b]));
+          PaddedBatch(pending[b], remainder == Remainder::kPad ? rows[b] : count, length[b]));
     }
   }
   return plan;
@@ -476,25 +517,47 @@ TEST(AutoBucketsTest, MatchesBruteForceOptimumAndNaiveBuckets) {
         int64_t r = o.batch_size.value_or(std::numeric_limits<int64_t>::max());
         return o.token_budget ? std::min(r, *o.token_budget / length) : r;
       };
-      // The chosen boundaries: every bucket holds an example, so with pad or
-      // keep each one shows up as a shape length.
-      std::vector<int64_t> boundaries =
-          OptimalBoundaries(RoundedHistogram(in.lengths, in.ids, multiple), o.max_shapes, rows,
-                            remainder == Remainder::kPad);
       const bool pad = remainder == Remainder::kPad;
+      const LengthHistogram histogram = RoundedHistogram(in.lengths, in.ids, multiple);
+      // Keep and drop: the exact optimum of buckets whose remainders cost
+      // what they hold. Pad: the boundaries whose filled cost is least.
+      const std::vector<int64_t> boundaries =
+          pad ? FilledBoundaries(histogram, o.max_shapes, rows)
+              : OptimalBoundaries(histogram, o.max_shapes, rows, false);
       const int64_t best =
           BruteForceBucketCost(in.lengths, in.ids, multiple, o.max_shapes, rows, pad);
-      if (remainder != Remainder::kDrop) {
+      if (remainder == Remainder::kKeep) {
+        // Every bucket holds an example, so each shows up as a shape length,
+        // and the plan's padded elements are the DP's cost.
         std::set<int64_t> shape_lengths;
         for (const BatchShape& s : plan.shapes) shape_lengths.insert(s.length);
         EXPECT_EQ(std::vector<int64_t>(shape_lengths.begin(), shape_lengths.end()), boundaries);
-        // With pad and keep the plan's padded elements are the DP's cost.
         EXPECT_EQ(plan.stats.padded_elements, best);
       }
-      ASSERT_EQ(
-          ToString(FromPlan(plan)),
-          ToString(NaiveBuckets(in.lengths, in.ids, boundaries, o.batch_size.value_or(0),
-                                o.token_budget.value_or(0), multiple, remainder, TooLong::kError)));
+      if (pad) {
+        // Filling never costs more than the best of padding remainders with
+        // empty rows, nor less than remainders that cost nothing.
+        const int64_t free_rows =
+            BruteForceBucketCost(in.lengths, in.ids, multiple, o.max_shapes, rows, false);
+        EXPECT_LE(plan.stats.padded_elements, best);
+        EXPECT_GE(plan.stats.padded_elements, free_rows);
+        EXPECT_EQ(plan.stats.padded_elements, FilledCost(histogram, boundaries, rows));
+        // Without filling (as before loader state version 3): the boundaries
+        // whose empty remainder rows cost least, and exactly that cost.
+        AutoBucketsOptions before = o;
+        before.fill_remainders = false;
+        const BatchPlan unfilled = Plan(in.lengths, before, in.order);
+        EXPECT_EQ(unfilled.stats.padded_elements, best);
+        ASSERT_EQ(ToString(FromPlan(unfilled)),
+                  ToString(NaiveBuckets(in.lengths, in.ids,
+                                        OptimalBoundaries(histogram, o.max_shapes, rows, true),
+                                        o.batch_size.value_or(0), o.token_budget.value_or(0),
+                                        multiple, remainder, TooLong::kError)));
+      }
+      ASSERT_EQ(ToString(FromPlan(plan)),
+                ToString(NaiveBuckets(in.lengths, in.ids, boundaries, o.batch_size.value_or(0),
+                                      o.token_budget.value_or(0), multiple, remainder,
+                                      TooLong::kError, /*fill=*/pad)));
     }
   }
 }
@@ -952,6 +1015,26 @@ TEST(PlannerHugeTest, StatsSaturateInsteadOfGoingNegative) {
   const BatchPlan autob = Plan(lengths, AutoBucketsOptions{.max_shapes = 2, .batch_size = 2});
   EXPECT_EQ(autob.example_ids.size(), 4u);
   EXPECT_EQ(autob.stats.padded_elements, kInt64Max);
+}
+
+TEST(PlannerHugeTest, AutoBucketsPlansWhenEveryBucketCostSaturates) {
+  // Two distinct lengths whose every bucketing costs past int64: the
+  // dynamic programme must still pick (and backtrack) real boundaries, not
+  // mistake saturated costs for unreachable ones (found by plan_fuzzer).
+  const int64_t length = int64_t{1} << 61;
+  const std::vector<int64_t> lengths = {length + 1, length, length + 1, length};
+  for (const bool filled : {true, false}) {
+    AutoBucketsOptions o{.max_shapes = 2, .batch_size = 2};
+    o.fill_remainders = filled;
+    const BatchPlan plan = Plan(lengths, o);
+    std::vector<int64_t> seen(plan.example_ids.begin(), plan.example_ids.end());
+    std::sort(seen.begin(), seen.end());
+    EXPECT_EQ(seen, (std::vector<int64_t>{0, 1, 2, 3}));
+    for (int64_t b = 0; b < plan.num_batches(); ++b) {
+      const BatchView view = plan.batch(b);
+      for (int64_t e : view.all_examples()) EXPECT_LE(lengths[e], view.shape.length);
+    }
+  }
 }
 
 }  // namespace
