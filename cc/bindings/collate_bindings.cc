@@ -27,14 +27,16 @@ void BindCollate(nb::module_& m) {
         CheckPadValues(dataset, CollateOptions{.pad_values = std::move(pad_values)}, who);
       },
       nb::arg("dataset"), nb::arg("pad_values"), nb::arg("who"));
+  m.attr("DEFAULT_PADDED_SEGMENTS") = kDefaultPaddedSegments;
   m.def(
       "collate",
       [](const Dataset& dataset, const BatchPlan& plan, int64_t batch_index,
          std::vector<std::pair<std::string, Scalar>> pad_values, Scalar default_pad_value,
-         int64_t num_threads) {
+         int64_t num_threads, bool padded_segments) {
         CollateOptions options{.pad_values = std::move(pad_values),
                                .default_pad_value = default_pad_value,
-                               .num_threads = num_threads};
+                               .num_threads = num_threads,
+                               .padded_segments = padded_segments};
         std::vector<Array> arrays;
         {
           nb::gil_scoped_release release;
@@ -49,7 +51,8 @@ void BindCollate(nb::module_& m) {
         return out;
       },
       nb::arg("dataset"), nb::arg("plan"), nb::arg("batch_index"), nb::arg("pad_values"),
-      nb::arg("default_pad_value"), nb::arg("num_threads"));
+      nb::arg("default_pad_value"), nb::arg("num_threads"),
+      nb::arg("padded_segments") = kDefaultPaddedSegments);
 }
 
 }  // namespace jaxbatch::bindings

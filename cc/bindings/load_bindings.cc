@@ -153,6 +153,9 @@ void BindLoad(nb::module_& m) {
             o.collate.pad_values = std::move(pads);
           })
       .def_prop_rw(
+          "padded_segments", [](const LoaderOptions& o) { return o.collate.padded_segments; },
+          [](LoaderOptions& o, bool on) { o.collate.padded_segments = on; })
+      .def_prop_rw(
           "default_pad_value", [](const LoaderOptions& o) { return o.collate.default_pad_value; },
           [](LoaderOptions& o, Scalar pad) { o.collate.default_pad_value = pad; })
       .def_rw("host_memory_limit", &LoaderOptions::host_memory_limit)

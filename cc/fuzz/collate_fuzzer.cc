@@ -9,7 +9,9 @@
 #include <cstring>
 #include <map>
 #include <optional>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "fuzz_util.h"
 #include "jaxbatch/base/error.h"
@@ -164,7 +166,7 @@ struct RefArray {
 // Collation by hand: element by element from the sources and the rows.
 std::vector<RefArray> NaiveCollate(const std::vector<Source>& sources, const BatchView& view,
                                    bool packed, bool truncate,
-                                   const std::map<std::string, Bytes>& pads) {
+                                   const std::map<std::string, Bytes>& pads, bool padded_segments) {
   const int64_t rows = view.shape.rows, length = view.shape.length;
   const int64_t slots = packed ? view.shape.segments : 1;
   std::vector<RefArray> out;
@@ -242,10 +244,15 @@ std::vector<RefArray> NaiveCollate(const std::vector<Source>& sources, const Bat
     if (packed) {
       out.push_back(std::move(ids));
       out.push_back(std::move(pos));
-    } else {
+      out.push_back(std::move(lens));
+    } else {  // A padded row is one segment: its ids and positions, if asked.
       out.push_back(std::move(mask));
+      out.push_back(std::move(lens));
+      if (padded_segments) {
+        out.push_back(std::move(ids));
+        out.push_back(std::move(pos));
+      }
     }
-    out.push_back(std::move(lens));
   }
   RefArray index{"example_index", DType::kInt64, {rows}, {}};
   if (packed) index.shape.push_back(slots);
@@ -288,8 +295,32 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
   }
   std::vector<RaggedColumn> columns;
+  // Sometimes a column is gathered over two chunks split at example `k` (an
+  // Arrow column of two record batches): it must read as the one buffer.
+  std::vector<std::vector<int64_t>> chunk_offsets;
+  chunk_offsets.reserve(2 * sources.size());
   try {
     for (const Source& s : sources) {
+      if (in.ConsumeBool()) {
+        const int64_t k = in.ConsumeIntegralInRange<int64_t>(0, n);
+        const int64_t rows = s.fixed ? k : s.offsets[static_cast<size_t>(k)];
+        const size_t split = std::min(s.values.size(), static_cast<size_t>(rows * s.row_bytes()));
+        const std::span<const uint8_t> values(s.values);
+        std::vector<RaggedColumn::Chunk> chunks(2);
+        chunks[0] = {values.first(split), {}, k};
+        chunks[1] = {values.subspan(split), {}, n - k};
+        if (!s.fixed) {
+          const auto middle = s.offsets.begin() + k;
+          chunk_offsets.emplace_back(s.offsets.begin(), middle + 1);
+          chunk_offsets.emplace_back(middle, s.offsets.end());
+          for (int64_t& o : chunk_offsets.back()) o -= rows;
+          chunks[0].offsets = chunk_offsets[chunk_offsets.size() - 2];
+          chunks[1].offsets = chunk_offsets.back();
+        }
+        columns.push_back(
+            RaggedColumn::Gathered(s.name, s.dtype, s.inner, s.fixed, chunks, {}, nullptr));
+        continue;
+      }
       columns.push_back(
           s.fixed ? RaggedColumn::Fixed(s.name, s.dtype, s.inner, s.values, n, nullptr)
                   : RaggedColumn::Ragged(s.name, s.dtype, s.inner, s.values, s.offsets, nullptr));
@@ -351,6 +382,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   collate.num_threads = in.ConsumeIntegralInRange<int64_t>(1, 4);
   collate.min_bytes_per_thread = in.ConsumeIntegralInRange<int64_t>(1, 256);
+  collate.padded_segments = in.ConsumeBool();
 
   for (int64_t b = 0; b < std::min<int64_t>(plan.num_batches(), 6); ++b) {
     std::vector<Array> got;
@@ -364,8 +396,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       return 0;
     }
     FUZZ_CHECK(first_bad.empty(), "column %s was not refused", first_bad.c_str());
-    const std::vector<RefArray> want =
-        NaiveCollate(sources, plan.batch(b), plan.packed, plan.allow_truncate, pads);
+    const std::vector<RefArray> want = NaiveCollate(
+        sources, plan.batch(b), plan.packed, plan.allow_truncate, pads, collate.padded_segments);
     FUZZ_CHECK(got.size() == want.size(), "%zu arrays, reference %zu", got.size(), want.size());
     for (size_t k = 0; k < want.size(); ++k) {
       const Array& g = got[k];

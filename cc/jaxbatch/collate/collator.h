@@ -4,6 +4,11 @@
 //   <name>          [rows, L, *inner]  values, padding set to the pad value
 //   <name>_mask     [rows, L]          bool, true on real elements
 //   <name>_lengths  [rows]             int32
+//   <name>_segment_ids [rows, L]       int32: 1 on real elements, 0 padding
+//   <name>_positions   [rows, L]       int32: 0..length-1, 0 padding
+// (a padded row is a packed row of one segment, so one attention and
+// position code path serves both; CollateOptions::padded_segments = false
+// leaves these two out, about a third of an int32 column's output bytes)
 // and for a packed batch (Pack) of shape rows x L with S segments per row
 //   <name>               [rows, L, *inner]
 //   <name>_segment_ids   [rows, L]  int32: 1..n for the row's segments, 0 padding
@@ -54,6 +59,7 @@ inline constexpr std::string_view kNodeGraphName = "node_graph";
 inline constexpr std::string_view kGraphIndexName = "graph_index";
 
 inline constexpr double kDefaultPadValue = 0.0;
+inline constexpr bool kDefaultPaddedSegments = true;
 inline constexpr int64_t kDefaultMinBytesPerThread = int64_t{4} << 20;
 
 // A dense output array. `data` points into memory that `owner` keeps alive,
@@ -86,6 +92,8 @@ struct CollateOptions {
   // already run batches in parallel, keeps 1. At most kMaxThreads (base/threads.h).
   int64_t num_threads = 1;
   int64_t min_bytes_per_thread = kDefaultMinBytesPerThread;
+  // Whether padded batches carry <name>_segment_ids and <name>_positions.
+  bool padded_segments = kDefaultPaddedSegments;
 };
 
 // How a batch's rows are laid out: what a collator needs of its plan.
@@ -108,8 +116,9 @@ std::vector<Array> Collate(const Dataset& dataset, const BatchPlan& plan, int64_
                            const CollateOptions& options);
 
 // Bytes of every array Collate() returns for a batch of `shape` (what a
-// memory limit must hold per batch).
-int64_t CollatedBytes(const Dataset& dataset, const BatchShape& shape, const BatchLayout& layout);
+// memory limit must hold per batch), with CollateOptions::padded_segments.
+int64_t CollatedBytes(const Dataset& dataset, const BatchShape& shape, const BatchLayout& layout,
+                      bool padded_segments = kDefaultPaddedSegments);
 
 // Collates one batch given as a view: a loader filters out bad examples
 // (their rows become padding) and collates what remains.

@@ -250,6 +250,8 @@ std::vector<RefArray> NaiveCollate(
       RefArray values{c.name, c.dtype, WithInner({rows, width}, c), {}};
       RefArray mask{c.name + "_mask", DType::kBool, {rows, width}, {}};
       RefArray lengths{c.name + "_lengths", DType::kInt32, {rows}, {}};
+      RefArray ids{c.name + "_segment_ids", DType::kInt32, {rows, width}, {}};
+      RefArray positions{c.name + "_positions", DType::kInt32, {rows, width}, {}};
       for (const std::vector<int64_t>& row : row_ids) {
         const int64_t e = row.empty() ? -1 : row[0];
         const int64_t n = e < 0 ? 0 : std::min(c.length(e), width);
@@ -258,10 +260,12 @@ std::vector<RefArray> NaiveCollate(
             PushElement(values.bytes, c, t < n ? e : -1, t, k, pad);
           }
           mask.bytes.push_back(t < n ? 1 : 0);
+          Push<int32_t>(ids.bytes, t < n ? 1 : 0);
+          Push<int32_t>(positions.bytes, static_cast<int32_t>(t < n ? t : 0));
         }
         Push<int32_t>(lengths.bytes, static_cast<int32_t>(n));
       }
-      out.insert(out.end(), {values, mask, lengths});
+      out.insert(out.end(), {values, mask, lengths, ids, positions});
     } else {
       RefArray values{c.name, c.dtype, WithInner({rows, length}, c), {}};
       RefArray ids{c.name + "_segment_ids", DType::kInt32, {rows, length}, {}};
@@ -358,15 +362,30 @@ TEST(CollateTest, SmallPaddedAndPackedBatchesByHand) {
 
   const BatchPlan padded = Plan(lengths, PadToMaxOptions{.batch_size = 2});
   std::vector<Array> out = Collate(ds, padded, 0, {});
-  ASSERT_EQ(out.size(), 4u);
+  ASSERT_EQ(out.size(), 6u);
   EXPECT_EQ(out[0].shape, (std::vector<int64_t>{2, 3}));
   EXPECT_EQ(Values<int32_t>(out[0]), (std::vector<int32_t>{1, 2, 3, 4, 0, 0}));
   EXPECT_EQ(out[1].name, "tokens_mask");
   EXPECT_EQ(Values<uint8_t>(out[1]), (std::vector<uint8_t>{1, 1, 1, 1, 0, 0}));
   EXPECT_EQ(out[2].name, "tokens_lengths");
   EXPECT_EQ(Values<int32_t>(out[2]), (std::vector<int32_t>{3, 1}));
-  EXPECT_EQ(out[3].name, "example_index");
-  EXPECT_EQ(Values<int64_t>(out[3]), (std::vector<int64_t>{0, 1}));
+  // A padded row is one segment, as a packed row of one example is.
+  EXPECT_EQ(out[3].name, "tokens_segment_ids");
+  EXPECT_EQ(Values<int32_t>(out[3]), (std::vector<int32_t>{1, 1, 1, 1, 0, 0}));
+  EXPECT_EQ(out[4].name, "tokens_positions");
+  EXPECT_EQ(Values<int32_t>(out[4]), (std::vector<int32_t>{0, 1, 2, 0, 0, 0}));
+  EXPECT_EQ(out[5].name, "example_index");
+  EXPECT_EQ(Values<int64_t>(out[5]), (std::vector<int64_t>{0, 1}));
+  // What a memory limit counts is what collation allocates, with or without them.
+  for (const bool segments : {true, false}) {
+    CollateOptions options;
+    options.padded_segments = segments;
+    const std::vector<Array> arrays = Collate(ds, padded, 0, options);
+    EXPECT_EQ(arrays.size(), segments ? 6u : 4u);
+    int64_t bytes = 0;
+    for (const Array& a : arrays) bytes += a.num_bytes();
+    EXPECT_EQ(CollatedBytes(ds, padded.shapes[0], {}, segments), bytes) << segments;
+  }
   CollateOptions nine;
   nine.default_pad_value = 9;
   out = Collate(ds, padded, 1, nine);

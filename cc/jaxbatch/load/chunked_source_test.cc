@@ -343,6 +343,7 @@ TEST(ChunkedSourceTest, RefusesALimitThatCannotHoldAChunk) {
   LoaderOptions o;
   o.schedule.planner = PadToMaxOptions{.batch_size = 4};
   o.num_threads = 1;
+  o.collate.padded_segments = false;
   o.host_memory_limit = 9000;  // Holds the batches, not two chunks.
   try {
     Loader loader(Build(chunks), o);
