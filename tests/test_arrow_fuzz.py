@@ -271,19 +271,6 @@ def expect_refused(run, *needles: str) -> None:
         assert needle in str(caught.value), (needle, str(caught.value))
 
 
-def combines(column) -> bool:
-    """Whether pyarrow combines the chunks of `column` (its concatenation
-    checks what validation misses: a chunk reading past a child, even under
-    a null or in a chunk of no rows). One chunk is used as it is."""
-    if column.num_chunks <= 1:
-        return True
-    try:
-        column.combine_chunks()
-    except pa.ArrowException:
-        return False
-    return True
-
-
 def check_table(table, reference: list | None, arrow_type) -> bool:
     """`table` (columns "x", then "t") through Dataset.from_arrow, jb.collate
     and a Loader: equal to `reference` (the values of "x"), or refused
@@ -292,9 +279,6 @@ def check_table(table, reference: list | None, arrow_type) -> bool:
     invalid. Returns whether the table was good."""
     if reference is None:
         expect_refused(lambda: jb.Dataset.from_arrow(table), "'x'")
-        return False
-    if not combines(table.column("x")):
-        expect_refused(lambda: jb.Dataset.from_arrow(table), "'x'", "cannot combine its chunks")
         return False
     if any(has_null(v) for v in reference):
         expect_refused(lambda: jb.Dataset.from_arrow(table), "'x'", "null")
@@ -339,7 +323,7 @@ def test_builders_give_the_reference_or_a_clear_error(column):
         length=column.length - at,
         null_count=0 if column.null_count == 0 else -1,
     )
-    # And both as the two chunks of one column (combined into one array).
+    # And both as the two chunks of one column (each read in place).
     for a, levels_of in (
         (array, [column]),
         (array.slice(at), [sliced]),

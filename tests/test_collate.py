@@ -81,6 +81,13 @@ def check_batch(batch, spec, source, pad):
         np.testing.assert_array_equal(batch["tokens"], values)
         np.testing.assert_array_equal(batch["tokens_mask"], mask)
         np.testing.assert_array_equal(batch["tokens_lengths"], lengths)
+        # A padded row is a packed row of one segment: the same ids and positions.
+        _, seg, pos, _ = collate_packed(
+            [[x] for x in ex], shape.rows, shape.length, 1, 0, np.int32, inner
+        )
+        for column in ("tokens", "labels"):
+            np.testing.assert_array_equal(batch[f"{column}_segment_ids"], seg, strict=True)
+            np.testing.assert_array_equal(batch[f"{column}_positions"], pos, strict=True)
         np.testing.assert_array_equal(batch["labels_mask"], mask)
         np.testing.assert_array_equal(batch["example_index"], [r[0] if r else -1 for r in rows])
         if source["other"] is not None:
@@ -237,6 +244,22 @@ EXACT_PADS = [
     (ml_dtypes.bfloat16, -2.0),
     (np.float64, 2**53 + 1),  # rounds to the nearest float64, as numpy does
 ]
+
+
+def test_padded_segments_false_leaves_segment_ids_and_positions_out():
+    ds = jb.Dataset.from_arrays({"x": [np.arange(3), np.arange(1)]})
+    spec = jb.plan(ds, jb.PadToMax(batch_size=2))[0]
+    on = jb.collate(ds, spec)
+    np.testing.assert_array_equal(on["x_segment_ids"], [[1, 1, 1], [1, 0, 0]])
+    np.testing.assert_array_equal(on["x_positions"], [[0, 1, 2], [0, 0, 0]])
+    off = jb.collate(ds, spec, padded_segments=False)
+    assert set(on) - set(off) == {"x_segment_ids", "x_positions"}
+    [loaded] = jb.Loader(ds, jb.PadToMax(batch_size=2), shuffle=False, padded_segments=False)
+    assert set(loaded) == set(off)
+    with pytest.raises(ValueError, match=r"padded_segments must be True or False, found 1"):
+        jb.LoaderOptions(padded_segments=1)
+    with pytest.raises(TypeError, match=r"padded_segments must be a bool, found 'no'"):
+        jb.collate(ds, spec, padded_segments="no")
 
 
 @pytest.mark.parametrize(("dtype", "pad"), EXACT_PADS, ids=lambda x: repr(x))

@@ -26,5 +26,11 @@ def test_every_pitfall_has_a_page_with_an_example():
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.stem)
 def test_page_examples_run(page):
     scope: dict = {}
-    for block in re.findall(r"```python\n(.*?)```", page.read_text(), re.S):
-        exec(compile(block, str(page), "exec"), scope)
+    try:
+        for block in re.findall(r"```python\n(.*?)```", page.read_text(), re.S):
+            exec(compile(block, str(page), "exec"), scope)
+    finally:
+        # A class a page defines can outlive it (jax's pytree registry keeps
+        # every Flax NNX Module class, and so its globals, this dict, until
+        # exit); emptying the dict frees the page's loaders and datasets now.
+        scope.clear()

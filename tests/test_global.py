@@ -7,6 +7,7 @@ import sys
 
 import jax
 import numpy as np
+import pytest
 
 import jaxbatch as jb
 
@@ -27,7 +28,12 @@ def test_device_prefetch_state_resumes_after_the_last_yielded_batch():
     taken = [np.asarray(next(batches)["example_index"]).tolist() for _ in range(5)]
     state = batches.get_state()
     # The loader itself has been read ahead by the prefetch: its own state
-    # would skip the batches in flight.
+    # would skip the batches in flight, so asking it is refused while the
+    # prefetcher lives, and shows the skip once it is gone.
+    refused = r"Loader.get_state: .* read ahead by DevicePrefetcher\(size=3.*on that iterator"
+    with pytest.raises(ValueError, match=refused):
+        loader.get_state()
+    del batches
     assert loader.get_state()["step"] == state["step"] + 2
     loader.close()
     with jb.Loader(ds, planner, seed=2, epochs=2, state=state) as resumed:

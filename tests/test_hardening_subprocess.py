@@ -107,11 +107,13 @@ def test_dataset_over_np_load_memmap_truncated_while_loading(tmp_path):
 
 
 def test_keeping_every_batch_under_host_memory_limit(tmp_path):
+    # Batches of 256 bytes (tokens, mask, lengths, segment ids, positions,
+    # example_index): the limit holds 4 of them, the list keeps all 10.
     code = """
     ds = jb.Dataset.from_arrays({"t": [np.arange(k % 4 + 1, dtype=np.int32) for k in range(40)]})
-    list(jb.Loader(ds, jb.PadToMax(4), prefetch=1, host_memory_limit=624))
+    list(jb.Loader(ds, jb.PadToMax(4), prefetch=1, host_memory_limit=1248))
     """
-    assert_clean_exception(code, tmp_path, "RuntimeError", "host_memory_limit=624 holds")
+    assert_clean_exception(code, tmp_path, "RuntimeError", "host_memory_limit=1248 holds")
 
 
 def test_fifo_named_like_an_arrow_file(tmp_path):

@@ -262,7 +262,7 @@ def test_a_version_1_state_restores_unless_its_block_shuffle_order_changed():
         for _ in range(3):
             next(loader)
         state = loader.get_state()
-    assert state["version"] == 2
+    assert state["version"] == 3
     assert state["planner"] == "AutoBuckets(max_shapes=3, token_budget=None, batch_size=4, " \
         "pad_to_multiple=1, remainder='pad')"  # fmt: skip
     old = {**state, "version": 1}
@@ -352,7 +352,7 @@ def test_source_errors_before_any_thread_starts(tmp_path):
     ("kwargs", "message"),
     [
         ({"shuffle": "maybe"}, "shuffle must be 'none', 'global' or 'block', found 'maybe'"),
-        ({"shuffle": 1.5}, "shuffle must be True, False, 'global', 'block' or 'none'"),
+        ({"shuffle": 1.5}, "shuffle must be True, False, 'none', 'global' or 'block'"),
         ({"on_error": "ignore"}, "on_error must be 'raise', 'skip' or 'quarantine'"),
         ({"shard": (2, 2)}, "shard must satisfy 0 <= index < count, found \\(2, 2\\)"),
         ({"shard": "all"}, "shard must be \\(index, count\\) or 'jax'"),
@@ -439,9 +439,13 @@ def test_keeping_more_batches_than_host_memory_limit_holds_raises_instead_of_han
         match=r"host_memory_limit=624 holds 4 batches of up to 128 bytes and all are still "
         r"referenced by the caller",
     ):
-        list(jb.Loader(ds, jb.PadToMax(4), prefetch=1, host_memory_limit=624))
+        list(
+            jb.Loader(ds, jb.PadToMax(4), prefetch=1, host_memory_limit=624, padded_segments=False)
+        )
     # A consumer that lets go of its batches gets every example.
-    loader = jb.Loader(ds, jb.PadToMax(4), prefetch=1, host_memory_limit=624, shuffle=False)
+    loader = jb.Loader(
+        ds, jb.PadToMax(4), prefetch=1, host_memory_limit=624, padded_segments=False, shuffle=False
+    )
     assert [i for b in loader for i in b["example_index"].tolist()] == list(range(40))
 
 
@@ -453,7 +457,7 @@ def test_next_is_interruptible_while_it_waits():
         raise KeyboardInterrupt("from the test's timer")
 
     ds = small_batches_dataset(length=4)  # 128 bytes each: 4 fit, never 5
-    loader = jb.Loader(ds, jb.PadToMax(4), prefetch=1, host_memory_limit=624)
+    loader = jb.Loader(ds, jb.PadToMax(4), prefetch=1, host_memory_limit=624, padded_segments=False)
     kept = [next(loader) for _ in range(4)]  # every buffer the limit allows
     previous = signal.signal(signal.SIGALRM, interrupt)
     signal.setitimer(signal.ITIMER_REAL, 0.1)
@@ -495,7 +499,7 @@ def test_state_from_other_data_of_the_same_size_is_refused():
         ({"examples": True}, 1, "the state's examples must be an int, found bool"),
         ({"seed": None}, 1, "the state's seed must be an int, found NoneType"),
         ({"step": None, "epoch": None}, 1, "the state's epoch must be an int"),
-        ({"version": 7}, 1, "expected a state of version 2, found 7"),
+        ({"version": 7}, 1, "expected a state of version 3, found 7"),
         ({"fingerprint": "not hex"}, 1, "the state's fingerprint must be 16 hex digits"),
         ({"shuffle": "sorted"}, 1, "shuffle must be 'none', 'global' or 'block', found 'sorted'"),
         ({"shard": [0]}, 1, r"the state's shard must be \[index, count\], found \[0\]"),

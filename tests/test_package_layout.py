@@ -12,7 +12,13 @@ from jaxbatch import _core
 
 PACKAGE = Path(jb.__file__).parent
 # Public faces may import what they re-export; nothing imports them back.
-FACES = {"jaxbatch", "jaxbatch.masked", "jaxbatch.__main__"}
+FACES = {
+    "jaxbatch",
+    "jaxbatch.masked",
+    "jaxbatch.checkpoint",
+    "jaxbatch.grain",
+    "jaxbatch.__main__",
+}
 
 
 def modules() -> dict[str, Path]:

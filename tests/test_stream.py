@@ -70,15 +70,20 @@ def assert_same_stream(expected, got):
 
 # Batch buffers and gathers take about 17 kB of it; the cache holds 2 to 4
 # of the 600-example file's 15 row groups (about 4 kB each), so batches
-# evict row groups and read them again.
+# evict row groups and read them again. The limits here are sized for
+# batches without padded segment ids and positions (LEAN), which would
+# double the buffers of the padded columns.
 LIMIT = 32_000
+LEAN = dict(padded_segments=False)
 
 
 @pytest.mark.parametrize("planner", sorted(PLANNERS))
 @pytest.mark.parametrize("shuffle", [False, True, "block"])
 def test_stream_equals_the_whole_file(tmp_path, planner, shuffle):
     path = write_parquet(tmp_path / "data.parquet")
-    options = dict(shuffle=shuffle, block_size=80, seed=5, epochs=2, num_threads=2, prefetch=2)
+    options = dict(
+        shuffle=shuffle, block_size=80, seed=5, epochs=2, num_threads=2, prefetch=2, **LEAN
+    )
     whole = batches(jb.Loader(path, PLANNERS[planner](), **options))
     with jb.Loader(
         path, PLANNERS[planner](), stream=True, host_memory_limit=LIMIT, **options
@@ -117,7 +122,7 @@ def test_sharded_stream_with_aligned_columns_equals_the_whole_file(tmp_path):
     path = tmp_path / "aligned.parquet"
     pq.write_table(table, path, row_group_size=25)
     for shard in [(0, 3), (2, 3)]:
-        options = dict(aligned=[["tokens", "labels"]], shard=shard, seed=3, prefetch=2)
+        options = dict(aligned=[["tokens", "labels"]], shard=shard, seed=3, prefetch=2, **LEAN)
         whole = batches(jb.Loader(path, jb.AutoBuckets(3, token_budget=256), **options))
         streamed = jb.Loader(
             path, jb.AutoBuckets(3, token_budget=256), stream=True, host_memory_limit=48_000,
@@ -145,7 +150,7 @@ def test_packed_stream_without_shuffle_reads_each_row_group_once_with_a_window(t
     row-group size each row group is read about once. Both streams equal
     reading the file whole."""
     path = write_parquet(tmp_path / "data.parquet", packable=True)  # 15 row groups of 40
-    options = dict(shuffle=False, num_threads=2, prefetch=2)
+    options = dict(shuffle=False, num_threads=2, prefetch=2, **LEAN)
     windowed = jb.Pack(32, 4, algorithm=algorithm, lookahead=40)
     whole = batches(jb.Loader(path, windowed, **options))
     with warnings.catch_warnings():
@@ -234,7 +239,7 @@ def test_null_in_a_later_row_group_is_named_by_its_example_index_in_the_file(tmp
 
 def test_restore_resumes_exactly_and_states_move_between_bulk_and_stream(tmp_path):
     path = write_parquet(tmp_path / "data.parquet")
-    options = dict(seed=9, epochs=2, num_threads=2, prefetch=2)
+    options = dict(seed=9, epochs=2, num_threads=2, prefetch=2, **LEAN)
     whole = jb.Loader(path, jb.AutoBuckets(3, token_budget=256), **options)
     expected = batches(whole)
     streamed = jb.Loader(
@@ -303,7 +308,7 @@ def test_corrupt_row_group_mid_run_ends_the_stream_naming_it(tmp_path, monkeypat
 
 def test_file_changed_while_streaming_is_named(tmp_path):
     path = write_parquet(tmp_path / "data.parquet")
-    loader = jb.Loader(path, jb.PadToMax(8), stream=True, host_memory_limit=LIMIT)
+    loader = jb.Loader(path, jb.PadToMax(8), stream=True, host_memory_limit=LIMIT, **LEAN)
     next(loader)
     write_parquet(path, n=500, seed=3)
     # Found before a batch (the core), before or after a read (the feeder), or
@@ -327,7 +332,7 @@ def test_options_that_cannot_stream_are_refused(tmp_path):
     with pytest.raises(ValueError, match="stream=True reads Parquet files by row group"):
         jb.Loader(arrow, jb.PadToMax(8), stream=True, host_memory_limit=LIMIT)
     with pytest.raises(ValueError, match=r"twice the largest chunk \(\d+ bytes decoded"):
-        jb.Loader(path, jb.PadToMax(8), stream=True, host_memory_limit=20_000)
+        jb.Loader(path, jb.PadToMax(8), stream=True, host_memory_limit=20_000, **LEAN)
 
 
 def test_streams_by_itself_when_the_file_exceeds_the_limit(tmp_path):
@@ -335,7 +340,7 @@ def test_streams_by_itself_when_the_file_exceeds_the_limit(tmp_path):
     table = pq.read_table(path)
     decoded = sum(len(table[n].combine_chunks().flatten()) * 4 for n in ("tokens", "noise"))
     assert LIMIT < decoded  # The file decodes to more than the limit: it streams.
-    with jb.Loader(path, jb.PadToMax(8), host_memory_limit=LIMIT) as loader:
+    with jb.Loader(path, jb.PadToMax(8), host_memory_limit=LIMIT, **LEAN) as loader:
         batches(loader)
         assert loader.stats.chunk_reads >= 15
     with jb.Loader(path, jb.PadToMax(8), host_memory_limit=10 * decoded) as loader:
@@ -433,7 +438,9 @@ def test_map_over_a_streaming_loader_equals_map_over_the_whole_file(tmp_path):
         return example["tokens"].sum() + example["label"]
 
     whole = jb.map(total, jb.Loader(path, jb.PadToMax(8), shuffle=False))
-    streamed = jb.Loader(path, jb.PadToMax(8), shuffle=False, stream=True, host_memory_limit=LIMIT)
+    streamed = jb.Loader(
+        path, jb.PadToMax(8), shuffle=False, stream=True, host_memory_limit=LIMIT, **LEAN
+    )
     got = jb.map(total, streamed)
     assert sorted(got.outputs) == sorted(whole.outputs) == list(range(600))
     table = pq.read_table(path)
@@ -471,7 +478,7 @@ EXIT_SCRIPT = textwrap.dedent(
     faulthandler.dump_traceback_later(50, exit=True)
 
     loader = jb.Loader(sys.argv[1], jb.PadToMax(8), stream=True, host_memory_limit=32_000,
-                       epochs=None)
+                       padded_segments=False, epochs=None)
     next(loader)
     if sys.argv[2] == "interrupt":  # Ctrl-C while the stream runs, never caught.
         threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
@@ -528,7 +535,7 @@ CLOSE_CYCLES_SCRIPT = textwrap.dedent(
         faulthandler.dump_traceback_later(30, exit=True)
         start = rng.randrange(len(expected) - 3)
         loader = jb.Loader(path, jb.Pack(32, 2), stream=True, host_memory_limit=32_000,
-                           state=states[start], **options)
+                           padded_segments=False, state=states[start], **options)
         for k in range(rng.randrange(4)):
             time.sleep(rng.random() * 0.001)
             assert digest(next(loader)) == expected[start + k], (cycle, start, k)
@@ -576,7 +583,9 @@ def test_close_before_or_during_next_raises_instead_of_ending(tmp_path, monkeypa
         return read_chunk(self, reader, group)
 
     monkeypatch.setattr(StreamedParquet, "read_chunk", held_back)
-    loader = jb.Loader(path, jb.PadToMax(8), stream=True, host_memory_limit=LIMIT, epochs=None)
+    loader = jb.Loader(
+        path, jb.PadToMax(8), stream=True, host_memory_limit=LIMIT, epochs=None, **LEAN
+    )
     next(loader)
     held.set()  # Once the batches read ahead are taken, next() waits.
     closer = threading.Timer(0.2, loader.close)

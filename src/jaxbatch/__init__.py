@@ -29,7 +29,12 @@ from jaxbatch._src.execute.memory import MemoryEstimate, estimate_memory, max_ba
 from jaxbatch._src.execute.vmap import vmap
 from jaxbatch._src.job.job import JobError, JobReport, run
 from jaxbatch._src.job.output import read_output
-from jaxbatch._src.load.device import device_prefetch, global_batches, process_local
+from jaxbatch._src.load.device import (
+    DevicePrefetcher,
+    device_prefetch,
+    global_batches,
+    process_local,
+)
 from jaxbatch._src.load.loader import ColumnSchema, Loader, LoaderOptions, LoaderStats
 from jaxbatch._src.ops.broadcast import BroadcastError, explain_broadcast, strict_broadcasting
 from jaxbatch._src.plan.plan import BatchPlan, BatchShape, BatchSpec, PlanStats, plan
@@ -53,6 +58,7 @@ __all__ = [
     "BroadcastError",
     "ColumnSchema",
     "Dataset",
+    "DevicePrefetcher",
     "FixedBuckets",
     "GraphBuckets",
     "GraphBudget",

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from jaxbatch._src.base.optional import require
 from jaxbatch._src.base.words import counted
 from jaxbatch._src.cli.common import usage_error
 from jaxbatch._src.data.dataset import Dataset
@@ -51,11 +52,8 @@ def load_lengths(path: str | None, column: str | None) -> tuple[np.ndarray, str]
         raise FileNotFoundError(f"no such file: {path}")
     suffix = p.suffix.lower()
     if suffix in (".parquet", ".arrow", ".feather", ".ipc"):
-        try:
-            import pyarrow.feather as feather
-            import pyarrow.parquet as pq
-        except ImportError:
-            raise ImportError("reading Parquet/Arrow needs pyarrow") from None
+        feather = require("pyarrow.feather", f"jaxbatch plan reading {path}")
+        pq = require("pyarrow.parquet", f"jaxbatch plan reading {path}")
 
         kind = "Parquet" if suffix == ".parquet" else "Arrow IPC"
         with reading(path, kind, prefix=""):
@@ -134,14 +132,9 @@ def format_table(results: list[tuple[str, BatchPlan, float]]) -> str:
 
 
 def _pyplot():
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise ImportError("--plot needs matplotlib: pip install matplotlib") from None
-    return plt
+    matplotlib = require("matplotlib", "jaxbatch plan --plot")
+    matplotlib.use("Agg")
+    return require("matplotlib.pyplot", "jaxbatch plan --plot")
 
 
 def check_plot_path(out: str) -> None:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 from jaxbatch import _core
+from jaxbatch._src.base.choices import check_choice, choices
 from jaxbatch._src.collate import keys
 from jaxbatch._src.data import graphs
 from jaxbatch._src.data.dataset import Dataset, graph_layout
@@ -15,16 +16,23 @@ from jaxbatch._src.data.dtypes import numpy_dtype
 from jaxbatch._src.plan.plan import BatchShape, BatchSpec
 
 _AUX_SUFFIXES = keys.SUFFIXES
+#: What a graph batch's output is per: unbatch(..., per=).
+GraphRole = Literal["node", "edge", "graph"]
 
 
 class Batch(dict):
     """A collated batch: a dict of numpy arrays (owned by C++ buffers, no
     copy) that also knows where it came from.
 
-    Keys: each column; ``<name>_mask`` and ``<name>_lengths`` for ragged
-    columns of padded batches; ``<name>_segment_ids``, ``<name>_positions``
-    and per-segment ``<name>_lengths`` for packed batches; ``example_index``
-    (-1 for padding).
+    Keys: each column; for a ragged column ``<name>_segment_ids`` and
+    ``<name>_positions`` ``[rows, length]`` in both layouts (a padded row is
+    one segment: ids 1 on real elements, positions 0..length-1, 0 in
+    padding), so attention and position code need not branch; padded
+    batches add ``<name>_mask`` and ``<name>_lengths`` ``[rows]``, packed
+    ones per-segment ``<name>_lengths`` ``[rows, segments]``.
+    ``example_index`` maps back to the examples, -1 for padding: ``[rows]``
+    padded, ``[rows, segments]`` packed (each row's segments in order).
+    :attr:`segments` is the segment slots per row either way.
 
     A graph batch (GraphBudget, GraphBuckets) holds each column concatenated
     over the batch's graphs and padded as ``jraph.pad_with_graphs`` pads
@@ -46,6 +54,12 @@ class Batch(dict):
     @property
     def is_graphs(self) -> bool:
         return self.graph_layout is not None
+
+    @property
+    def segments(self) -> int:
+        """Segment slots per row: the packed shape's, 1 for a padded batch
+        (the ``num_segments`` of :func:`jaxbatch.masked.segment_sum`)."""
+        return self.shape.segments if self.packed else 1
 
     @property
     def graphs(self) -> Any:
@@ -74,13 +88,16 @@ def collate(
     *,
     pad_value: int | float | Mapping[str, int | float] = 0,
     num_threads: int | None = None,
+    padded_segments: bool = _core.DEFAULT_PADDED_SEGMENTS,
 ) -> Batch:
     """Fills one planned batch with the dataset's examples, in C++ (GIL
     released): ragged columns padded to the batch shape with ``pad_value``
     (one number, or a dict per column; integers exact, e.g. ``2**64 - 1`` for
     a uint64 column, and a value a column's dtype cannot hold is a
     ValueError naming the column), masks, lengths, segment ids and
-    positions for packed rows, fixed columns stacked, and ``example_index``.
+    positions (a padded row is one segment: ids 1 on real elements, positions
+    0..length-1, both 0 in padding; ``padded_segments=False`` leaves them out
+    of padded batches), fixed columns stacked, and ``example_index``.
     A large batch (over 4 MiB of output per thread) is filled by up to
     ``num_threads`` threads (default: the CPU count; at most 1024); buffers are reused
     across calls once numpy frees them.
@@ -99,7 +116,11 @@ def collate(
     pads, default = pad_values(pad_value, "collate")
     # The engine checks the count; 0 asks it for the CPU count.
     threads = 0 if num_threads is None else int(num_threads)
-    arrays = _core.collate(dataset._core, batch.plan._core, batch.index, pads, default, threads)
+    if not isinstance(padded_segments, bool):
+        raise TypeError(f"collate: padded_segments must be a bool, found {padded_segments!r}")
+    arrays = _core.collate(
+        dataset._core, batch.plan._core, batch.index, pads, default, threads, padded_segments
+    )
     fixed = {n: dataset._core.column(n).is_fixed for n in dataset.column_names}
     return batch_from_core(
         arrays,
@@ -164,7 +185,7 @@ def unbatch(
     batch: Batch,
     *,
     per_token: bool | Mapping[str, bool] | None = None,
-    per: str | Mapping[str, str] | None = None,
+    per: GraphRole | Mapping[str, GraphRole] | None = None,
 ) -> dict[int, Any]:
     """Per-example results with the padding removed, keyed by example index.
 
@@ -241,15 +262,14 @@ def unbatch(
     return result
 
 
-_PER = ("node", "edge", "graph")
+_PER = choices(GraphRole)
 
 
 def _graph_role(key: str, array: np.ndarray, batch: Batch, per: Any) -> str:
     forced = per.get(key) if isinstance(per, Mapping) else per
     sizes = {"node": batch.shape.length, "edge": batch.shape.edges, "graph": batch.shape.rows}
     if forced is not None:
-        if forced not in _PER:
-            raise ValueError(f"unbatch: per must be 'node', 'edge' or 'graph', found {forced!r}")
+        check_choice("unbatch", "per", forced, GraphRole)
         role = forced
     elif batch.graph_layout.role_of(key) is not None:
         role = batch.graph_layout.role_of(key)

@@ -7,16 +7,29 @@ from typing import Any
 import numpy as np
 
 from jaxbatch import _core
+from jaxbatch._src.base.optional import require
 from jaxbatch._src.base.words import counted
 from jaxbatch._src.data.dtypes import as_bytes, dtype_name
 
 
 def _require_pyarrow():
-    try:
-        import pyarrow as pa
-    except ImportError as e:  # pragma: no cover - pyarrow is installed in tests
-        raise ImportError("Dataset.from_arrow needs pyarrow: pip install 'jaxbatch[arrow]'") from e
-    return pa
+    return require("pyarrow", "Dataset.from_arrow")
+
+
+def supported_type(arrow_type: Any) -> bool:
+    """Whether a column of `arrow_type` can be a core column: numbers or
+    bools, as they are (fixed), in one list or large_list (ragged), with
+    fixed_size_lists inside (an inner shape)."""
+    pa = _require_pyarrow()
+    if pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type):
+        arrow_type = arrow_type.value_type
+    while pa.types.is_fixed_size_list(arrow_type):
+        arrow_type = arrow_type.value_type
+    return (
+        pa.types.is_integer(arrow_type)
+        or pa.types.is_floating(arrow_type)
+        or pa.types.is_boolean(arrow_type)
+    )
 
 
 def _validated(name: str, column: Any) -> None:
@@ -36,22 +49,24 @@ def _validated(name: str, column: Any) -> None:
         ) from e
 
 
-def _single_array(name: str, column: Any, first_example: int):
+def _chunks(name: str, column: Any, first_example: int) -> list:
+    """The arrays of `column` (an Arrow array or chunked array), validated,
+    none with a null example (the error names the example in the column)."""
     pa = _require_pyarrow()
     _validated(name, column)
-    if isinstance(column, pa.ChunkedArray) and column.num_chunks == 1:
-        column = column.chunk(0)
-    elif isinstance(column, pa.ChunkedArray):
-        try:
-            column = column.combine_chunks()
-        except pa.ArrowException as e:  # what validation misses (see the engine's check)
-            raise ValueError(f"column {name!r}: cannot combine its chunks: {e}") from e
-    if column.null_count:
-        raise ValueError(
-            f"column {name!r}, example {first_example + _first_null(column)}: expected no "
-            f"nulls, found {column.null_count}"
-        )
-    return column
+    if isinstance(column, pa.ChunkedArray):
+        arrays = list(column.chunks) or [column.combine_chunks()]  # no chunks: one empty array
+    else:
+        arrays = [column]
+    first = first_example
+    for array in arrays:
+        if array.null_count:
+            raise ValueError(
+                f"column {name!r}, example {first + _first_null(array)}: expected no "
+                f"nulls, found {array.null_count}"
+            )
+        first += len(array)
+    return arrays
 
 
 def _first_null(array: Any) -> int:
@@ -140,34 +155,53 @@ def _values_in_use(array: Any) -> tuple[np.ndarray, Any]:
     return offsets, array.values.slice(first, max(0, int(offsets[-1])))
 
 
-def column_from_arrow(name: str, column: Any, first_example: int = 0) -> _core.RaggedColumn:
-    """One core column from an Arrow array or chunked array. The core reads
-    only the bytes of the Arrow buffers that hold the values (their real
-    sizes) and refuses offsets or lengths past them. Errors number examples
-    from `first_example` (a row group's first example in its file)."""
+def _chunk_parts(name: str, array: Any, first_example: int) -> tuple:
+    """One Arrow array's part of a core column: (dtype name, inner shape,
+    the bytes the core may read, int64 offsets or None when fixed, examples,
+    what keeps the memory alive)."""
     pa = _require_pyarrow()
-    array = _single_array(name, column, first_example)
     if pa.types.is_list(array.type) or pa.types.is_large_list(array.type):
         offsets, child = _values_in_use(array)
         values, extent, inner = _values_and_inner(name, child, offsets, first_example)
-        return _core.RaggedColumn.ragged(
-            name,
-            dtype_name(values.dtype, f"column {name!r}"),
-            inner,
-            extent,
-            np.ascontiguousarray(offsets),
-            (values, offsets, array),
-        )
-    if pa.types.is_fixed_size_list(array.type):
-        values, extent, inner = _values_and_inner(name, array, None, first_example)
+        offsets = np.ascontiguousarray(offsets)
+        keep: tuple = (values, offsets, array)
     else:
-        values, extent = _primitive_values(name, array, lambda i: first_example + i)
-        inner = []
-    return _core.RaggedColumn.fixed(
-        name,
-        dtype_name(values.dtype, f"column {name!r}"),
-        inner,
-        extent,
-        len(array),
-        (values, array),
+        if pa.types.is_fixed_size_list(array.type):
+            values, extent, inner = _values_and_inner(name, array, None, first_example)
+        else:
+            values, extent = _primitive_values(name, array, lambda i: first_example + i)
+            inner = []
+        offsets, keep = None, (values, array)
+    dtype = dtype_name(values.dtype, f"column {name!r}")
+    return dtype, inner, extent, offsets, len(array), keep
+
+
+_NO_OFFSETS = np.zeros(0, np.int64)
+
+
+def column_from_arrow(
+    name: str, column: Any, first_example: int = 0, order: np.ndarray | None = None
+) -> _core.RaggedColumn:
+    """One core column from an Arrow array or chunked array, read in place:
+    a chunked array (a file's record batches) becomes a gathered column over
+    its chunks, copying no value. The core reads only the bytes of the Arrow
+    buffers that hold the values (their real sizes) and refuses offsets or
+    lengths past them. `order` (int64), if given, is the examples' order:
+    example i is example order[i] of the column (a Hugging Face indices
+    mapping). Errors number examples from `first_example` (a row group's
+    first example in its file)."""
+    parts, first = [], first_example
+    for array in _chunks(name, column, first_example):
+        parts.append(_chunk_parts(name, array, first))
+        first += len(array)
+    dtype, inner, extent, offsets, count, keep = parts[0]
+    if len(parts) == 1 and order is None:
+        if offsets is not None:
+            return _core.RaggedColumn.ragged(name, dtype, inner, extent, offsets, keep)
+        return _core.RaggedColumn.fixed(name, dtype, inner, extent, count, keep)
+    chunks = [(p[2], _NO_OFFSETS if p[3] is None else p[3], p[4]) for p in parts]
+    order = _NO_OFFSETS if order is None else np.ascontiguousarray(order, dtype=np.int64)
+    fixed = offsets is None
+    return _core.RaggedColumn.gathered(
+        name, dtype, inner, fixed, chunks, order, ([p[5] for p in parts], order)
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -12,6 +13,7 @@ from jaxbatch._src.base.words import counted
 from jaxbatch._src.data.arrow import column_from_arrow
 from jaxbatch._src.data.dtypes import as_bytes, dtype_name, numpy_dtype
 from jaxbatch._src.data.graphs import GraphLayout, graph_columns
+from jaxbatch._src.data.huggingface import huggingface_columns
 
 
 class Columns:
@@ -56,6 +58,21 @@ class Dataset(Columns):
         # Files numpy memory-maps for this dataset's columns: a Loader re-checks
         # them before each batch (a truncated mapping would be SIGBUS).
         self._mapped_files: tuple[str, ...] = ()
+        # How to open this dataset again from where it was read (see
+        # set_reopen): a pickle of it is then that recipe, not its values.
+        self._reopen: tuple[Any, tuple, dict[str, Any], tuple] | None = None
+
+    def __reduce__(self):
+        """Pickles (for worker processes, e.g. Grain's ``mp_prefetch``): a
+        dataset read from a file (by a Loader, or from_huggingface) as the
+        recipe that opens it again, memory-mapped, with each file's size and
+        modification time (a changed file is an OSError when unpickled); any
+        other as its values, one copy per column (the engine's, in C++)."""
+        layout = getattr(self, "_graph_layout", None)
+        if self._reopen is not None:
+            return (_reopened, (*self._reopen, layout))
+        columns = [_column_state(self._core.column(n)) for n in self.column_names]
+        return (_from_values, (columns, list(self._core.aligned_groups), layout))
 
     @classmethod
     def from_arrays(
@@ -143,7 +160,8 @@ class Dataset(Columns):
         copy of their values (``list``'s int32 offsets are widened to int64,
         a copy of the offsets only); ``fixed_size_list`` children give the
         inner shape; primitive columns become fixed columns. A column of
-        several chunks is combined first (one copy). Nulls are refused.
+        several chunks (a file's record batches) is read in place, chunk by
+        chunk, without a copy either. Nulls are refused.
         """
         names = list(columns) if columns is not None else list(table.column_names)
         missing = [n for n in names if n not in table.column_names]
@@ -153,6 +171,32 @@ class Dataset(Columns):
                 f"the table has {list(table.column_names)}"
             )
         return cls._from_arrow_part(table, names, aligned, first_example=0)
+
+    @classmethod
+    def from_huggingface(cls, ds: Any, *, columns: Sequence[str] | None = None) -> Dataset:
+        """Builds a dataset from a Hugging Face ``datasets.Dataset``, reading
+        its memory-mapped Arrow files in place: no value is copied, whatever
+        its record batches, and an indices mapping (after ``select``,
+        ``shuffle``, ``train_test_split`` or ``filter``) is the examples'
+        order, so ``flatten_indices()`` is not needed.
+
+        ``columns`` names the columns to use; by default every numeric column
+        (numbers or bools, maybe in lists) is used and the others (text,
+        images) are left out with a warning naming them. A named column that
+        is not numeric is a ValueError naming it.
+
+        Example::
+
+            ds = datasets.load_from_disk("tokenized")            # input_ids, text, label
+            data = jb.Dataset.from_huggingface(ds["train"], columns=["input_ids", "label"])
+            loader = jb.Loader(data, jb.Pack(row_length=512, batch_size=8))
+        """
+        built, files = huggingface_columns(ds, columns, "Dataset.from_huggingface")
+        dataset = cls(_core.Dataset(built, []))
+        set_mapped_files(dataset, files)
+        # datasets pickles a memory-mapped Dataset as its files, so this does too.
+        set_reopen(dataset, Dataset.from_huggingface, (ds,), {"columns": columns})
+        return dataset
 
     @classmethod
     def _from_arrow_part(
@@ -216,6 +260,77 @@ def mapped_files(columns: Columns) -> tuple[str, ...]:
 def set_mapped_files(columns: Columns, files: Iterable[str]) -> None:
     """Records the files `columns` are read through (see mapped_files)."""
     columns._mapped_files = tuple(files)
+
+
+def set_reopen(
+    dataset: Dataset, opener: Any, args: tuple, kwargs: Mapping[str, Any] | None = None
+) -> None:
+    """Records that ``opener(*args, **kwargs)`` opens `dataset` again (a
+    picklable function of the path it was read from): a pickle of `dataset`
+    is then that call, checked against the stamps (size, modification time)
+    of the files it reads now, not a copy of its values."""
+    paths = [p for p in (args[0], *mapped_files(dataset)) if isinstance(p, str | os.PathLike)]
+    stamps = tuple((str(p), *_stamp(p)) for p in dict.fromkeys(map(str, paths)))
+    dataset._reopen = (opener, tuple(args), dict(kwargs or {}), stamps)
+
+
+def _stamp(path: str) -> tuple[int, int]:
+    st = os.stat(path)
+    return st.st_size, st.st_mtime_ns
+
+
+def _reopened(opener: Any, args: tuple, kwargs: dict, stamps: tuple, layout: Any) -> Dataset:
+    """A pickled file-backed dataset opened again (Dataset.__reduce__)."""
+    for path, size, mtime in stamps:
+        try:
+            now = _stamp(path)
+        except FileNotFoundError:
+            raise FileNotFoundError(
+                f"Dataset: unpickling a dataset read from {path}, which no longer exists"
+            ) from None
+        if now != (size, mtime):
+            raise OSError(
+                f"Dataset: unpickling a dataset read from {path}, which changed since it was "
+                f"read (size and modification time {now}, were {(size, mtime)}); the values "
+                f"would differ from the pickled dataset's"
+            )
+    dataset = opener(*args, **kwargs)
+    if layout is not None:
+        dataset._graph_layout = layout
+    return dataset
+
+
+def _column_state(col: _core.RaggedColumn) -> tuple:
+    """A column as a pickle holds it: its values copied back to back (by
+    the engine) and its lengths (None for a fixed column)."""
+    lengths = None if col.is_fixed else col.lengths()
+    return (
+        col.name,
+        col.dtype,
+        list(col.inner_shape),
+        col.copy_values(),
+        lengths,
+        col.num_examples,
+    )
+
+
+def _from_values(columns: list[tuple], aligned: list[list[str]], layout: Any) -> Dataset:
+    """A pickled in-memory dataset rebuilt over its unpickled values
+    (Dataset.__reduce__); the engine checks them as it checks any input."""
+    built = []
+    for name, dtype, inner, values, lengths, count in columns:
+        if lengths is None:
+            built.append(_core.RaggedColumn.fixed(name, dtype, inner, values, count, values))
+        else:
+            offsets = np.zeros(len(lengths) + 1, np.int64)
+            np.cumsum(lengths, out=offsets[1:])
+            built.append(
+                _core.RaggedColumn.ragged(name, dtype, inner, values, offsets, (values, offsets))
+            )
+    dataset = Dataset(_core.Dataset(built, aligned))
+    if layout is not None:
+        dataset._graph_layout = layout
+    return dataset
 
 
 def _memmap_files(columns: Iterable[Any]) -> tuple[str, ...]:

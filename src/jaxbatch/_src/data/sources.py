@@ -13,8 +13,9 @@ from pathlib import Path
 import numpy as np
 
 from jaxbatch import _core
+from jaxbatch._src.base.optional import require
 from jaxbatch._src.base.words import counted
-from jaxbatch._src.data.dataset import Columns, Dataset, set_mapped_files
+from jaxbatch._src.data.dataset import Columns, Dataset, set_mapped_files, set_reopen
 
 
 def open_source(
@@ -35,11 +36,19 @@ def open_source(
     """
     p = Path(path)
     _check_path(p)
+    dataset = _open(p, columns, length_column, aligned)
+    # A pickle of it (for a worker process) opens the file again.
+    args = (str(p), None if columns is None else list(columns), length_column, aligned)
+    set_reopen(dataset, open_source, args)
+    return dataset
+
+
+def _open(p: Path, columns, length_column, aligned) -> Dataset:
     if p.is_dir():
         return _open_npy_folder(p, columns, length_column, aligned)
     suffix = p.suffix.lower()
     if suffix == ".parquet":
-        import pyarrow.parquet as pq
+        pq = require("pyarrow.parquet", f"Loader: reading {p}")
 
         with reading(p, "Parquet"):
             schema = pq.read_schema(p)
@@ -91,7 +100,7 @@ def _read_errors() -> tuple[type[BaseException], ...]:
     ArrowInvalid is also a ValueError), a bare OSError ("Array length did
     not match record batch length") and UnicodeDecodeError (a mangled
     column name or metadata string)."""
-    import pyarrow as pa
+    pa = require("pyarrow", "reading Arrow data")
 
     return (pa.ArrowException, OSError, UnicodeDecodeError)
 
@@ -110,7 +119,7 @@ def reading(p: Path | str, kind: str, prefix: str = "Loader: ") -> Iterator[None
 def _read_arrow_ipc(p: Path):
     """An Arrow IPC file (or stream) at `p`, memory-mapped; OSError naming `p`
     for a corrupt or truncated file instead of Arrow's bare message."""
-    import pyarrow as pa
+    pa = require("pyarrow", f"Loader: reading {p}")
 
     if p.stat().st_size == 0:
         raise OSError(f"Loader: {p} is empty; expected an Arrow IPC file")
@@ -127,7 +136,7 @@ def check_columns(path, schema, columns, length_column, prefix: str = "Loader: "
     """The column to batch by (`length_column`, else the first list column
     of `columns` or of all); ValueError for a missing column or one that is
     not a list or large_list."""
-    import pyarrow as pa
+    pa = require("pyarrow", f"{prefix}reading {path}")
 
     names = list(schema.names)
     for name in [*(columns or []), *([length_column] if length_column else [])]:
@@ -215,7 +224,7 @@ def _stamp(p: Path) -> tuple[int, int]:
 
 def parquet_column_names(path: str | os.PathLike, columns: Sequence[str] | None) -> list[str]:
     """The columns a Loader reads from a Parquet file: `columns`, or all."""
-    import pyarrow.parquet as pq
+    pq = require("pyarrow.parquet", f"Loader: reading {path}")
 
     p = _parquet_path(path)
     with reading(p, "Parquet"):
@@ -232,7 +241,7 @@ def parquet_decoded_bytes(path: str | os.PathLike, columns: Sequence[str] | None
     decoded, from its footer: values x width for fixed-width types (a
     dictionary-encoded column is far smaller on disk, even uncompressed),
     the uncompressed size for others."""
-    import pyarrow.parquet as pq
+    pq = require("pyarrow.parquet", f"Loader: reading {path}")
 
     wanted = set(columns) if columns else None
     total = 0
@@ -268,8 +277,8 @@ class StreamedParquet(Columns):
     """
 
     def __init__(self, path, columns, length_column, aligned, schema: list):
-        import pyarrow as pa
-        import pyarrow.parquet as pq
+        pa = require("pyarrow", f"Loader: streaming {path}")
+        pq = require("pyarrow.parquet", f"Loader: streaming {path}")
 
         self.path = _parquet_path(path)
         self.columns = list(columns) if columns else None
@@ -301,7 +310,7 @@ class StreamedParquet(Columns):
         set_mapped_files(self, [str(self.path)])  # Checked before each batch for changes.
 
     def open_reader(self):
-        import pyarrow.parquet as pq
+        pq = require("pyarrow.parquet", f"Loader: streaming {self.path}")
 
         return pq.ParquetFile(self.path)
 

@@ -8,16 +8,18 @@ import logging
 import time
 import warnings
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
+from jaxbatch._src.base.choices import check_choice
+from jaxbatch._src.base.optional import install_hint, optional
 from jaxbatch._src.base.words import counted
 from jaxbatch._src.collate import keys
 from jaxbatch._src.collate.collate import Batch, collate, unbatch
 from jaxbatch._src.data.dataset import Dataset
 from jaxbatch._src.execute.hoist import hoisted
-from jaxbatch._src.execute.memory import max_batch_size_for
+from jaxbatch._src.execute.memory import Auto, max_batch_size_for
 from jaxbatch._src.execute.output_layout import unbatch_layout
 from jaxbatch._src.load.loader import Loader
 from jaxbatch._src.plan.plan import plan
@@ -28,6 +30,11 @@ log = logging.getLogger("jaxbatch")
 #: Rows per batch when batch_size="auto" cannot be planned from device memory (CPU).
 DEFAULT_CPU_BATCH_SIZE = 32
 DEFAULT_MAX_SHAPES = 8
+
+#: A batch that runs out of device memory: split it and retry, or re-raise.
+OnOom = Literal["split", "raise"]
+#: An example whose check fails: raise, or set it aside in result.quarantine.
+MapOnError = Literal["raise", "quarantine"]
 
 _FINITE, _CHECK = 1, 2
 
@@ -230,14 +237,14 @@ def map(  # noqa: A001 - the name users expect, as jax.lax.map
     data: Loader | Dataset | Iterable[Batch],
     *,
     planner: Planner | None = None,
-    batch_size: int | str = "auto",
-    on_oom: str = "split",
+    batch_size: int | Auto = "auto",
+    on_oom: OnOom = "split",
     backoff: float = 0.9,
     min_batch_size: int = 1,
     check_finite: bool = False,
     check: Callable | None = None,
-    on_error: str = "raise",
-    memory_budget: int | str | None = None,
+    on_error: MapOnError = "raise",
+    memory_budget: int | Auto | None = None,
     progress: bool = False,
 ) -> MapResult:
     """Runs a per-example function over every batch, safely.
@@ -268,10 +275,8 @@ def map(  # noqa: A001 - the name users expect, as jax.lax.map
       compile and run time; a warning is issued when compilations exceed the
       planner's shape count (times one plus the number of OOM back-offs).
     """
-    if on_oom not in ("split", "raise"):
-        raise ValueError(f"jb.map: on_oom must be 'split' or 'raise', found {on_oom!r}")
-    if on_error not in ("raise", "quarantine"):
-        raise ValueError(f"jb.map: on_error must be 'raise' or 'quarantine', found {on_error!r}")
+    check_choice("jb.map", "on_oom", on_oom, OnOom)
+    check_choice("jb.map", "on_error", on_error, MapOnError)
     if not 0 < backoff < 1:
         raise ValueError(f"jb.map: backoff must be between 0 and 1, found {backoff!r}")
     if (
@@ -400,11 +405,10 @@ def _progress_bar(enabled: bool):
     """A callback advancing a tqdm bar (or logging) by examples, or None."""
     if not enabled:
         return None
-    try:
-        from tqdm.auto import tqdm
-    except ImportError:
-        tqdm = None
-    bar = tqdm(unit="ex", desc="jb.map") if tqdm is not None else None
+    tqdm = optional("tqdm.auto")
+    if tqdm is None:
+        log.info("jb.map: no tqdm, so a log line every 100 batches: %s", install_hint("tqdm"))
+    bar = tqdm.tqdm(unit="ex", desc="jb.map") if tqdm is not None else None
 
     def update(examples: int, stats: MapStats, done: bool = False) -> None:
         if bar is not None:

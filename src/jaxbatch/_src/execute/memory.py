@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -18,6 +18,8 @@ from jaxbatch._src.base.words import counted
 from jaxbatch._src.execute.axes import broadcast_prefix
 from jaxbatch._src.execute.hoist import hoisted
 
+#: A size or budget chosen from the device's free memory.
+Auto = Literal["auto"]
 #: Fraction of free device memory kept back when budget="auto".
 DEFAULT_HEADROOM = 0.1
 DEFAULT_BATCH_SIZES = (1, 2, 4, 8, 16)
@@ -185,7 +187,7 @@ def free_device_memory(device: Any = None, headroom: float = DEFAULT_HEADROOM) -
     return int(free * (1.0 - headroom))
 
 
-def _resolve_budget(budget: int | str) -> int:
+def _resolve_budget(budget: int | Auto) -> int:
     if budget == "auto":
         return free_device_memory()
     if isinstance(budget, bool) or not isinstance(budget, int | np.integer) or budget <= 0:
@@ -198,7 +200,7 @@ def _resolve_budget(budget: int | str) -> int:
 def max_batch_size(
     fun: Callable,
     *example_args: Any,
-    budget: int | str,
+    budget: int | Auto,
     in_axes: Any = 0,
     upper: int = 1 << 20,
     **example_kwargs: Any,

@@ -13,7 +13,7 @@ from jaxbatch._src.execute.axes import (
     check_axes,
     mapped_leaves,
 )
-from jaxbatch._src.execute.memory import max_batch_size_for
+from jaxbatch._src.execute.memory import Auto, max_batch_size_for
 
 
 def vmap(
@@ -21,8 +21,8 @@ def vmap(
     in_axes: Any = 0,
     out_axes: Any = 0,
     *,
-    chunk_size: int | str | None = None,
-    memory_budget: int | str | None = None,
+    chunk_size: int | Auto | None = None,
+    memory_budget: int | Auto | None = None,
 ) -> Callable:
     """``jax.vmap`` with axis checks before tracing and bounded peak memory.
 

@@ -41,10 +41,12 @@ import numpy as np
 from jaxbatch import _core
 from jaxbatch._src.base.errors import named_for
 from jaxbatch._src.base.interrupt import raise_lost
+from jaxbatch._src.base.optional import install_hint, optional, require
 from jaxbatch._src.base.words import counted
 from jaxbatch._src.collate import keys
 from jaxbatch._src.collate.collate import pad_values
 from jaxbatch._src.data.dataset import Dataset, mapped_files
+from jaxbatch._src.data.huggingface import is_huggingface_dataset
 from jaxbatch._src.data.sources import StreamedParquet, open_source
 from jaxbatch._src.execute.map import (
     DEFAULT_MAX_SHAPES,
@@ -53,6 +55,7 @@ from jaxbatch._src.execute.map import (
     flag_reason,
     rows_for,
 )
+from jaxbatch._src.execute.memory import Auto
 from jaxbatch._src.execute.output_layout import per_token_leaves
 from jaxbatch._src.job.folder import (
     REPORT_NAME,
@@ -70,6 +73,8 @@ from jaxbatch._src.load.loader import (
     ColumnSchema,
     Loader,
     LoaderOptions,
+    OnError,
+    Shard,
     open_streamed,
     resolve_shard,
     schema_rules,
@@ -177,10 +182,10 @@ def run(
     planner: Planner | None = None,
     column: str | None = None,
     columns: list[str] | None = None,
-    batch_size: int | str = "auto",
-    memory_budget: int | str | None = None,
+    batch_size: int | Auto = "auto",
+    memory_budget: int | Auto | None = None,
     checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY,
-    on_error: str = "raise",
+    on_error: OnError = "raise",
     max_errors: int | float | None = None,
     schema: Mapping[str, ColumnSchema] | None = None,
     check_finite: bool = False,
@@ -194,7 +199,7 @@ def run(
     overwrite: bool = False,
     tag: str | None = None,
     name: str | None = None,
-    shard: tuple[int, int] | str | None = None,
+    shard: Shard | None = None,
 ) -> JobReport:
     """Runs ``fun`` over every example of ``source`` and writes the outputs to
     ``output``, resumably and exactly once.
@@ -244,13 +249,10 @@ def run(
     """
     start_time = time.perf_counter()
     raise_lost()
-    try:
-        import pyarrow  # noqa: F401 - the shards are Parquet
-    except ImportError:
-        raise ImportError(
-            "jb.run writes Parquet and needs pyarrow: pip install 'jaxbatch[arrow]'"
-        ) from None
+    require("pyarrow", "jb.run (it writes Parquet)")
     _check_args(checkpoint_every)
+    if is_huggingface_dataset(source):  # Read in place; columns= picks its columns.
+        source = Dataset.from_huggingface(source, columns=columns)
     if planner is not None:
         _planner_record(planner)  # Refused before anything is made on disk.
     # The job's loader reads in example order, once; the engine checks the
@@ -669,12 +671,11 @@ class _ProgressBar:
         self.bar = None
         if not enabled:
             return
-        try:
-            from tqdm.auto import tqdm
-        except ImportError:
-            log.info("jb.run: install tqdm for a progress bar")
+        tqdm = optional("tqdm.auto")
+        if tqdm is None:
+            log.info("jb.run: no tqdm, so no progress bar: %s", install_hint("tqdm"))
             return
-        self.bar = tqdm(total=total, initial=initial, unit="ex", desc="jb.run", smoothing=0.1)
+        self.bar = tqdm.tqdm(total=total, initial=initial, unit="ex", desc="jb.run", smoothing=0.1)
         self.real = self.padded = 0
 
     def update(self, examples: int, batch, counts: _Counts, stats) -> None:

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from jaxbatch._src.base.optional import require
 from jaxbatch._src.collate import keys
 from jaxbatch._src.collate.collate import Batch
 from jaxbatch._src.data.dtypes import numpy_dtype
@@ -29,6 +30,8 @@ from jaxbatch._src.execute.output_layout import leaf_names
 from jaxbatch._src.job.folder import JOURNAL_NAME, Committed, process_parts, read_committed
 
 _META_KIND, _META_SHAPE, _META_DTYPE = b"jaxbatch.kind", b"jaxbatch.shape", b"jaxbatch.dtype"
+# What needs pyarrow here, for the ImportError without it.
+_WRITING = "jb.run (it writes Parquet)"
 
 
 @dataclass
@@ -103,7 +106,7 @@ def concat_columns(pieces: list[dict[str, Column]]) -> dict[str, Column]:
 
 def to_table(examples: np.ndarray, columns: dict[str, Column]):
     """An Arrow table: ``example_index`` and one column per output."""
-    import pyarrow as pa
+    pa = require("pyarrow", _WRITING)
 
     arrays, fields = [pa.array(examples, pa.int64())], [pa.field(keys.EXAMPLE_INDEX, pa.int64())]
     for name, column in columns.items():
@@ -131,7 +134,7 @@ def to_table(examples: np.ndarray, columns: dict[str, Column]):
 
 def _arrow_values(values: np.ndarray):
     """A flat Arrow array of the values (bfloat16, which Arrow lacks, as uint16)."""
-    import pyarrow as pa
+    pa = require("pyarrow", _WRITING)
 
     flat = np.ascontiguousarray(values).reshape(-1)
     if flat.dtype.name == "bfloat16":
@@ -140,8 +143,8 @@ def _arrow_values(values: np.ndarray):
 
 
 def encode_parquet(table) -> bytes:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    pa = require("pyarrow", _WRITING)
+    pq = require("pyarrow.parquet", _WRITING)
 
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink)
@@ -169,7 +172,7 @@ def from_table(table) -> dict[str, Any]:
 
 
 def _flat_values(array, dtype):
-    import pyarrow as pa
+    pa = require("pyarrow", "jb.read_output")
 
     if pa.types.is_fixed_size_list(array.type):
         array = array.flatten()
@@ -203,8 +206,8 @@ def read_output(output: str | os.PathLike, *, partial: bool = False) -> dict[str
         out = jb.read_output("embeddings/")
         vectors = out["output"]            # [examples, 384]
     """
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    pa = require("pyarrow", "jb.read_output (it reads Parquet)")
+    pq = require("pyarrow.parquet", "jb.read_output (it reads Parquet)")
 
     parts = [(folder, read_committed(folder)) for folder in _process_folders(Path(output), partial)]
     _check_same_job(output, parts)

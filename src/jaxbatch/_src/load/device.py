@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import collections
-from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from jaxbatch._src.load.agree import agree, loader_settings, shard_problem
-from jaxbatch._src.load.loader import Loader
+from jaxbatch._src.load.loader import Loader, register_prefetcher
+
+if TYPE_CHECKING:
+    import jax
 
 
 def device_prefetch(
     iterable: Iterable[Mapping[str, Any]], size: int = 2, sharding: Any = None
-) -> Iterator[dict[str, Any]]:
+) -> DevicePrefetcher:
     """Yields the batches of `iterable` as JAX arrays, keeping `size` of them
     already transferred (``jax.device_put`` is asynchronous, so the copy of
     the next batches overlaps the work on this one).
@@ -24,9 +27,9 @@ def device_prefetch(
     multi-host path: every process runs its own Loader shard; see
     :func:`global_batches`). Without one, arrays go to the default device.
 
-    The prefetch reads the Loader ahead, so checkpoint with the returned
-    iterator's ``get_state()`` (the Loader's state after the last batch it
-    yielded), not the Loader's own.
+    The prefetch reads the Loader ahead, so checkpoint the returned
+    :class:`DevicePrefetcher` (its ``get_state()``, or
+    ``jaxbatch.checkpoint.LoaderSave(batches)``), not the Loader.
 
     Example::
 
@@ -37,24 +40,40 @@ def device_prefetch(
     """
     if isinstance(size, bool) or not isinstance(size, int) or size < 1:
         raise ValueError(f"device_prefetch: size must be an int >= 1, found {size!r}")
-    return _Prefetcher(iterable, size, sharding)
+    return DevicePrefetcher(iterable, size, sharding)
 
 
-class _Prefetcher:
-    """device_prefetch's iterator. It reads `size - 1` batches ahead of the
-    one it yields, so a Loader's own state is ahead too; ``get_state()`` here
-    is the Loader's state right after the last batch yielded, the one to
-    checkpoint."""
+class DevicePrefetcher:
+    """The iterator :func:`device_prefetch` and :func:`global_batches`
+    return: batches as ``jax.Array`` dicts, `size` of them in flight. It
+    reads ``size - 1`` batches ahead of the one it yields, so its source
+    Loader's own state is ahead too; :meth:`get_state` here is the Loader's
+    state right after the last batch yielded, the one to checkpoint, and
+    :meth:`set_state` restores it in place.
 
-    def __init__(self, iterable, size, sharding):
+    Example::
+
+        batches = jb.device_prefetch(loader)
+        next(batches)
+        saved = batches.get_state()
+        next(batches)
+        batches.set_state(saved)   # the next batch is the second one again
+    """
+
+    def __init__(self, iterable: Iterable[Mapping[str, Any]], size: int, sharding: Any) -> None:
         self._iterator = iter(iterable)
         self._source = iterable
         self._size, self._sharding = size, sharding
-        self._queue: collections.deque = collections.deque()
-        self._state = None
+        self._queue: collections.deque[tuple[dict[str, jax.Array], Any]] = collections.deque()
+        self._state: dict[str, Any] | None = None
         self._started = False
+        if isinstance(iterable, Loader):
+            register_prefetcher(iterable, self)
 
-    def _put(self, batch: Mapping[str, Any]) -> dict[str, Any]:
+    def __repr__(self) -> str:
+        return f"DevicePrefetcher(size={self._size}, source={type(self._source).__name__})"
+
+    def _put(self, batch: Mapping[str, Any]) -> dict[str, jax.Array]:
         import jax
 
         if not isinstance(batch, Mapping):
@@ -66,7 +85,7 @@ class _Prefetcher:
             return jax.device_put(dict(batch))
         return {k: self._global(k, v) for k, v in batch.items()}
 
-    def _global(self, key: str, value: Any) -> Any:
+    def _global(self, key: str, value: Any) -> jax.Array:
         import jax
 
         try:
@@ -80,17 +99,23 @@ class _Prefetcher:
                 f"batch_size or rows_per_batch that is a multiple of it)"
             ) from e
 
+    def _source_state(self) -> Any:
+        """The source's state now: a Loader's without its read-ahead check
+        (this iterator is what reads it ahead)."""
+        if isinstance(self._source, Loader):
+            return self._source._read_state()
+        return self._source.get_state() if hasattr(self._source, "get_state") else None
+
     def _pull(self) -> bool:
         for batch in self._iterator:
-            state = self._source.get_state() if hasattr(self._source, "get_state") else None
-            self._queue.append((self._put(batch), state))
+            self._queue.append((self._put(batch), self._source_state()))
             return True
         return False
 
-    def __iter__(self) -> _Prefetcher:
+    def __iter__(self) -> DevicePrefetcher:
         return self
 
-    def __next__(self) -> dict[str, Any]:
+    def __next__(self) -> dict[str, jax.Array]:
         if not self._started:
             self._started = True
             while len(self._queue) < self._size - 1 and self._pull():
@@ -102,15 +127,34 @@ class _Prefetcher:
         return batch
 
     def get_state(self) -> dict[str, Any]:
-        """The source Loader's state after the last batch yielded."""
-        if not hasattr(self._source, "get_state"):
-            raise TypeError("device_prefetch: get_state() needs a Loader (or a source with one)")
-        return self._state if self._state is not None else self._source.get_state()
+        """The source Loader's state after the last batch yielded (a small
+        JSON-serialisable dict, as :meth:`Loader.get_state` gives)."""
+        if self._state is not None:
+            return self._state
+        self._loader("get_state")  # Raises for a source without one.
+        return self._source_state()
+
+    def set_state(self, state: Mapping[str, Any]) -> None:
+        """Restores `state` (from :meth:`get_state`) in place: the source
+        Loader continues from it and the batches read ahead are dropped, so
+        the next batch is the one after the saved one."""
+        self._loader("set_state").set_state(state)
+        self._queue.clear()
+        self._iterator = iter(self._source)
+        self._state, self._started = None, False
+
+    def _loader(self, method: str) -> Any:
+        if not hasattr(self._source, method):
+            raise TypeError(
+                f"device_prefetch: {method}() needs a Loader (or a source with one), found "
+                f"{type(self._source).__name__}"
+            )
+        return self._source
 
 
 def global_batches(
     iterable: Iterable[Mapping[str, Any]], mesh: Any = None, axis: str = "data", size: int = 2
-) -> Iterator[dict[str, Any]]:
+) -> DevicePrefetcher:
     """Global batches for multi-process (multi-host) training: each process's
     Loader shard (``shard="jax"``) becomes its rows of global ``jax.Array``\\ s
     sharded over `axis` of `mesh` (default: every device of every process on

@@ -9,14 +9,16 @@ import threading
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
 import numpy as np
 
 from jaxbatch import _core
+from jaxbatch._src.base.choices import one_of
 from jaxbatch._src.collate.collate import Batch, batch_from_core, pad_values
 from jaxbatch._src.data.dataset import Dataset, graph_layout, mapped_files
 from jaxbatch._src.data.dtypes import dtype_name
+from jaxbatch._src.data.huggingface import is_huggingface_dataset
 from jaxbatch._src.data.sources import (
     StreamedParquet,
     open_source,
@@ -97,9 +99,16 @@ class LoaderStats:
         return self.real_edges / self.padded_edges if self.padded_edges else 1.0
 
 
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
 _CORE = _core.LoaderOptions()  # The engine's defaults.
+# The engine's names (ShuffleMode, ErrorPolicy), which it validates;
+# tests/test_typing.py checks these types list exactly them.
 Shuffle = Literal["global", "block", "none"]
 OnError = Literal["raise", "skip", "quarantine"]
+#: (index, count), or "jax": jax.process_index() of jax.process_count().
+Shard = tuple[int, int] | Literal["jax"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,7 +133,7 @@ class LoaderOptions:
     shuffle: bool | Shuffle = True
     block_size: int = _CORE.schedule.block_size
     seed: int = _CORE.schedule.seed
-    shard: tuple[int, int] | Literal["jax"] | None = None
+    shard: Shard | None = None
     num_threads: int | None = None
     prefetch: int = _CORE.prefetch
     epochs: int | None = _CORE.epochs
@@ -133,6 +142,7 @@ class LoaderOptions:
     schema: Mapping[str, ColumnSchema] | None = None
     quarantine_file: str | os.PathLike | None = None
     pad_value: int | float | Mapping[str, int | float] = _CORE.default_pad_value
+    padded_segments: bool = _CORE.padded_segments
     host_memory_limit: int | None = None
     stream: bool | None = None
 
@@ -172,9 +182,39 @@ class LoaderOptions:
         o.on_error = _core.parse_error_policy(str(self.on_error))
         o.max_errors, o.max_error_fraction = _resolve_max_errors(self.max_errors)
         o.pad_values, o.default_pad_value = pad_values(self.pad_value, "Loader")
+        if not isinstance(self.padded_segments, bool):
+            raise ValueError(
+                f"Loader: padded_segments must be True or False, found {self.padded_segments!r}"
+            )
+        o.padded_segments = self.padded_segments
         o.host_memory_limit = int(self.host_memory_limit or 0)
         o.quarantine_path = os.fspath(self.quarantine_file) if self.quarantine_file else ""
         return o
+
+
+class LoaderKwargs(TypedDict, total=False):
+    """LoaderOptions' fields as keyword arguments of :class:`Loader`, so a
+    type checker sees ``jb.Loader(ds, planner, shuffle="sometimes")`` is
+    wrong (tests/test_typing.py keeps the two alike)."""
+
+    columns: Sequence[str] | None
+    column: str | None
+    aligned: Sequence[Sequence[str]] | None
+    shuffle: bool | Shuffle
+    block_size: int
+    seed: int
+    shard: Shard | None
+    num_threads: int | None
+    prefetch: int
+    epochs: int | None
+    on_error: OnError
+    max_errors: int | float | None
+    schema: Mapping[str, ColumnSchema] | None
+    quarantine_file: str | os.PathLike | None
+    pad_value: int | float | Mapping[str, int | float]
+    padded_segments: bool
+    host_memory_limit: int | None
+    stream: bool | None
 
 
 def _shuffle_mode(shuffle):
@@ -183,9 +223,8 @@ def _shuffle_mode(shuffle):
     if shuffle is False:
         return _core.ShuffleMode.none
     if not isinstance(shuffle, str):
-        raise ValueError(
-            f"Loader: shuffle must be True, False, 'global', 'block' or 'none', found {shuffle!r}"
-        )
+        names = one_of(tuple(_core.shuffle_mode_name(m) for m in _core.ShuffleMode))
+        raise ValueError(f"Loader: shuffle must be True, False, {names}, found {shuffle!r}")
     return _core.parse_shuffle_mode(shuffle)
 
 
@@ -202,8 +241,10 @@ class Loader:
     """Batches from C++ worker threads: shuffled, sharded, planned, collated
     into reused buffers and prefetched, with the GIL released.
 
-    ``source`` is a :class:`Dataset` or a path (Parquet, Arrow IPC, or a
-    folder of ``.npy`` values/offsets pairs; see ``columns``). Iterating
+    ``source`` is a :class:`Dataset`, a Hugging Face ``datasets.Dataset``
+    (read in place, see :meth:`Dataset.from_huggingface`; ``columns`` picks
+    its columns) or a path (Parquet, Arrow IPC, or a folder of ``.npy``
+    values/offsets pairs; see ``columns``). Iterating
     yields :class:`Batch` dicts as :func:`jaxbatch.collate` returns them. The
     stream is identical, byte for byte, for the same seed whatever
     ``num_threads``; :meth:`get_state` / ``state=`` resume it exactly.
@@ -239,6 +280,11 @@ class Loader:
         examples reached (float < 1); beyond it the run stops with a summary.
       quarantine_file: JSONL file quarantined records are appended to (with
         ``shard``, by shard 0 only: every shard finds the same records).
+      padded_segments: padded batches carry ``<k>_segment_ids`` (1 on real
+        elements, 0 padding) and ``<k>_positions`` (0..length-1, 0 padding)
+        as packed ones do, so one attention and position code path serves
+        both; False leaves them out (a third less to collate for int32
+        tokens, measured).
       host_memory_limit: bytes of batch buffers alive at once (they come
         back when your arrays are freed); must hold ``prefetch + 2`` batches
         plus any you keep. Keeping every batch it holds makes ``next()``
@@ -274,7 +320,7 @@ class Loader:
         *,
         options: LoaderOptions | None = None,
         state: Mapping[str, Any] | None = None,
-        **kwargs: Any,
+        **kwargs: Unpack[LoaderKwargs],
     ):
         if not isinstance(planner, PLANNERS):
             raise TypeError(f"Loader: expected a planner, found {type(planner).__name__}")
@@ -288,6 +334,9 @@ class Loader:
         self._stream = None
         if isinstance(source, str | os.PathLike):
             source = open_streamed(source, o) or source
+        elif is_huggingface_dataset(source):
+            source = Dataset.from_huggingface(source, columns=o.columns)
+            o = dataclasses.replace(o, columns=None)
         if isinstance(source, Dataset):
             if o.columns is not None:
                 raise ValueError("Loader: columns= selects columns of a file; got a Dataset")
@@ -389,7 +438,23 @@ class Loader:
         """A small JSON-serialisable dict: seed, epoch, position and counts,
         and the key of the stream they belong to (the engine's: data
         fingerprint, planner, shuffle, shard). Its size does not grow with
-        the data or the prefetch depth."""
+        the data or the prefetch depth.
+
+        Refused (ValueError) while a ``jb.device_prefetch`` /
+        ``jb.global_batches`` iterator reads this Loader ahead: the Loader
+        is past the batches queued there, so that iterator's ``get_state()``
+        is the one to save."""
+        wrapper = prefetcher_of(self)
+        if wrapper is not None:
+            raise ValueError(
+                f"Loader.get_state: this Loader is read ahead by {wrapper} (jb.device_prefetch "
+                f"or jb.global_batches over it), so its own state is past the batches queued "
+                f"there and a restore would skip them; call get_state() on that iterator instead"
+            )
+        return self._read_state()
+
+    def _read_state(self) -> dict[str, Any]:
+        """get_state() without the read-ahead check (for the prefetcher itself)."""
         s = self._live().state()
         key = s.key
         out = {field: getattr(s, field) for field in _STATE_FIELDS}
@@ -686,3 +751,21 @@ def _resolve_max_errors(max_errors) -> tuple[int, float]:
         "Loader: max_errors must be an int (a count) or a float below 1 (a fraction), "
         f"found {max_errors!r}"
     )
+
+
+# Each Loader's prefetching iterator (a jb.DevicePrefetcher), while both live:
+# the Loader's own state is then past the batches queued in the iterator, so
+# saving it would skip them (Loader.get_state and the checkpoint handlers
+# refuse it).
+_READ_AHEAD: weakref.WeakKeyDictionary[Loader, weakref.ref[Any]] = weakref.WeakKeyDictionary()
+
+
+def register_prefetcher(loader: Loader, prefetcher: Any) -> None:
+    """Records that `prefetcher` reads `loader` ahead, for as long as it lives."""
+    _READ_AHEAD[loader] = weakref.ref(prefetcher)
+
+
+def prefetcher_of(loader: Loader) -> Any:
+    """The live prefetching iterator reading `loader` ahead, or None."""
+    ref = _READ_AHEAD.get(loader)
+    return None if ref is None else ref()

@@ -301,8 +301,8 @@ def segment_sum(x: Any, segment_ids: Any, num_segments: int) -> jax.Array:
     Example::
 
         per_example = jb.masked.segment_sum(
-            loss, batch["tokens_segment_ids"], num_segments=pack.max_segments_per_row
-        )  # [rows, S], lines up with batch["example_index"]
+            loss, batch["tokens_segment_ids"], num_segments=batch.segments
+        )  # [rows, S] packed (lines up with batch["example_index"]), [rows, 1] padded
     """
     x, segment_ids, num_segments = _segment_inputs("segment_sum", x, segment_ids, num_segments)
     out, acc = _sum_dtypes(x)

@@ -149,7 +149,14 @@ class FixedBuckets(_Planner):
 class AutoBuckets(_Planner):
     """Chooses the bucket boundaries that minimise total padded elements with
     at most ``max_shapes`` distinct batch shapes (so at most that many
-    compilations). Exact: dynamic programming over the length histogram.
+    compilations): dynamic programming over the length histogram, exact for
+    ``remainder="keep"`` and ``"drop"``. With ``"pad"`` (the default) the
+    empty rows of each bucket's last batch take the longest examples of the
+    shorter buckets (they were padded anyway), so only the shortest bucket
+    pads a remainder, and a bucket whose longest examples moved up pads to
+    the longest left; the boundaries are the best of the exact optima with
+    and without empty rows counted, within 2% of the exact optimum of whole
+    batches on molecule-size data (measured, tests/test_plan.py).
     With ``token_budget`` each bucket of length ``L`` gets
     ``token_budget // L`` rows, so short sequences get big batches.
     ``rows_multiple`` makes every batch's row count a multiple of it: set

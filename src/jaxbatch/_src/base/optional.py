@@ -1,0 +1,83 @@
+"""Optional dependencies: imported where a feature needs them, and when one
+is missing, an ImportError naming the extra that installs it.
+
+``EXTRAS`` is the one table of which optional package each feature needs
+and which extra of pyproject.toml's ``[project.optional-dependencies]``
+brings it (tests/test_optional.py checks the two agree).
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+# Top-level module -> (the distribution pip installs, the jaxbatch extra
+# that brings it).
+EXTRAS: dict[str, tuple[str, str]] = {
+    "pyarrow": ("pyarrow", "arrow"),
+    "tqdm": ("tqdm", "progress"),
+    "matplotlib": ("matplotlib", "plot"),
+    "safetensors": ("safetensors", "demo"),
+    "tokenizers": ("tokenizers", "demo"),
+    "orbax": ("orbax-checkpoint", "orbax"),
+    "grain": ("grain", "grain"),
+    "datasets": ("datasets", "huggingface"),
+}
+
+
+def install_hint(module: str) -> str:
+    """The pip line that installs `module`'s extra.
+
+    Example::
+
+        install_hint("pyarrow.parquet")  # "pip install 'jaxbatch[arrow]'"
+    """
+    _, extra = EXTRAS[module.split(".")[0]]
+    return f"pip install 'jaxbatch[{extra}]'"
+
+
+def missing_message(module: str, what: str) -> str:
+    """What an ImportError says when `module`, which `what` needs, is missing."""
+    distribution, _ = EXTRAS[module.split(".")[0]]
+    return f"{what} needs {distribution}, which is not installed: {install_hint(module)}"
+
+
+def _is_missing(error: ModuleNotFoundError, module: str) -> bool:
+    """Whether `error` is `module` (or a package above it) not being there,
+    rather than something it imports in turn: that error is left as it is."""
+    name = error.name or ""
+    return module == name or module.startswith(name + ".")
+
+
+def require(module: str, what: str) -> ModuleType:
+    """`module` imported (say ``"pyarrow.parquet"``), for the feature `what`;
+    if it is not installed, an ImportError naming `what` and the extra.
+
+    Example::
+
+        pq = require("pyarrow.parquet", "jb.Loader reading Parquet")
+        # without pyarrow: ImportError: jb.Loader reading Parquet needs
+        # pyarrow, which is not installed: pip install 'jaxbatch[arrow]'
+    """
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        if not _is_missing(e, module):
+            raise
+        raise ImportError(missing_message(module, what)) from e
+
+
+def optional(module: str) -> ModuleType | None:
+    """`module` imported, or None when it is not installed (a feature that
+    does without it, such as a progress bar, says so with install_hint).
+
+    Example::
+
+        tqdm = optional("tqdm.auto")
+    """
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        if not _is_missing(e, module):
+            raise
+        return None

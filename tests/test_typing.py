@@ -1,0 +1,208 @@
+"""jaxbatch as a type checker sees it: the package ships its types
+(py.typed, and _core.pyi, nanobind's stub of the extension, kept equal to the
+built module); string options are ``Literal`` types listing exactly the
+values the engine (or, for Python's own options, the check) accepts; and
+mypy --strict passes a typed user program and rejects the mistakes in
+tests/typing/type_errors.py, each on its line."""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import enum
+import re
+import subprocess
+import sys
+import typing
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import jaxbatch as jb
+from jaxbatch import _core
+from jaxbatch._src.base.choices import choices
+from jaxbatch._src.collate.collate import GraphRole
+from jaxbatch._src.execute.map import MapOnError, OnOom
+from jaxbatch._src.load.loader import LoaderKwargs, OnError, Shuffle
+
+PACKAGE = Path(jb.__file__).parent
+TYPING = Path(__file__).parent / "typing"
+# mypy over the two files, cold cache: about 5 s.
+MYPY_TIMEOUT = 240
+
+
+# -- the shipped types ---------------------------------------------------------
+
+
+def test_core_stub_is_the_built_modules(tmp_path):
+    """src/jaxbatch/_core.pyi is what nanobind's stubgen writes for the built
+    extension: a binding changed without `make stubs` fails here."""
+    fresh = tmp_path / "_core.pyi"
+    subprocess.run(
+        [sys.executable, "-m", "nanobind.stubgen", "-q", "-m", "jaxbatch._core", "-o", fresh],
+        check=True,
+        timeout=120,
+    )
+    committed = (PACKAGE / "_core.pyi").read_text()
+    diff = list(
+        difflib.unified_diff(
+            committed.splitlines(),
+            fresh.read_text().splitlines(),
+            "committed",
+            "built",
+            n=1,
+            lineterm="",
+        )
+    )
+    assert not diff, "src/jaxbatch/_core.pyi is out of date; run `make stubs`:\n" + "\n".join(
+        diff[:40]
+    )
+
+
+def test_package_is_marked_typed():
+    assert (PACKAGE / "py.typed").is_file()
+
+
+# -- Literal types against the engine's names -----------------------------------
+
+
+def _literal_values(annotation) -> set[str]:
+    """The strings a (possibly unioned) annotation's Literal parts allow."""
+    if typing.get_origin(annotation) is typing.Literal:
+        return set(typing.get_args(annotation))
+    return {v for part in typing.get_args(annotation) for v in _literal_values(part)}
+
+
+def test_loader_literals_are_the_engines_names():
+    assert set(choices(Shuffle)) == {_core.shuffle_mode_name(m) for m in _core.ShuffleMode}
+    assert set(choices(OnError)) == {_core.error_policy_name(p) for p in _core.ErrorPolicy}
+    hints = typing.get_type_hints(jb.LoaderOptions)
+    assert _literal_values(hints["shuffle"]) == set(choices(Shuffle))
+    assert _literal_values(hints["on_error"]) == set(choices(OnError))
+    assert _literal_values(typing.get_type_hints(jb.run)["on_error"]) == set(choices(OnError))
+
+
+@pytest.mark.parametrize("planner", [jb.PadToMax, jb.FixedBuckets, jb.AutoBuckets, jb.Pack,
+                                     jb.GraphBudget, jb.GraphBuckets])  # fmt: skip
+def test_planner_literals_are_the_engines_enums(planner):
+    """Every planner option the engine holds as an enum is typed as the
+    Literal of exactly that enum's names (the values the engine parses)."""
+    core = planner._core_type()
+    hints = typing.get_type_hints(planner)
+    enums = 0
+    for field in dataclasses.fields(planner):
+        default = getattr(core, field.name)
+        if isinstance(default, enum.Enum):
+            enums += 1
+            assert _literal_values(hints[field.name]) == set(type(default).__members__), (
+                planner.__name__,
+                field.name,
+            )
+    assert enums >= 1  # remainder, too_long, algorithm, too_big
+
+
+def test_loader_keywords_are_loader_options_fields():
+    """Loader(**kwargs) is typed by LoaderKwargs: the same names and types
+    as LoaderOptions, so a checker catches a misspelt or mistyped option."""
+    options = typing.get_type_hints(jb.LoaderOptions)
+    assert typing.get_type_hints(LoaderKwargs) == {
+        f.name: options[f.name] for f in dataclasses.fields(jb.LoaderOptions)
+    }
+
+
+def test_python_owned_choices_are_checked_from_their_literal():
+    """jb.map's on_oom / on_error and unbatch's per are Python's options:
+    the run-time check lists exactly the Literal's values."""
+    ds = jb.Dataset.from_arrays({"tokens": [np.arange(3), np.arange(2)]})
+    for option, literal in (("on_oom", OnOom), ("on_error", MapOnError)):
+        allowed = " or ".join(repr(v) for v in choices(literal))
+        with pytest.raises(ValueError, match=f"jb.map: {option} must be {allowed}, found 'x'"):
+            jb.map(lambda e: e, ds, **{option: "x"})
+    graph = {
+        "nodes": np.ones((2, 1), np.float32),
+        "senders": np.array([0], np.int32),
+        "receivers": np.array([1], np.int32),
+        "n_node": np.array([2]),
+        "n_edge": np.array([1]),
+    }
+    graphs = jb.Dataset.from_graphs([graph, graph])
+    spec = jb.plan(graphs, jb.GraphBudget(nodes=8, edges=8, graphs=3))[0]
+    batch = jb.collate(graphs, spec)
+    quoted = [repr(v) for v in choices(GraphRole)]
+    allowed = ", ".join(quoted[:-1]) + " or " + quoted[-1]
+    with pytest.raises(ValueError, match=f"unbatch: per must be {allowed}, found 'nodes'"):
+        jb.unbatch(np.zeros(8), batch, per="nodes")
+
+
+# -- mypy on user code ----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def mypy_errors(tmp_path_factory) -> dict[str, list[tuple[int, str]]]:
+    """mypy --strict over both typed files, once: (line, message) of every
+    error, by file name."""
+    cache = tmp_path_factory.mktemp("mypy-cache")
+    files = [TYPING / "user_script.py", TYPING / "type_errors.py"]
+    run = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--cache-dir", cache, *files],
+        capture_output=True,
+        text=True,
+        timeout=MYPY_TIMEOUT,
+    )
+    errors: dict[str, list[tuple[int, str]]] = {f.name: [] for f in files}
+    for line in run.stdout.splitlines():
+        m = re.match(r"(?P<file>[^:]+):(?P<line>\d+): error: (?P<message>.*)", line)
+        if m:
+            errors[Path(m["file"]).name].append((int(m["line"]), m["message"]))
+    assert run.returncode == (1 if any(errors.values()) else 0), run.stdout + run.stderr
+    assert "Success" in run.stdout or errors["type_errors.py"], run.stdout + run.stderr
+    return errors
+
+
+def test_typed_user_program_passes_mypy_strict(mypy_errors):
+    assert mypy_errors["user_script.py"] == []
+
+
+def test_mypy_rejects_each_mistake_on_its_line(mypy_errors):
+    expected = {
+        number: m.group(1).strip()
+        for number, text in enumerate((TYPING / "type_errors.py").read_text().splitlines(), 1)
+        if (m := re.search(r"\S  # E: (.*)$", text))
+    }
+    assert len(expected) >= 15
+    found: dict[int, list[str]] = {}
+    for number, message in mypy_errors["type_errors.py"]:
+        found.setdefault(number, []).append(message)
+    unexpected = {n: msgs for n, msgs in found.items() if n not in expected}
+    assert not unexpected, f"errors on lines not marked # E: {unexpected}"
+    for number, fragment in expected.items():
+        assert any(fragment in m for m in found.get(number, [])), (
+            f"type_errors.py:{number}: expected an error with {fragment!r}, got {found.get(number)}"
+        )
+
+
+def test_typed_user_program_runs_and_matches_numpy():
+    """The checked program is a working one: its results, against NumPy."""
+    sys.path.insert(0, str(TYPING))
+    try:
+        import user_script
+    finally:
+        sys.path.remove(str(TYPING))
+    out = user_script.main()
+    ds = user_script.make_dataset()
+    tokens = [ds.example(i)["tokens"] for i in range(len(ds))]
+    np.testing.assert_allclose(out["means"], [t.mean() for t in tokens], rtol=1e-6)
+    first = out["first"]
+    index = np.asarray(first["example_index"])
+    expected_sums = np.where(index >= 0, [[tokens[i].sum() if i >= 0 else 0 for i in row]
+                                          for row in index], 0)  # fmt: skip
+    np.testing.assert_array_equal(out["sums"], expected_sums)
+    assert len(out["shapes"]) == out["steps"] - 1  # resumed after the first batch
+    assert out["position"]["batches"] == out["steps"]  # the prefetcher's state: all yielded
+    ids = np.asarray(first["tokens_segment_ids"])
+    causal = np.tril(np.ones((ids.shape[1],) * 2, dtype=bool))
+    same = (ids[:, :, None] == ids[:, None, :]) & (ids[:, :, None] > 0) & causal
+    np.testing.assert_array_equal(out["attend"].reshape(same.shape), same)
+    for example, piece in out["per_example"].items():
+        np.testing.assert_array_equal(piece, tokens[example])

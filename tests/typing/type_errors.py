@@ -1,0 +1,27 @@
+"""Mistakes a type checker must catch in a user's jaxbatch code: each line
+marked ``# E: <text>`` must get a mypy error containing <text>, and no other
+line any (tests/test_typing.py). Never run."""
+
+from __future__ import annotations
+
+import jaxbatch as jb
+
+ds = jb.Dataset.from_arrays({"tokens": [[1, 2, 3], [4]]})
+jb.Loader(ds, jb.PadToMax(2), shuffle="sometimes")  # E: "shuffle"
+jb.Loader(ds, jb.PadToMax(2), on_error="ignore")  # E: "on_error"
+jb.Loader(ds, jb.PadToMax(2), shard="all")  # E: "shard"
+jb.Loader(ds, jb.PadToMax(2), suffle=True)  # E: Unexpected keyword argument "suffle"
+jb.LoaderOptions(shuffle="sometimes")  # E: "shuffle" to "LoaderOptions"
+jb.PadToMax(8, remainder="truncate")  # E: "remainder" to "PadToMax"
+jb.FixedBuckets([8, 16], batch_size=4, too_long="clip")  # E: "too_long" to "FixedBuckets"
+jb.Pack(64, 4, algorithm="worst_fit")  # E: "algorithm" to "Pack"
+jb.GraphBudget(nodes=8, edges=8, graphs=2, too_big="drop")  # E: "too_big" to "GraphBudget"
+jb.map(lambda x: x, ds, on_oom="retry")  # E: "on_oom" to "map"
+jb.map(lambda x: x, ds, on_error="skip")  # E: "on_error" to "map"
+jb.map(lambda x: x, ds, batch_size="max")  # E: "batch_size" to "map"
+jb.run(lambda x: x, ds, "out", on_error="ignore")  # E: "on_error" to "run"
+jb.vmap(lambda x: x, chunk_size="big")  # E: "chunk_size" to "vmap"
+jb.plan(ds, "AutoBuckets")  # E: "plan" has incompatible type "str"
+length: str = len(ds)  # E: Incompatible types in assignment
+batch = jb.collate(ds, jb.plan(ds, jb.PadToMax(2))[0])
+jb.unbatch(batch["tokens"], batch, per="nodes")  # E: "per" to "unbatch"
