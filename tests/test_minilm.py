@@ -86,6 +86,33 @@ def test_packed_job_gives_the_unpacked_embeddings(model, reference, tmp_path):
     assert cosines(out["output"], expected).min() >= 0.999
 
 
+def test_bfloat16_model_stays_within_the_cosine_bound_of_the_reference(model, reference, tmp_path):
+    """--dtype bfloat16: bfloat16 weights and matmuls, float32 layer norms,
+    softmax and pooling; against PyTorch's float32 embeddings and this
+    model's own float32 ones, cosine >= 0.999, through a padded job and a
+    packed one."""
+    import jax
+
+    sentences, expected = reference
+    bf16 = minilm.load_model(dtype="bfloat16")
+    assert {str(leaf.dtype) for leaf in jax.tree.leaves(bf16.params)} == {"bfloat16"}
+    ids = bf16.tokenize(sentences)
+    ds = jb.Dataset.from_arrays({"input_ids": ids})
+    pack = jb.Pack(row_length=256, rows_per_batch=4)
+    fun = {
+        "padded": (bf16.embed_fn(), jb.AutoBuckets(2, token_budget=1024)),
+        "packed": (bf16.embed_packed_fn(jb.plan(ds, pack).shapes[0].segments), pack),
+    }
+    for name, (f, planner) in fun.items():
+        jb.run(f, ds, tmp_path / name, planner=planner, progress=False)
+        out = jb.read_output(tmp_path / name)["output"]
+        assert out.dtype == np.float32
+        assert cosines(out, expected).min() >= 0.999, name
+        np.testing.assert_allclose(np.linalg.norm(out, axis=1), 1.0, rtol=1e-5)
+    with pytest.raises(ValueError, match=r"dtype must be one of \('float32', 'bfloat16'\)"):
+        minilm.load_model(dtype="float16")
+
+
 def test_tokenizer_matches_the_reference_ids(model):
     # [CLS] hello world [SEP], from the model's own vocab.txt.
     vocab = (model.folder / "vocab.txt").read_text(encoding="utf-8").split("\n")
@@ -93,8 +120,8 @@ def test_tokenizer_matches_the_reference_ids(model):
     assert [vocab[i] for i in ids] == ["[CLS]", "hello", "world", "[SEP]"]
 
 
-@pytest.mark.parametrize("planner", ["auto", "pack"])
-def test_demo_command_embeds_compares_and_searches(planner, tmp_path, capsys):
+@pytest.mark.parametrize(("planner", "dtype"), [("auto", "float32"), ("pack", "bfloat16")])
+def test_demo_command_embeds_compares_and_searches(planner, dtype, tmp_path, capsys):
     """`jaxbatch demo` end to end on a small text file: the job, the naive
     loop (checked equal inside the command), the planner table and a query
     whose nearest line is the obvious one."""
@@ -107,9 +134,10 @@ def test_demo_command_embeds_compares_and_searches(planner, tmp_path, capsys):
     out = tmp_path / "out"
     args = ["demo", "--corpus", str(corpus), "--output", str(out), "--max-shapes", "2"]
     args += ["--planner", planner, "--query", "a cat sitting on a mat", "--no-progress"]
-    assert main(args) == 0
+    assert main([*args, "--dtype", dtype]) == 0
     text = capsys.readouterr().out
-    assert "30 texts" in text and "same embeddings" in text and "AutoBuckets(max_shapes=2)" in text
+    checked = "same embeddings" if dtype == "float32" else "bfloat16 against float32"
+    assert "30 texts" in text and checked in text and "AutoBuckets(max_shapes=2)" in text
     assert "1. [" in text and "#17: The cat sat on the mat" in text
     vectors = jb.read_output(out)["output"]
     assert vectors.shape == (30, 384)

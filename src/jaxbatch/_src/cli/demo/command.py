@@ -2,21 +2,26 @@
 jaxbatch, and show what the usual hand-written loop costs beside it.
 
     jaxbatch demo [--corpus FILE] [--text-column NAME] [--query TEXT]
-                  [--output DIR] [--limit N] [--planner auto|pack] [--max-shapes K]
-                  [--memory-budget BYTES] [--no-naive]
+                  [--output DIR] [--limit N] [--planner pack|auto] [--max-shapes K]
+                  [--memory-budget BYTES] [--dtype float32|bfloat16] [--no-naive]
 
 1. Tokenises the corpus (default: the paragraphs of CPython's
    ``pydoc_data.topics``; or a text file, one example per non-empty line, or
    a Parquet file's string column) with all-MiniLM-L6-v2's tokenizer,
    truncated at its 256 tokens.
-2. Runs the embedding job through jaxbatch: AutoBuckets with a token budget
-   planned from XLA's compiled memory analysis (or, with ``--planner pack``,
-   rows of 256 tokens packed with several examples each, block-diagonal
-   attention and per-segment pooling), the C++ loader's prefetch, jb.run's
-   resumable Parquet output, progress bar and report.
+2. Runs the embedding job through jaxbatch: rows of 256 tokens packed with
+   several examples each (block-diagonal attention, per-segment pooling, one
+   compilation), as many rows a batch as XLA's compiled memory analysis
+   fits in the budget (or, with ``--planner auto``, AutoBuckets with that
+   token budget: one example a row, a few shapes), the C++ loader's
+   prefetch, jb.run's resumable Parquet output, progress bar and report.
+   Packing is the default because it is faster here: 1.48x AutoBuckets'
+   examples/s on 600 pydoc paragraphs (bench/bench_e2e.py).
 3. Runs the naive job on the same ids: fixed batches of 32 in corpus order,
    padded to each batch's longest example, ``jax.jit(jax.vmap(...))``;
-   checks both give the same embeddings; prints both side by side.
+   checks both give the same embeddings (with ``--dtype bfloat16``, the
+   job's bfloat16 embeddings against the naive job's float32 ones, at a
+   cosine of at least 0.999); prints both side by side.
 4. Prints the planners compared on the corpus's token lengths.
 5. Answers a semantic-search query with the five nearest paragraphs.
 """
@@ -31,9 +36,10 @@ from pathlib import Path
 import numpy as np
 
 from jaxbatch import _core
+from jaxbatch._src.base.optional import require
 from jaxbatch._src.base.words import counted
 from jaxbatch._src.cli.common import usage_error
-from jaxbatch._src.cli.demo.minilm import load_model
+from jaxbatch._src.cli.demo.minilm import MiniLM, load_model
 from jaxbatch._src.cli.plan import compare, format_table
 from jaxbatch._src.data.dataset import Dataset
 from jaxbatch._src.data.default_data import pydoc_paragraphs
@@ -52,6 +58,9 @@ DEMO_MAX_SHAPES = 8
 #: budget is the free device memory.
 CPU_MEMORY_BUDGET = 256 << 20
 CHECKPOINT_EVERY = 512
+#: The lowest cosine a bfloat16 embedding may have to its float32 reference
+#: (sentence-transformers' own bf16 autocast reaches 0.9999 on this corpus).
+BFLOAT16_MIN_COSINE = 0.999
 
 
 def load_corpus(path: str | None, text_column: str | None) -> tuple[list[str], str]:
@@ -62,9 +71,9 @@ def load_corpus(path: str | None, text_column: str | None) -> tuple[list[str], s
     if not p.is_file():
         raise ValueError(f"no such corpus file: {path}")
     if p.suffix.lower() in (".parquet", ".arrow", ".feather", ".ipc"):
-        import pyarrow as pa
-        import pyarrow.feather as feather
-        import pyarrow.parquet as pq
+        pa = require("pyarrow", f"jaxbatch demo reading {path}")
+        feather = require("pyarrow.feather", f"jaxbatch demo reading {path}")
+        pq = require("pyarrow.parquet", f"jaxbatch demo reading {path}")
 
         table = pq.read_table(p) if p.suffix.lower() == ".parquet" else feather.read_table(p)
         strings = [
@@ -201,7 +210,7 @@ def _demo(args) -> int:
     if not texts:
         raise ValueError(f"{source} holds no text")
     t0 = time.perf_counter()
-    model = load_model()
+    model = load_model(dtype=args.dtype)
     load_seconds = time.perf_counter() - t0
     t0 = time.perf_counter()
     ids = model.tokenize(texts)
@@ -215,7 +224,8 @@ def _demo(args) -> int:
         f"{np.median(lengths):.0f}, max {lengths.max()}"
     )
     print(
-        f"model: all-MiniLM-L6-v2 in JAX ({model.folder}), loaded in {load_seconds:.2f} s; "
+        f"model: all-MiniLM-L6-v2 in JAX, {model.dtype} ({model.folder}), loaded in "
+        f"{load_seconds:.2f} s; "
         f"tokenised in {tokenize_seconds:.2f} s; JAX on {jax.devices()[0].platform}\n"
     )
     dataset = Dataset.from_arrays({"input_ids": ids})
@@ -232,7 +242,10 @@ def _demo(args) -> int:
     )
     output = Path(args.output) if args.output else Path(tempfile.mkdtemp(prefix="jaxbatch-demo-"))
 
-    tag = f"all-MiniLM-L6-v2:{_core.hash_file(str(model.folder / 'model.safetensors')):016x}"
+    # The weights' hash and dtype: resuming the output with other weights, or
+    # in another dtype, is refused.
+    digest = _core.hash_file(str(model.folder / "model.safetensors"))
+    tag = f"all-MiniLM-L6-v2:{digest:016x}:{model.dtype}"
     t0 = time.perf_counter()
     report = run(
         fun,
@@ -259,9 +272,16 @@ def _demo(args) -> int:
     ]
     if not args.no_naive:
         print("\nnaive: batches of 32 in corpus order padded to their longest, jit(vmap(...)) ...")
-        naive_vectors, naive = naive_job(model, ids)
+        # The naive job is the float32 reference, whatever the job's dtype.
+        reference = model if model.dtype == "float32" else load_model()
+        naive_vectors, naive = naive_job(reference, ids)
         diff = float(np.abs(naive_vectors - vectors).max())
         cosine = float((naive_vectors * vectors).sum(1).min())
+        if model.dtype != "float32" and cosine < BFLOAT16_MIN_COSINE:
+            raise ValueError(
+                f"the {model.dtype} embeddings are too far from the float32 ones: lowest "
+                f"cosine {cosine:.6f}, expected at least {BFLOAT16_MIN_COSINE}"
+            )
         rows += [
             ("wall time (s)", f"{naive['wall']:.2f}", f"{job_seconds:.2f}"),
             ("examples/s", f"{len(ids) / naive['wall']:.1f}", f"{len(ids) / job_seconds:.1f}"),
@@ -275,7 +295,8 @@ def _demo(args) -> int:
         ]
         print(f"\n{_table(rows)}")
         print(
-            f"same embeddings: max |difference| {diff:.2e}, lowest cosine {cosine:.6f}; the "
+            ("same embeddings" if model.dtype == "float32" else f"{model.dtype} against float32")
+            + f": max |difference| {diff:.2e}, lowest cosine {cosine:.6f}; the "
             f"jaxbatch time includes memory planning, compiling and writing Parquet"
         )
 
@@ -311,9 +332,10 @@ def add_demo_parser(sub) -> None:
     p.add_argument("--limit", type=int, metavar="N", help="only the first N texts")
     p.add_argument(
         "--planner",
-        choices=("auto", "pack"),
-        default="auto",
-        help="auto: AutoBuckets with a token budget (default); pack: sequence packing",
+        choices=("pack", "auto"),
+        default="pack",
+        help="pack: sequence packing, one compilation (default); auto: AutoBuckets with a "
+        "token budget",
     )
     p.add_argument("--max-shapes", type=int, default=DEMO_MAX_SHAPES, metavar="K")
     p.add_argument(
@@ -322,6 +344,14 @@ def add_demo_parser(sub) -> None:
         metavar="BYTES",
         help="bytes the token budget is planned against (default: free device "
         "memory, or 256 MiB on CPU)",
+    )
+    p.add_argument(
+        "--dtype",
+        choices=MiniLM.DTYPES,
+        default="float32",
+        help="the weights' and matmuls' dtype (layer norms and softmax stay float32; "
+        "bfloat16 is checked against the float32 naive job at cosine >= "
+        f"{BFLOAT16_MIN_COSINE})",
     )
     p.add_argument("--no-naive", action="store_true", help="skip the naive comparison")
     p.add_argument("--no-progress", action="store_true")

