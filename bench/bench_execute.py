@@ -356,8 +356,7 @@ def main(argv: list[str] | None = None) -> None:
     n, k, budget = sizes(args.quick)
     print(
         f"jaxbatch execute benchmark: {n} examples of [{k}, 3] on CPU, {reps} alternating "
-        f"repetitions, memory budget {budget / 1e6:.1f} MB, load {machine['load_average']:.2f}"
-        + (" (--force)" if machine["forced"] else "")
+        f"repetitions, memory budget {budget / 1e6:.1f} MB; {harness.describe(machine)}"
     )
     results = measure(n, k, budget, reps)
     print_tables(results, n, budget)

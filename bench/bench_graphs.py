@@ -820,8 +820,8 @@ def main(argv: list[str] | None = None) -> int:
         f"(parsed in {load_seconds:.1f} s); train nodes mean {tr['mean_nodes']:.1f} max "
         f"{tr['max_nodes']}, edges mean {tr['mean_edges']:.1f} max {tr['max_edges']}; "
         f"Flax budget (batch {BATCH_SIZE}) nodes {budget.n_node} edges {budget.n_edge} graphs "
-        f"{budget.n_graph}; {reps} alternating repetitions; {env['cores']} cores, load average "
-        f"{env['load_average']:.2f}" + (" (--quick: timings mean nothing)" if args.quick else ""),
+        f"{budget.n_graph}; {reps} alternating repetitions; {harness.describe(env)}"
+        + (" (--quick: timings mean nothing)" if args.quick else ""),
         flush=True,
     )
 

@@ -35,12 +35,14 @@ import time
 from pathlib import Path
 
 import numpy as np
-from launch import launch_local
 
 import jaxbatch as jb
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+# The multi-process launcher the tests use (tests/launch.py).
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 import harness  # noqa: E402
+from launch import launch_local  # noqa: E402
 
 
 def make_dataset(num_examples: int) -> jb.Dataset:
@@ -92,6 +94,13 @@ def measure(processes: int, args) -> list[float]:
                     f"process {r.process_id} failed (rc={r.returncode}):\n{r.output}"
                 )
         runs = [json.loads((Path(out) / f"{i}.json").read_text()) for i in range(processes)]
+    for k in range(args.reps):  # The shards together are the epoch, each example once.
+        seen = sum(r["examples"][k] for r in runs)
+        if seen != args.examples:
+            raise AssertionError(
+                f"{processes} processes loaded {seen} examples in repetition {k + 1}, "
+                f"expected the epoch's {args.examples}"
+            )
     return [
         sum(r["examples"][k] for r in runs) / max(r["times"][k] for r in runs)
         for k in range(args.reps)
@@ -191,8 +200,7 @@ def parquet_main(args) -> None:
         f"bench_scale --parquet: {groups} row groups x 1000 examples, {decoded / 2**20:.0f} MB "
         f"decoded; AutoBuckets(8, token_budget=65536), shuffle=False, {PARQUET_THREADS} threads; "
         f"stream with host_memory_limit={PARQUET_LIMIT >> 20} MB; {reps} alternating repetitions, "
-        f"load {env['load_average']:.2f} on {env['cores']} cores"
-        + (" (forced past the load check)" if env["forced"] else "")
+        f"{harness.describe(env)}"
     )
     rows = [["read", "examples/s", "open s", "peak RSS growth MB", "row-group reads"]]
     result = {"env": env, "decoded_bytes": decoded, "limit": PARQUET_LIMIT, "runs": runs}
@@ -212,7 +220,7 @@ def parquet_main(args) -> None:
     print(f"wrote {harness.write_json('bench_scale_parquet', result)}")
 
 
-def main() -> None:
+def main() -> int | None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--parquet", action="store_true", help="Parquet bulk vs streamed")
     parser.add_argument("--parquet-run", choices=["bulk", "stream"], help=argparse.SUPPRESS)
@@ -236,10 +244,15 @@ def main() -> None:
         return worker(args)
     if args.reps < 3:
         parser.error("--reps must be >= 3 (a median with a spread)")
+    try:
+        env = harness.check_load(args.force)
+    except harness.LoadTooHigh as e:
+        print(f"bench_scale: {e}")
+        return 1
     print(
         f"bench_scale: {args.examples} examples (lengths 8-511, AutoBuckets(8, "
         f"token_budget=32768)), {args.reps} repetitions, {args.cores} cores available, "
-        "CPU devices, 1 per process"
+        f"CPU devices, 1 per process; {harness.describe(env)}"
     )
     print(f"{'processes':>9} {'examples/s (median)':>20} {'min':>10} {'max':>10} {'vs 1':>6}")
     base = None
@@ -252,4 +265,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,4 +1,4 @@
-"""Training benchmark: a small byte-level language model in JAX, four ways.
+"""Training benchmark: a small byte-level language model in JAX, six ways.
 
 The model: byte embedding (256 ids) + learned positions, 2 pre-norm
 transformer layers (width 64, 2 heads, MLP 256) with causal attention, and a
@@ -15,6 +15,13 @@ the same example; padding never counts).
   naive    batches of 16 examples in corpus order, each padded to its longest
            example; jax.jit compiles once per new padded length;
   pad64    the same batches padded to a multiple of 64 (at most 8 lengths);
+  padmax   (expert) the same batches padded to 16 x 512: one shape, one compile;
+  hand_buckets
+           (expert, about 20 lines) windows of 256 examples in corpus order,
+           each sorted by length; an example pads to the power of two >= its
+           length (at least 16), and each length's batches have
+           2560 // length rows (the last of a window padded with empty rows):
+           at most 6 shapes;
   buckets  jb.Loader(jb.AutoBuckets(4, token_budget=2560)), shuffled: at most
            4 shapes, short examples in big batches;
   pack     jb.Loader(jb.Pack(512, 5)), shuffled: 5 rows of 512 bytes, several
@@ -55,7 +62,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import adam  # noqa: E402
 import harness  # noqa: E402
 
-WAYS = ("naive", "pad64", "buckets", "pack")
+WAYS = ("naive", "pad64", "padmax", "hand_buckets", "buckets", "pack")
+# What an expert writes by hand, the baselines the ratios are taken against;
+# naive and pad64 are the naive ones.
+EXPERT_WAYS = ("padmax", "hand_buckets")
+JAXBATCH_WAYS = ("buckets", "pack")
 MAX_LEN = 512  # bytes kept per paragraph (4% of them are longer)
 VOCAB = 256
 WIDTH, HEADS, MLP, LAYERS = 64, 2, 256, 2
@@ -63,6 +74,7 @@ LEARNING_RATE = 3e-3
 NAIVE_BATCH = 16  # examples per naive / pad64 batch
 PAD_MULTIPLE = 64
 BUCKET_SHAPES, BUCKET_BUDGET = 4, 2560  # AutoBuckets: shapes, elements per batch
+HAND_WINDOW, HAND_MIN_LENGTH = 256, 16  # hand_buckets: examples sorted together, shortest length
 PACK_ROWS = 5  # Pack: rows of MAX_LEN per batch
 EVAL_EXAMPLES = 128
 FULL_TOKENS = 100_000
@@ -125,14 +137,40 @@ def with_positions(tokens: np.ndarray, segments: np.ndarray, index: np.ndarray) 
     return {"tokens": tokens, "positions": positions, "segments": segments, "index": index}
 
 
-def hand_batches(train: list[np.ndarray], multiple: int) -> Iterator[dict]:
+def hand_batches(train: list[np.ndarray], multiple: int, full: bool = False) -> Iterator[dict]:
     """What one writes by hand: NAIVE_BATCH examples in corpus order, padded
-    to their longest rounded up to ``multiple``."""
+    to their longest rounded up to ``multiple`` (``full``: the last batch
+    padded to NAIVE_BATCH rows too, so one shape)."""
     for start in range(0, len(train), NAIVE_BATCH):
         chunk = train[start : start + NAIVE_BATCH]
         longest = max(len(e) for e in chunk)
         tokens, segments = pad_rows(chunk, -(-longest // multiple) * multiple)
+        if full:
+            tokens, segments = (
+                np.pad(a, ((0, NAIVE_BATCH - len(chunk)), (0, 0))) for a in (tokens, segments)
+            )
         yield with_positions(tokens, segments, np.arange(start, start + len(chunk)))
+
+
+def hand_bucket_batches(train: list[np.ndarray]) -> Iterator[dict]:
+    """What an expert writes by hand: sort each window of HAND_WINDOW
+    examples by length, pad each to the power of two >= its length, and give
+    each length BUCKET_BUDGET // length rows (the same element budget as
+    AutoBuckets), a window's last batch of a length padded with empty rows."""
+    for start in range(0, len(train), HAND_WINDOW):
+        ids = range(start, min(start + HAND_WINDOW, len(train)))
+        by_length: dict[int, list[int]] = {}
+        for i in sorted(ids, key=lambda i: len(train[i])):
+            length = max(HAND_MIN_LENGTH, 1 << (len(train[i]) - 1).bit_length())
+            by_length.setdefault(length, []).append(i)
+        for length, members in by_length.items():
+            rows = BUCKET_BUDGET // length
+            for k in range(0, len(members), rows):
+                chunk = members[k : k + rows]
+                tokens, segments = pad_rows([train[i] for i in chunk], length)
+                tokens = np.pad(tokens, ((0, rows - len(chunk)), (0, 0)))
+                segments = np.pad(segments, ((0, rows - len(chunk)), (0, 0)))
+                yield with_positions(tokens, segments, np.asarray(chunk))
 
 
 def loader_batches(train: list[np.ndarray], planner) -> Iterator[dict]:
@@ -161,6 +199,10 @@ def batches(way: str, train: list[np.ndarray]) -> Iterator[dict]:
         return hand_batches(train, 1)
     if way == "pad64":
         return hand_batches(train, PAD_MULTIPLE)
+    if way == "padmax":
+        return hand_batches(train, MAX_LEN, full=True)
+    if way == "hand_buckets":
+        return hand_bucket_batches(train)
     if way == "buckets":
         return loader_batches(train, jb.AutoBuckets(BUCKET_SHAPES, token_budget=BUCKET_BUDGET))
     if way == "pack":
@@ -380,7 +422,24 @@ def check(runs: dict[str, list[dict]], expected_tokens: int, tolerance: float) -
         raise AssertionError(f"AutoBuckets compiled {counts['buckets']} > {BUCKET_SHAPES} shapes")
     if not counts["naive"] >= counts["pad64"] <= MAX_LEN // PAD_MULTIPLE:
         raise AssertionError(f"padding to a multiple of {PAD_MULTIPLE}: {counts}")
+    if counts["padmax"] != 1:
+        raise AssertionError(f"padding to {MAX_LEN} compiled {counts['padmax']} shapes")
+    hand_lengths = (MAX_LEN // HAND_MIN_LENGTH).bit_length()  # 16, 32, ..., 512
+    if counts["hand_buckets"] > hand_lengths:
+        raise AssertionError(f"hand buckets compiled {counts['hand_buckets']} > {hand_lengths}")
     return {"losses": losses, "loss_median": centre, "loss_max_relative_gap": worst}
+
+
+def speedups(runs: dict[str, list[dict]]) -> dict[str, dict[str, float]]:
+    """Each jaxbatch way's speed over the best expert way, repetition by
+    repetition (the faster expert's wall seconds over this way's, in the same
+    repetition): median with its spread."""
+    walls = [[r["wall_seconds"] for r in runs[w]] for w in EXPERT_WAYS]
+    best = [min(rep) for rep in zip(*walls, strict=True)]
+    return {
+        way: harness.summary([b / r["wall_seconds"] for b, r in zip(best, runs[way], strict=True)])
+        for way in JAXBATCH_WAYS
+    }
 
 
 def report(result: dict) -> str:
@@ -400,7 +459,7 @@ def report(result: dict) -> str:
         rs = result["runs"][way]
         rows.append(
             (
-                way,
+                f"{way} (expert)" if way in EXPERT_WAYS else way,
                 str(rs[0]["compilations"]),
                 harness.spread([r["compile_seconds"] for r in rs], ".1f"),
                 harness.spread([r["wall_seconds"] for r in rs], ".1f"),
@@ -431,8 +490,7 @@ def main(argv: list[str] | None = None) -> int:
     expected = sum(len(e) for e in train_set)
     print(
         f"bench_train: {len(train_set)} paragraphs, {expected} real tokens, "
-        f"{len(held_out)} held out; {reps} alternating repetitions; {env['cores']} cores, "
-        f"load average {env['load_average']:.2f}"
+        f"{len(held_out)} held out; {reps} alternating repetitions; {harness.describe(env)}"
         + (" (--quick: timings mean nothing)" if args.quick else ""),
         flush=True,
     )
@@ -486,9 +544,15 @@ def main(argv: list[str] | None = None) -> int:
             for way, rs in runs.items()
         },
         "checks": checks,
+        "speedups": speedups(runs),
     }
     print()
     print(report(result))
+    for way, s in result["speedups"].items():
+        print(
+            f"{way}: {s['median']:.2f}x ({s['min']:.2f}-{s['max']:.2f}) the faster expert way "
+            f"({' or '.join(EXPERT_WAYS)}), wall time per repetition"
+        )
     print(
         f"held-out losses agree within {checks['loss_max_relative_gap']:.1%} of their median "
         f"(tolerance {tolerance:.0%}); every way trained on the same {expected} real tokens"

@@ -76,6 +76,26 @@ def repetitions(args: argparse.Namespace) -> int:
     return max(getattr(args, "_default_reps", DEFAULT_REPS), MIN_REPS)
 
 
+def cpu_model() -> str:
+    """The processor's name (Linux's /proc/cpuinfo "model name", else what
+    platform reports), to name the machine beside every figure."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown CPU"
+
+
+def describe(env: Mapping[str, Any]) -> str:
+    """One line naming the machine and its load: ``AMD EPYC, 2 cores, load
+    average 0.41`` (with "forced" when it ran above the core count)."""
+    text = f"{env['cpu']}, {env['cores']} cores, load average {env['load_average']:.2f}"
+    return text + (" (forced: above the core count)" if env.get("forced") else "")
+
+
 def check_load(force: bool, load: float | None = None, cores: int | None = None) -> dict[str, Any]:
     """The machine's state, to record with the results. Raises LoadTooHigh
     when the 1-minute load average is above the core count, unless ``force``.
@@ -92,6 +112,7 @@ def check_load(force: bool, load: float | None = None, cores: int | None = None)
         "cores": cores,
         "forced": bool(force and load > cores),
         "machine": platform.machine(),
+        "cpu": cpu_model(),
         "python": platform.python_version(),
     }
 

@@ -136,3 +136,12 @@ def test_write_json(tmp_path):
     path = harness.write_json("x", {"a": [1, 2]}, directory=tmp_path / "results")
     assert path == tmp_path / "results" / "x.json"
     assert json.loads(path.read_text()) == {"a": [1, 2]}
+
+
+def test_the_machine_is_named_with_its_load():
+    env = harness.check_load(True, load=2.5, cores=2)
+    assert env["cpu"] and env["cpu"] == harness.cpu_model()
+    forced = f"{env['cpu']}, 2 cores, load average 2.50 (forced: above the core count)"
+    assert harness.describe(env) == forced
+    quiet = harness.check_load(False, load=0.5, cores=2)
+    assert harness.describe(quiet).endswith(", 2 cores, load average 0.50")

@@ -1,4 +1,4 @@
-"""bench/bench_train.py --quick: the four training ways run, see the same real
+"""bench/bench_train.py --quick: the training ways (naive, expert, jaxbatch) run, see the same real
 tokens, and their compilation counts have the structure their batching
 implies. Nothing here depends on timing."""
 
@@ -57,6 +57,23 @@ def test_quick_run_compilations_follow_from_the_batching(quick_result):
         assert {r["compilations"] for r in rs} == {len(first[way]["shapes"])}, way
     assert all(shape[1] % bench_train.PAD_MULTIPLE == 0 for shape in first["pad64"]["shapes"])
     assert first["pack"]["shapes"] == [[bench_train.PACK_ROWS, bench_train.MAX_LEN]]
+    assert first["padmax"]["shapes"] == [[bench_train.NAIVE_BATCH, bench_train.MAX_LEN]]
+    # Hand buckets: power-of-two lengths, each with the element budget's rows.
+    for rows, length in first["hand_buckets"]["shapes"]:
+        assert length >= bench_train.HAND_MIN_LENGTH and length & (length - 1) == 0
+        assert rows == bench_train.BUCKET_BUDGET // length
+
+
+def test_quick_run_reports_speedups_over_the_best_expert_way(quick_result):
+    runs = quick_result["runs"]
+    for way in bench_train.JAXBATCH_WAYS:
+        s = quick_result["speedups"][way]
+        assert s["n"] == quick_result["config"]["reps"]
+        # The slowest of the repetitions against the faster expert of its own.
+        best = [min(a["wall_seconds"], b["wall_seconds"]) for a, b in zip(runs["padmax"],
+                runs["hand_buckets"], strict=True)]  # fmt: skip
+        ratios = [b / r["wall_seconds"] for b, r in zip(best, runs[way], strict=True)]
+        assert s["min"] == pytest.approx(min(ratios)) and s["max"] == pytest.approx(max(ratios))
 
 
 def test_naive_compiles_once_per_distinct_padded_length():
@@ -79,6 +96,8 @@ def _runs(**overrides):
     runs = {
         "naive": [_run(compilations=5)],
         "pad64": [_run(compilations=3)],
+        "padmax": [_run()],
+        "hand_buckets": [_run(compilations=5)],
         "buckets": [_run(compilations=4)],
         "pack": [_run()],
     }
@@ -101,6 +120,8 @@ def test_check_accepts_agreeing_runs():
         (_runs(pack=[_run(compilations=2)]), "Pack compiled 2 shapes"),
         (_runs(buckets=[_run(compilations=5)]), "AutoBuckets compiled 5"),
         (_runs(pad64=[_run(compilations=6)]), "multiple of 64"),
+        (_runs(padmax=[_run(compilations=2)]), "padding to 512 compiled 2"),
+        (_runs(hand_buckets=[_run(compilations=7)]), "hand buckets compiled 7 > 6"),
     ],
 )
 def test_check_fails_loudly(runs, message):
