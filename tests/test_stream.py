@@ -97,17 +97,19 @@ def test_stream_equals_the_whole_file(tmp_path, planner, shuffle):
 def test_block_shuffle_with_row_group_blocks_reads_each_row_group_about_once(tmp_path):
     """shuffle="block" keeps the planner's batch order, which follows the
     shuffled blocks: with blocks of one row group a batch reads the row group
-    its predecessor read (at most one more), not one anywhere in the file."""
+    its predecessor read (at most one more), not one anywhere in the file.
+    One worker, so the count does not hang on the scheduler (with two, one
+    running ahead evicts a group the other needs: 15-19 reads under load)."""
     path = write_parquet(tmp_path / "data.parquet")  # 15 row groups of 40
     reads = {}
     for shuffle in ("block", True):
-        options = dict(shuffle=shuffle, block_size=40, seed=5, num_threads=2, prefetch=2)
+        options = dict(shuffle=shuffle, block_size=40, seed=5, num_threads=1, prefetch=2)
         with jb.Loader(path, jb.PadToMax(8), stream=True, host_memory_limit=LIMIT, **options) as ld:
             order = [e for b in ld for e in b["example_index"] if e >= 0]
             reads[shuffle] = ld.stats.chunk_reads
         assert sorted(order) == list(range(600))
-    # Every row group once, plus a re-read where a worker's claimed batch
-    # finds its group evicted by the others running ahead.
+    # Every row group once (measured: 15 in 15 runs under load), with room
+    # for a re-read where a batch straddles two blocks.
     assert 15 <= reads["block"] <= 20
     assert reads[True] > 2 * reads["block"]
 
@@ -148,19 +150,29 @@ def test_packed_stream_without_shuffle_reads_each_row_group_once_with_a_window(t
     228 and 149 reads of 15 row groups here, 3,043 of 29 in
     docs/data-loading.md), and the loader warns; with a lookahead of the
     row-group size each row group is read about once. Both streams equal
-    reading the file whole."""
+    reading the file whole.
+
+    The reads are counted with one worker: with two, a worker running ahead
+    can evict a row group the other still needs, and how often depends on
+    the scheduler (15-17 reads on an idle machine, 21 seen on a loaded one)."""
     path = write_parquet(tmp_path / "data.parquet", packable=True)  # 15 row groups of 40
-    options = dict(shuffle=False, num_threads=2, prefetch=2, **LEAN)
+    options = dict(shuffle=False, prefetch=2, **LEAN)
     windowed = jb.Pack(32, 4, algorithm=algorithm, lookahead=40)
-    whole = batches(jb.Loader(path, windowed, **options))
+    whole = batches(jb.Loader(path, windowed, num_threads=2, **options))
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # No re-read warning.
-        with jb.Loader(path, windowed, stream=True, host_memory_limit=LIMIT, **options) as s:
-            assert_same_stream(whole, batches(s))
-            # Once each, plus a re-read where a batch straddles two row groups
-            # and a worker running ahead evicted the first.
-            assert 15 <= s.stats.chunk_reads <= 20
+        for threads in (2, 1):
+            with jb.Loader(
+                path, windowed, stream=True, host_memory_limit=LIMIT, num_threads=threads,
+                **options,
+            ) as s:  # fmt: skip
+                assert_same_stream(whole, batches(s))
+                reads = s.stats.chunk_reads
+        # One worker: once each (measured: 15 in 30 runs of each algorithm),
+        # with room for a re-read where a batch straddles two row groups.
+        assert 15 <= reads <= 20
     unbounded = jb.Pack(32, 4, algorithm=algorithm)
+    options["num_threads"] = 2
     whole = batches(jb.Loader(path, unbounded, **options))
     with pytest.warns(RuntimeWarning, match=r"more than 4 per row group .* lookahead=<the row"):
         with jb.Loader(path, unbounded, stream=True, host_memory_limit=LIMIT, **options) as s:
