@@ -59,6 +59,7 @@ ROW_LENGTH = 2048  # >= every example: packing never truncates.
 PLAN_TOKEN_BUDGET = 65536  # elements per batch for the planning section
 PAD_TO_MAX_BATCH = 128
 COLLATE_TOKEN_BUDGET = 1 << 22  # 4M elements: padded batches ~20 MB, packed ~100 MB
+SMALL_TOKEN_BUDGET = 1 << 16  # 64k elements: a loader worker's batch, ~0.3-0.5 MB
 POW2 = [1 << k for k in range(12)]  # 1 .. 2048
 RESULTS = Path(__file__).resolve().parent / "results" / "bench_core.json"
 BOUND_BINARY = Path(__file__).resolve().parents[1] / "build" / "cpp" / "collate_bound"
@@ -270,19 +271,35 @@ def bench_bound(
     short = short_lengths(len(lengths["lognormal"]))
     budget = COLLATE_TOKEN_BUDGET // 8 if quick else COLLATE_TOKEN_BUDGET
     autobuckets = f"autobuckets:16:{budget}"
+    small = f"autobuckets:16:{SMALL_TOKEN_BUDGET}"
+    # (lengths, plan, threads): large batches on every thread, and a loader
+    # worker's batches (a few hundred kB, one thread each), where the
+    # per-batch and per-row overheads show.
     cases = {
         f"padded short rows (lognormal median {SHORT_MEDIAN}, <= {SHORT_MAX})": (
             short,
             autobuckets,
+            threads,
         ),
-        "padded long rows (lognormal median 100)": (lengths["lognormal"], autobuckets),
-        "padded long rows (pydoc)": (lengths["pydoc"], autobuckets),
-        "packed (lognormal)": (lengths["lognormal"], f"pack:{ROW_LENGTH}:{budget // ROW_LENGTH}"),
+        "padded long rows (lognormal median 100)": (lengths["lognormal"], autobuckets, threads),
+        "padded long rows (pydoc)": (lengths["pydoc"], autobuckets, threads),
+        "packed (lognormal)": (
+            lengths["lognormal"],
+            f"pack:{ROW_LENGTH}:{budget // ROW_LENGTH}",
+            threads,
+        ),
+        "small batches, padded short rows": (short, small, 1),
+        "small batches, padded long rows (pydoc)": (lengths["pydoc"], small, 1),
+        "small batches, packed (lognormal)": (
+            lengths["lognormal"],
+            f"pack:{ROW_LENGTH}:{SMALL_TOKEN_BUDGET // ROW_LENGTH}",
+            1,
+        ),
     }
     out: dict[str, Any] = {}
     rows = []
-    for name, (case_lengths, plan) in cases.items():
-        r = run_bound(case_lengths, plan, threads, reps)
+    for name, (case_lengths, plan, case_threads) in cases.items():
+        r = run_bound(case_lengths, plan, case_threads, reps)
         jb_s = r["jaxbatch_seconds"]
         fractions = [b / j for b, j in zip(r["bound_seconds"], jb_s, strict=True)]
         fast = [b / j for b, j in zip(r["fast_bound_seconds"], jb_s, strict=True)]
@@ -294,8 +311,9 @@ def bench_bound(
             [
                 name,
                 plan,
+                case_threads,
                 r["batches"],
-                f"{r['max_batch_bytes'] / 1e6:.0f}",
+                f"{r['max_batch_bytes'] / 1e6:.1f}",
                 gbs / harness.summary(r["bound_seconds"])["median"],
                 gbs / harness.summary(r["fast_bound_seconds"])["median"],
                 gbs / harness.summary(jb_s)["median"],
@@ -305,11 +323,12 @@ def bench_bound(
         )
     memcpy = next(iter(out.values()))
     table(
-        f"2a. collation vs the gather bounds in C++ ({threads} threads all, reused buffers, "
+        f"2a. collation vs the gather bounds in C++ (the same threads all, reused buffers, "
         f"median of {reps} interleaved repetitions)",
         [
             "case",
             "plan",
+            "threads",
             "batches",
             "max MB",
             "simple GB/s",

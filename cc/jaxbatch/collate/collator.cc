@@ -10,6 +10,7 @@
 #include "jaxbatch/base/checked.h"
 #include "jaxbatch/base/error.h"
 #include "jaxbatch/base/threads.h"
+#include "jaxbatch/collate/fill_rows.h"
 #include "jaxbatch/collate/internal.h"
 
 namespace jaxbatch {
@@ -46,8 +47,15 @@ PadValue EncodePad(const RaggedColumn& column, const CollateOptions& options) {
     if (name == column.name()) value = v;
   }
   PadValue pad;
-  EncodeScalar(value, column.dtype(), pad.bytes,
-               StrCat("pad value for column '", column.name(), "'"));
+  try {
+    EncodeScalar(value, column.dtype(), pad.bytes, "pad value");
+  } catch (const InvalidArgumentError&) {
+    // Again with the column's name in the message: built only on failure,
+    // as a StrCat costs more than the encoding on every batch's path.
+    EncodeScalar(value, column.dtype(), pad.bytes,
+                 StrCat("pad value for column '", column.name(), "'"));
+    throw;
+  }
   pad.zero = std::all_of(pad.bytes, pad.bytes + ItemSize(column.dtype()),
                          [](uint8_t b) { return b == 0; });
   return pad;
@@ -107,22 +115,6 @@ namespace {
 
 using namespace collate_internal;  // NOLINT: this file's own helpers
 
-// Out of line, so the loops that check lengths stay small.
-[[noreturn]] __attribute__((noinline, cold)) void ThrowTooLong(const RaggedColumn& column,
-                                                               int64_t example, int64_t length,
-                                                               int64_t batch, int64_t room) {
-  throw InvalidArgumentError(StrCat("collate: column '", column.name(), "', example ", example,
-                                    " has length ", length, " but batch ", batch, " has room for ",
-                                    room, "; the plan was made from other lengths"));
-}
-
-int64_t Take(const RaggedColumn& column, int64_t example, int64_t room, bool allow_truncate,
-             int64_t batch) {
-  const int64_t length = column.length(example);
-  if (length > room && !allow_truncate) ThrowTooLong(column, example, length, batch, room);
-  return std::min(length, room);
-}
-
 // Rows shorter than this are cleared for the whole batch at once.
 constexpr int64_t kBulkClearRowBytes = 512;
 
@@ -137,6 +129,15 @@ void CheckInt32(int64_t value, const char* what, const RaggedColumn& column, int
                                       "lengths, segment ids and positions (at most ", kMaxInt32,
                                       ")"));
   }
+}
+
+// An output array's name: the column's with a suffix. Not StrCat, whose
+// stream costs ~2,500 instructions a name, on the per-batch path.
+std::string Suffixed(const std::string& name, std::string_view suffix) {
+  std::string out;
+  out.reserve(name.size() + suffix.size());
+  out.append(name).append(suffix);
+  return out;
 }
 
 std::vector<int64_t> WithInner(std::vector<int64_t> lead, const RaggedColumn& column) {
@@ -157,7 +158,12 @@ class BatchCollator {
     (void)dataset_.column(length_column_);  // Throws for an unknown column.
     CheckNumThreads(options_);
     CheckRows();
-    for (int64_t e : view_.all_examples()) CheckExample(dataset_, e, view_.index);
+    // One compare an example (a negative one wraps past the count); the
+    // message is built out of line for the first bad one.
+    const auto count = static_cast<uint64_t>(dataset_.num_examples());
+    for (int64_t e : view_.all_examples()) {
+      if (static_cast<uint64_t>(e) >= count) CheckExample(dataset_, e, view_.index);
+    }
   }
 
   std::vector<Array> Run() {
@@ -186,9 +192,11 @@ class BatchCollator {
       throw InvalidArgumentError(StrCat("collate: batch ", view_.index, " has ",
                                         view_.stored_rows(), " rows but its shape has ", rows()));
     }
-    for (int64_t r = 0; r < view_.stored_rows(); ++r) {
-      const auto n = static_cast<int64_t>(view_.row_examples(r).size());
-      if (n > slots()) {
+    const int64_t* row_begin = view_.row_begin.data();
+    const int64_t stored = view_.stored_rows(), most = slots();
+    for (int64_t r = 0; r < stored; ++r) {
+      const int64_t n = row_begin[r + 1] - row_begin[r];
+      if (n > most) {
         throw InvalidArgumentError(StrCat("collate: batch ", view_.index, ", row ", r, " holds ", n,
                                           " examples but its shape has room for ", slots()));
       }
@@ -217,82 +225,48 @@ class BatchCollator {
     const PadValue pad = EncodePad(column, options_);
     const size_t item = ItemSize(column.dtype());
     Array values = Alloc(column.name(), column.dtype(), WithInner({rows(), length}, column));
-    Array mask = Alloc(StrCat(column.name(), kMaskSuffix), DType::kBool, {rows(), length});
-    Array lengths = Alloc(StrCat(column.name(), kLengthsSuffix), DType::kInt32, {rows()});
+    Array mask = Alloc(Suffixed(column.name(), kMaskSuffix), DType::kBool, {rows(), length});
+    Array lengths = Alloc(Suffixed(column.name(), kLengthsSuffix), DType::kInt32, {rows()});
     // As a packed row's: one segment (id 1) per row, positions from 0.
     const bool segments = options_.padded_segments;
     Array segment_ids, positions;
     if (segments) {
       segment_ids =
-          Alloc(StrCat(column.name(), kSegmentIdsSuffix), DType::kInt32, {rows(), length});
-      positions = Alloc(StrCat(column.name(), kPositionsSuffix), DType::kInt32, {rows(), length});
+          Alloc(Suffixed(column.name(), kSegmentIdsSuffix), DType::kInt32, {rows(), length});
+      positions = Alloc(Suffixed(column.name(), kPositionsSuffix), DType::kInt32, {rows(), length});
     }
-    auto* lengths_out = reinterpret_cast<int32_t*>(lengths.data);
-    auto* ids_out = reinterpret_cast<int32_t*>(segment_ids.data);
-    auto* pos_out = reinterpret_cast<int32_t*>(positions.data);
     const int64_t row_bytes = length * column.row_bytes();
     // Short rows: clear the whole batch once, then copy the examples in, so
     // each row costs one memcpy instead of four calls.
     const bool bulk = pad.zero && row_bytes < kBulkClearRowBytes;
     const bool truncate = planned && layout_.allow_truncate;
-    uint8_t* values_out = values.data;
-    uint8_t* mask_out = mask.data;
+    const PaddedFill fill{.row_begin = view_.row_begin.data(),
+                          .examples = view_.examples.data(),
+                          .stored_rows = view_.stored_rows(),
+                          .batch = view_.index,
+                          .cells = length,
+                          .item_row = column.row_bytes(),
+                          .row_bytes = row_bytes,
+                          .inner = column.inner_size(),
+                          .item = item,
+                          .pad = pad,
+                          .bulk = bulk,
+                          .truncate = truncate,
+                          .values = values.data,
+                          .mask = mask.data,
+                          .lengths = reinterpret_cast<int32_t*>(lengths.data),
+                          .ids = reinterpret_cast<int32_t*>(segment_ids.data),
+                          .positions = reinterpret_cast<int32_t*>(positions.data),
+                          .column = &column};
     // The first padded column writes example_index in its own pass (one
-    // example per row), saving a pass of its own.
+    // example per row), saving a pass of its own; index_data_ is allocated
+    // by the time the fillers run.
     const bool takes_index = !index_taken_;
     index_taken_ = true;
-    fillers_.push_back([=, this, &column](int64_t r0, int64_t r1) {
-      // Everything the loop reads, as locals: its stores could alias the
-      // column's, the view's and this closure's members, which the compiler
-      // would otherwise reload on every row (~16 ns a row on short rows).
-      const RaggedColumn::Reader source = column.reader();
-      const int64_t* row_begin = view_.row_begin.data();
-      const int64_t* example_ids = view_.examples.data();
-      const int64_t stored_rows = view_.stored_rows(), batch = view_.index;
-      const int64_t cells = length, item_row = source.row_bytes, bytes_per_row = row_bytes;
-      const int64_t inner = column.inner_size();
-      const PadValue pad_value = pad;
-      uint8_t* const out_values = values_out;
-      uint8_t* const out_mask = mask_out;
-      int32_t* const out_lengths = lengths_out;
-      int32_t* const out_ids = ids_out;
-      int32_t* const out_pos = pos_out;
-      int64_t* const out_index = takes_index ? index_data_ : nullptr;  // Allocated by now.
-      if (bulk) {
-        std::memset(out_values + r0 * bytes_per_row, 0,
-                    static_cast<size_t>((r1 - r0) * bytes_per_row));
-        std::memset(out_mask + r0 * cells, 0, static_cast<size_t>((r1 - r0) * cells));
-      }
-      for (int64_t r = r0; r < r1; ++r) {
-        const bool real = r < stored_rows && row_begin[r + 1] > row_begin[r];
-        const int64_t e = real ? example_ids[row_begin[r]] : -1;
-        int64_t n = real ? source.length(e) : 0;
-        if (n > cells) {
-          if (!truncate) ThrowTooLong(column, e, n, batch, cells);
-          n = cells;
-        }
-        uint8_t* row = out_values + r * bytes_per_row;
-        // No copy of 0 bytes: a column of zero-sized rows may have no values.
-        if (n * item_row > 0) std::memcpy(row, source.data(e), static_cast<size_t>(n * item_row));
-        std::memset(out_mask + r * cells, 1, static_cast<size_t>(n));
-        if (!bulk) {
-          FillPattern(row + n * item_row, (cells - n) * inner, pad_value.bytes, item,
-                      pad_value.zero);
-          std::memset(out_mask + r * cells + n, 0, static_cast<size_t>(cells - n));
-        }
-        if (segments) {
-          int32_t* ids = out_ids + r * cells;
-          int32_t* pos = out_pos + r * cells;
-          for (int64_t k = 0; k < n; ++k) {  // One pass writes both.
-            ids[k] = 1;
-            pos[k] = static_cast<int32_t>(k);
-          }
-          std::memset(ids + n, 0, static_cast<size_t>(cells - n) * sizeof(int32_t));
-          std::memset(pos + n, 0, static_cast<size_t>(cells - n) * sizeof(int32_t));
-        }
-        out_lengths[r] = static_cast<int32_t>(n);
-        if (out_index != nullptr) out_index[r] = e;  // -1 for a padding row
-      }
+    fillers_.push_back([fill, takes_index, this](int64_t r0, int64_t r1) {
+      PaddedFill f = fill;
+      f.index = takes_index ? index_data_ : nullptr;
+      FillPaddedRows(f, r0, r1);
     });
     out.push_back(std::move(values));
     out.push_back(std::move(mask));
@@ -318,45 +292,28 @@ class BatchCollator {
     const size_t item = ItemSize(column.dtype());
     Array values = Alloc(column.name(), column.dtype(), WithInner({rows(), length}, column));
     Array segment_ids =
-        Alloc(StrCat(column.name(), kSegmentIdsSuffix), DType::kInt32, {rows(), length});
+        Alloc(Suffixed(column.name(), kSegmentIdsSuffix), DType::kInt32, {rows(), length});
     Array positions =
-        Alloc(StrCat(column.name(), kPositionsSuffix), DType::kInt32, {rows(), length});
-    Array lengths = Alloc(StrCat(column.name(), kLengthsSuffix), DType::kInt32, {rows(), segments});
-    auto* ids_out = reinterpret_cast<int32_t*>(segment_ids.data);
-    auto* pos_out = reinterpret_cast<int32_t*>(positions.data);
-    auto* len_out = reinterpret_cast<int32_t*>(lengths.data);
-    const int64_t row_bytes = length * column.row_bytes();
-    uint8_t* values_out = values.data;
-    fillers_.push_back([=, this, &column](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r) {
-        uint8_t* row = values_out + r * row_bytes;
-        int32_t* ids = ids_out + r * length;
-        int32_t* pos = pos_out + r * length;
-        int32_t* lens = len_out + r * segments;
-        int64_t used = 0;
-        int32_t segment = 0;
-        for (int64_t e : view_.row_examples(r)) {
-          const int64_t n = Take(column, e, length - used, layout_.allow_truncate, view_.index);
-          if (n > 0) {
-            CopyRows(row + used * column.row_bytes(), column, e, n);
-          }
-          ++segment;
-          int32_t* row_ids = ids + used;
-          int32_t* row_pos = pos + used;
-          for (int64_t k = 0; k < n; ++k) {  // One pass writes both.
-            row_ids[k] = segment;
-            row_pos[k] = static_cast<int32_t>(k);
-          }
-          lens[segment - 1] = static_cast<int32_t>(n);
-          used += n;
-        }
-        FillPattern(row + used * column.row_bytes(), (length - used) * column.inner_size(),
-                    pad.bytes, item, pad.zero);
-        std::fill(ids + used, ids + length, 0);
-        std::fill(pos + used, pos + length, 0);
-        std::fill(lens + segment, lens + segments, 0);
-      }
-    });
+        Alloc(Suffixed(column.name(), kPositionsSuffix), DType::kInt32, {rows(), length});
+    Array lengths =
+        Alloc(Suffixed(column.name(), kLengthsSuffix), DType::kInt32, {rows(), segments});
+    const PackedFill fill{.row_begin = view_.row_begin.data(),
+                          .examples = view_.examples.data(),
+                          .stored_rows = view_.stored_rows(),
+                          .batch = view_.index,
+                          .cells = length,
+                          .segments = segments,
+                          .item_row = column.row_bytes(),
+                          .inner = column.inner_size(),
+                          .item = item,
+                          .pad = pad,
+                          .truncate = layout_.allow_truncate,
+                          .values = values.data,
+                          .ids = reinterpret_cast<int32_t*>(segment_ids.data),
+                          .positions = reinterpret_cast<int32_t*>(positions.data),
+                          .lengths = reinterpret_cast<int32_t*>(lengths.data),
+                          .column = &column};
+    fillers_.push_back([fill](int64_t r0, int64_t r1) { FillPackedRows(fill, r0, r1); });
     out.push_back(std::move(values));
     out.push_back(std::move(segment_ids));
     out.push_back(std::move(positions));

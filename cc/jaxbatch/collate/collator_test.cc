@@ -10,8 +10,10 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <optional>
 #include <random>
 #include <set>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -733,6 +735,76 @@ TEST(CollateTest, IntegerPadValuesAreExactForEveryWidth) {
       ThrownMessage<InvalidArgumentError>([&] { Collate(ds, plan, 0, options); });
   EXPECT_TRUE(Contains(msg, "column 'b'")) << msg;
   EXPECT_TRUE(Contains(msg, "uint64, found -1")) << msg;
+}
+
+// A dataset over the source's columns each read as three chunks in place
+// (RaggedColumn::Gathered, as a Hugging Face dataset's record batches are),
+// in the source's example order: collation must not tell it from one buffer.
+struct ChunkedDataset {
+  std::vector<std::vector<int64_t>> offsets;  // per chunk, kept alive
+  std::optional<Dataset> dataset;
+};
+ChunkedDataset Chunked(const Source& source, const std::vector<std::string>& names) {
+  ChunkedDataset out;
+  out.offsets.reserve(3 * names.size());
+  std::vector<RaggedColumn> cols;
+  for (const std::string& name : names) {
+    const SourceColumn& c = source.column(name);
+    const auto n = static_cast<int64_t>(c.examples.size());
+    std::vector<RaggedColumn::Chunk> chunks;
+    for (int64_t k = 0; k < 3; ++k) {
+      const int64_t a = n * k / 3, b = n * (k + 1) / 3;
+      const int64_t first = c.fixed ? a : c.offsets[static_cast<size_t>(a)];
+      const int64_t last = c.fixed ? b : c.offsets[static_cast<size_t>(b)];
+      std::span<const int64_t> offsets;
+      if (!c.fixed) {
+        std::vector<int64_t>& own = out.offsets.emplace_back();
+        for (int64_t i = a; i <= b; ++i) own.push_back(c.offsets[static_cast<size_t>(i)] - first);
+        offsets = own;
+      }
+      chunks.push_back({.values = std::span<const uint8_t>(c.flat).subspan(
+                            static_cast<size_t>(first * c.row_bytes()),
+                            static_cast<size_t>((last - first) * c.row_bytes())),
+                        .offsets = offsets,
+                        .num_examples = b - a});
+    }
+    cols.push_back(
+        RaggedColumn::Gathered(c.name, c.dtype, c.inner_shape, c.fixed, chunks, {}, nullptr));
+  }
+  std::vector<std::string> group;
+  for (const std::string& name : names) {
+    if (kAligned.count(name)) group.push_back(name);
+  }
+  out.dataset.emplace(std::move(cols), std::vector<std::vector<std::string>>{group});
+  return out;
+}
+
+TEST(CollateTest, ChunkedColumnsCollateAsOneBuffer) {
+  std::mt19937 rng(34);
+  const Source source = MakeSource(rng, 30, 12);
+  const std::vector<int64_t> lengths = source.MakeDataset().column("tokens").Lengths();
+  const std::vector<int64_t> order = Shuffled(static_cast<int64_t>(lengths.size()), rng);
+  const ChunkedDataset all = Chunked(source, kAll);
+  const ChunkedDataset packable = Chunked(source, kPackable);
+  ASSERT_FALSE(all.dataset->column("tokens").contiguous());
+  for (const PlannerOptions& options : std::vector<PlannerOptions>{
+           AutoBucketsOptions{.max_shapes = 2, .batch_size = 4},
+           FixedBucketsOptions{
+               .boundaries = {3, 6}, .batch_size = 4, .too_long = TooLong::kTruncate}}) {
+    const BatchPlan plan = Plan(lengths, options, order);
+    CheckEveryBatch(source, *all.dataset, kAll, kAligned, plan, PadOptions(), PadBytes);
+  }
+  for (const TooLong too_long : {TooLong::kError, TooLong::kTruncate}) {
+    BatchPlan plan = Plan(lengths,
+                          PackOptions{.row_length = too_long == TooLong::kError ? 16 : 8,
+                                      .rows_per_batch = 2,
+                                      .max_segments_per_row = 4,
+                                      .too_long = too_long},
+                          order);
+    plan.length_column = "tokens";
+    CheckEveryBatch(source, *packable.dataset, kPackable, kAligned, plan,
+                    PadOptions(&*packable.dataset), PadBytes);
+  }
 }
 
 TEST(CollateTest, ZeroSizedRowsWithNoValuesBuffer) {
