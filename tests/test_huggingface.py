@@ -200,8 +200,48 @@ def test_any_record_batches_and_any_order_give_the_rows_datasets_gives(lengths, 
     table = pa.Table.from_batches(table.to_batches(max_chunksize=batch))
     ds = datasets.Dataset(datasets.table.InMemoryTable(table))
     order = data.draw(st.lists(st.integers(0, len(rows) - 1), max_size=60))
-    view = ds.select(order) if order else ds
+    # An earlier mapping (reversed) under the selection, so that an empty
+    # selection is an empty mapping, not a table of no rows.
+    view = ds.select(range(len(rows) - 1, -1, -1)).select(order)
     got = jb.Dataset.from_huggingface(view)
-    want = [rows[i] for i in order] if order else rows
+    want = [rows[::-1][i] for i in order]
     assert [got.example(i)["tokens"].tolist() for i in range(len(got))] == want
     np.testing.assert_array_equal(got.lengths(), [len(r) for r in want])
+
+
+def test_a_mapping_that_keeps_no_row_is_an_empty_dataset(saved):
+    """A filter() that keeps nothing leaves an indices mapping of no rows
+    over the whole table: no examples, not every row of the table."""
+    ds, _ = saved
+    for view in (
+        ds.filter(lambda row: False),
+        ds.shuffle(seed=0).filter(lambda row: len(row["tokens"]) > 10**6),
+    ):
+        assert view._indices is not None and len(view) == 0
+        assert len(jb.Dataset.from_huggingface(view, columns=["tokens"])) == 0
+
+
+def test_aligned_columns_of_a_datasets_dataset_pack_together(saved):
+    """A tokenizer's output has input_ids and attention_mask of one length
+    per row: aligned= reaches the dataset the Loader builds, so they pack
+    together (segment for segment the same rows), as from_arrays' would."""
+    ds, rows = saved
+    view = ds.select(range(400)).map(lambda row: {"mask": [1] * len(row["tokens"])})
+    columns, aligned = ["tokens", "mask"], [["tokens", "mask"]]
+    data = jb.Dataset.from_arrays(
+        {"tokens": [np.asarray(r, np.int32) for r in rows[:400]],
+         "mask": [np.ones(len(r), np.int64) for r in rows[:400]]},
+        aligned=aligned,
+    )  # fmt: skip
+    options = dict(shuffle=True, seed=3, num_threads=2)
+    with jb.Loader(view, jb.Pack(32, 4), columns=columns, aligned=aligned, **options) as a:
+        with jb.Loader(data, jb.Pack(32, 4), **options) as b:
+            got, want = list(a), list(b)
+    assert len(got) == len(want) > 0
+    for x, y in zip(got, want, strict=True):
+        for key in y:
+            np.testing.assert_array_equal(x[key], y[key], err_msg=key)
+    with pytest.raises(ValueError, match=r"aligned= groups the columns of a file or a Hugging"):
+        jb.Loader(data, jb.Pack(32, 4), aligned=aligned)
+    with pytest.raises(ValueError, match="declare it aligned or leave it out"):
+        next(iter(jb.Loader(view, jb.Pack(32, 4), columns=columns)))

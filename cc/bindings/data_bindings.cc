@@ -1,4 +1,5 @@
 // Binds data/: RaggedColumn and Dataset.
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/string_view.h>
@@ -6,6 +7,8 @@
 #include <nanobind/stl/vector.h>
 
 #include <memory>
+#include <optional>
+#include <span>
 
 #include "bindings.h"
 #include "jaxbatch/base/error.h"
@@ -44,11 +47,11 @@ RaggedColumn MakeFixed(std::string name, const std::string& dtype, std::vector<i
 }
 
 // chunks: (uint8 view of the values, int64 offsets (empty when fixed),
-// examples) per chunk; order: the examples' order (empty: as they are).
+// examples) per chunk; order: the examples' order (None: as they are).
 RaggedColumn MakeGathered(std::string name, const std::string& dtype,
                           std::vector<int64_t> inner_shape, bool fixed,
                           const std::vector<std::tuple<ByteInput, Int64Input, int64_t>>& chunks,
-                          Int64Input order, nb::object owner) {
+                          std::optional<Int64Input> order, nb::object owner) {
   const DType parsed = ParseDType(dtype, "column '" + name + "'");
   std::vector<RaggedColumn::Chunk> core;
   core.reserve(chunks.size());
@@ -56,10 +59,12 @@ RaggedColumn MakeGathered(std::string name, const std::string& dtype,
     core.push_back(
         {{values.data(), values.shape(0)}, {offsets.data(), offsets.shape(0)}, num_examples});
   }
+  std::optional<std::span<const int64_t>> ordered;
+  if (order) ordered.emplace(order->data(), order->shape(0));
   Keepalive keep = HoldPython(std::move(owner));
   nb::gil_scoped_release release;
   return RaggedColumn::Gathered(std::move(name), parsed, std::move(inner_shape), fixed, core,
-                                {order.data(), order.shape(0)}, std::move(keep));
+                                ordered, std::move(keep));
 }
 
 // pieces: (uint8 view, dtype name, shape) per example.
@@ -88,8 +93,8 @@ void BindData(nb::module_& m) {
       .def_static("fixed", &MakeFixed, nb::arg("name"), nb::arg("dtype"), nb::arg("inner_shape"),
                   nb::arg("values"), nb::arg("num_examples"), nb::arg("owner"))
       .def_static("gathered", &MakeGathered, nb::arg("name"), nb::arg("dtype"),
-                  nb::arg("inner_shape"), nb::arg("fixed"), nb::arg("chunks"), nb::arg("order"),
-                  nb::arg("owner"))
+                  nb::arg("inner_shape"), nb::arg("fixed"), nb::arg("chunks"),
+                  nb::arg("order").none(), nb::arg("owner"))
       .def_static("from_pieces", &MakeFromPieces, nb::arg("name"), nb::arg("dtype"),
                   nb::arg("inner_shape"), nb::arg("fixed"), nb::arg("pieces"))
       .def_prop_ro("name", &RaggedColumn::name)

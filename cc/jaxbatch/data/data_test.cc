@@ -12,6 +12,7 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -272,7 +273,7 @@ TEST(RaggedColumnTest, GatheredReadsChunksInPlaceInTheGivenOrder) {
   for (const bool reorder : {false, true}) {
     const RaggedColumn col = RaggedColumn::Gathered(
         "tokens", DType::kInt32, {}, false, chunks,
-        reorder ? std::span<const int64_t>(order) : std::span<const int64_t>(), nullptr);
+        reorder ? std::optional<std::span<const int64_t>>(order) : std::nullopt, nullptr);
     ASSERT_EQ(col.num_examples(), reorder ? 6 : 5);
     EXPECT_FALSE(col.contiguous());
     EXPECT_EQ(col.max_length(), reorder ? 3 : 3);
@@ -288,6 +289,12 @@ TEST(RaggedColumnTest, GatheredReadsChunksInPlaceInTheGivenOrder) {
   const RaggedColumn col =
       RaggedColumn::Gathered("tokens", DType::kInt32, {}, false, chunks, {}, nullptr);
   EXPECT_EQ(col.example_data(3), reinterpret_cast<const uint8_t*>(&b[1]));
+  EXPECT_EQ(col.num_examples(), 5);
+  // An empty order (a mapping that keeps no row) is no example, not "as they are".
+  const RaggedColumn none = RaggedColumn::Gathered("tokens", DType::kInt32, {}, false, chunks,
+                                                   std::span<const int64_t>(), nullptr);
+  EXPECT_EQ(none.num_examples(), 0);
+  EXPECT_EQ(none.max_length(), 0);
 }
 
 // CopyValues lays every example's bytes back to back in example order:

@@ -203,7 +203,8 @@ struct GatherIndex {
 
 RaggedColumn RaggedColumn::Gathered(std::string name, DType dtype, std::vector<int64_t> inner_shape,
                                     bool fixed, std::span<const Chunk> chunks,
-                                    std::span<const int64_t> order, Keepalive owner) {
+                                    std::optional<std::span<const int64_t>> order,
+                                    Keepalive owner) {
   // Each chunk is checked as a one-buffer column is; `flat` is every
   // example of the chunks, in chunk order.
   auto flat = std::make_shared<GatherIndex>();
@@ -229,12 +230,12 @@ RaggedColumn RaggedColumn::Gathered(std::string name, DType dtype, std::vector<i
     first += part.num_examples();
   }
   std::shared_ptr<GatherIndex> index = flat;
-  if (!order.empty()) {
+  if (order) {  // An empty order is a column of no examples, not "as they are".
     index = std::make_shared<GatherIndex>();
-    index->starts.reserve(order.size());
-    if (!fixed) index->lengths.reserve(order.size());
-    for (size_t i = 0; i < order.size(); ++i) {
-      const int64_t e = order[i];
+    index->starts.reserve(order->size());
+    if (!fixed) index->lengths.reserve(order->size());
+    for (size_t i = 0; i < order->size(); ++i) {
+      const int64_t e = (*order)[i];
       if (e < 0 || e >= first) {
         throw InvalidArgumentError(StrCat("column '", name, "', example ", i,
                                           ": its index in the data is ", e,

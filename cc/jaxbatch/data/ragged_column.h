@@ -27,6 +27,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -91,8 +92,9 @@ class RaggedColumn {
   // A column over `chunks`, read in place: each chunk is checked as Ragged
   // or Fixed check one buffer (the error names the chunk's first example
   // in the whole column). Example i is example order[i] of the chunks laid
-  // end to end, or example i when `order` is empty; an order entry outside
-  // [0, examples in the chunks) throws InvalidArgumentError naming it.
+  // end to end (an empty order: no examples), or example i when there is
+  // no order; an order entry outside [0, examples in the chunks) throws
+  // InvalidArgumentError naming it.
   //
   // Example (two record batches of an Arrow list<int32> column, reversed):
   //   std::vector<RaggedColumn::Chunk> chunks = {{values0, offsets0, 2}, {values1, offsets1, 1}};
@@ -101,7 +103,7 @@ class RaggedColumn {
   //                                             order, owner);
   static RaggedColumn Gathered(std::string name, DType dtype, std::vector<int64_t> inner_shape,
                                bool fixed, std::span<const Chunk> chunks,
-                               std::span<const int64_t> order, Keepalive owner);
+                               std::optional<std::span<const int64_t>> order, Keepalive owner);
 
   // Copies per-example arrays into one owned buffer (one copy). Every piece
   // must have `dtype` and rank/inner shape matching `inner_shape`; the error

@@ -200,7 +200,8 @@ def column_from_arrow(
             return _core.RaggedColumn.ragged(name, dtype, inner, extent, offsets, keep)
         return _core.RaggedColumn.fixed(name, dtype, inner, extent, count, keep)
     chunks = [(p[2], _NO_OFFSETS if p[3] is None else p[3], p[4]) for p in parts]
-    order = _NO_OFFSETS if order is None else np.ascontiguousarray(order, dtype=np.int64)
+    if order is not None:  # None: as they are; an empty order: no examples
+        order = np.ascontiguousarray(order, dtype=np.int64)
     fixed = offsets is None
     return _core.RaggedColumn.gathered(
         name, dtype, inner, fixed, chunks, order, ([p[5] for p in parts], order)

@@ -173,7 +173,13 @@ class Dataset(Columns):
         return cls._from_arrow_part(table, names, aligned, first_example=0)
 
     @classmethod
-    def from_huggingface(cls, ds: Any, *, columns: Sequence[str] | None = None) -> Dataset:
+    def from_huggingface(
+        cls,
+        ds: Any,
+        *,
+        columns: Sequence[str] | None = None,
+        aligned: Sequence[Sequence[str]] | None = None,
+    ) -> Dataset:
         """Builds a dataset from a Hugging Face ``datasets.Dataset``, reading
         its memory-mapped Arrow files in place: no value is copied, whatever
         its record batches, and an indices mapping (after ``select``,
@@ -183,19 +189,29 @@ class Dataset(Columns):
         ``columns`` names the columns to use; by default every numeric column
         (numbers or bools, maybe in lists) is used and the others (text,
         images) are left out with a warning naming them. A named column that
-        is not numeric is a ValueError naming it.
+        is not numeric is a ValueError naming it. ``aligned`` groups ragged
+        columns of equal lengths per example, as in :meth:`from_arrow` (a
+        tokenizer's ``input_ids`` and ``attention_mask``: packing needs every
+        ragged column aligned with the length column).
 
         Example::
 
-            ds = datasets.load_from_disk("tokenized")            # input_ids, text, label
-            data = jb.Dataset.from_huggingface(ds["train"], columns=["input_ids", "label"])
-            loader = jb.Loader(data, jb.Pack(row_length=512, batch_size=8))
+            ds = datasets.load_from_disk("tokenized")  # input_ids, attention_mask, text
+            data = jb.Dataset.from_huggingface(
+                ds["train"], columns=["input_ids", "attention_mask"],
+                aligned=[["input_ids", "attention_mask"]],
+            )
+            loader = jb.Loader(data, jb.Pack(row_length=512, rows_per_batch=8))
         """
         built, files = huggingface_columns(ds, columns, "Dataset.from_huggingface")
-        dataset = cls(_core.Dataset(built, []))
+        groups = [list(g) for g in (aligned or [])]
+        dataset = cls(_core.Dataset(built, groups))
         set_mapped_files(dataset, files)
-        # datasets pickles a memory-mapped Dataset as its files, so this does too.
-        set_reopen(dataset, Dataset.from_huggingface, (ds,), {"columns": columns})
+        # Pickled as the datasets.Dataset itself: datasets pickles a
+        # memory-mapped one as its cache files, an in-memory one with its table.
+        set_reopen(
+            dataset, Dataset.from_huggingface, (ds,), {"columns": columns, "aligned": aligned}
+        )
         return dataset
 
     @classmethod
@@ -270,11 +286,13 @@ def set_reopen(
     is then that call, checked against the stamps (size, modification time)
     of the files it reads now, not a copy of its values."""
     paths = [p for p in (args[0], *mapped_files(dataset)) if isinstance(p, str | os.PathLike)]
-    stamps = tuple((str(p), *_stamp(p)) for p in dict.fromkeys(map(str, paths)))
+    stamps = tuple((str(p), *file_stamp(p)) for p in dict.fromkeys(map(str, paths)))
     dataset._reopen = (opener, tuple(args), dict(kwargs or {}), stamps)
 
 
-def _stamp(path: str) -> tuple[int, int]:
+def file_stamp(path: str | os.PathLike) -> tuple[int, int]:
+    """(size, modification time in ns): what tells a file changed under a
+    reader, as the engine's FileStamp checks mapped files."""
     st = os.stat(path)
     return st.st_size, st.st_mtime_ns
 
@@ -283,7 +301,7 @@ def _reopened(opener: Any, args: tuple, kwargs: dict, stamps: tuple, layout: Any
     """A pickled file-backed dataset opened again (Dataset.__reduce__)."""
     for path, size, mtime in stamps:
         try:
-            now = _stamp(path)
+            now = file_stamp(path)
         except FileNotFoundError:
             raise FileNotFoundError(
                 f"Dataset: unpickling a dataset read from {path}, which no longer exists"

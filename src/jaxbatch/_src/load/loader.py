@@ -283,8 +283,8 @@ class Loader:
       padded_segments: padded batches carry ``<k>_segment_ids`` (1 on real
         elements, 0 padding) and ``<k>_positions`` (0..length-1, 0 padding)
         as packed ones do, so one attention and position code path serves
-        both; False leaves them out (a third less to collate for int32
-        tokens, measured).
+        both; False leaves them out (8 of the 13 bytes a cell of int32
+        tokens; measured, 28% less collation time).
       host_memory_limit: bytes of batch buffers alive at once (they come
         back when your arrays are freed); must hold ``prefetch + 2`` batches
         plus any you keep. Keeping every batch it holds makes ``next()``
@@ -335,11 +335,17 @@ class Loader:
         if isinstance(source, str | os.PathLike):
             source = open_streamed(source, o) or source
         elif is_huggingface_dataset(source):
-            source = Dataset.from_huggingface(source, columns=o.columns)
-            o = dataclasses.replace(o, columns=None)
+            source = Dataset.from_huggingface(source, columns=o.columns, aligned=o.aligned)
+            o = dataclasses.replace(o, columns=None, aligned=None)
         if isinstance(source, Dataset):
             if o.columns is not None:
                 raise ValueError("Loader: columns= selects columns of a file; got a Dataset")
+            if o.aligned is not None:
+                raise ValueError(
+                    "Loader: aligned= groups the columns of a file or a Hugging Face dataset; "
+                    "got a Dataset, whose groups are given where it is built "
+                    "(jb.Dataset.from_arrays(..., aligned=...))"
+                )
             if o.stream:
                 raise ValueError("Loader: stream=True reads a Parquet file; got a Dataset")
             self.dataset, self.source = source, "dataset"
@@ -444,13 +450,9 @@ class Loader:
         ``jb.global_batches`` iterator reads this Loader ahead: the Loader
         is past the batches queued there, so that iterator's ``get_state()``
         is the one to save."""
-        wrapper = prefetcher_of(self)
-        if wrapper is not None:
-            raise ValueError(
-                f"Loader.get_state: this Loader is read ahead by {wrapper} (jb.device_prefetch "
-                f"or jb.global_batches over it), so its own state is past the batches queued "
-                f"there and a restore would skip them; call get_state() on that iterator instead"
-            )
+        check_not_read_ahead(
+            self, "Loader.get_state", "save", "call get_state() on that iterator instead"
+        )
         return self._read_state()
 
     def _read_state(self) -> dict[str, Any]:
@@ -471,7 +473,21 @@ class Loader:
 
     def set_state(self, state: Mapping[str, Any]) -> None:
         """Continues from `state` (from :meth:`get_state`) with exactly the
-        batches an uninterrupted run would have produced."""
+        batches an uninterrupted run would have produced.
+
+        Refused (ValueError) while a ``jb.device_prefetch`` /
+        ``jb.global_batches`` iterator reads this Loader ahead: the batches
+        queued there would come first; restore that iterator instead."""
+        check_not_read_ahead(
+            self,
+            "Loader.set_state",
+            "restore",
+            "call set_state() on that iterator instead (it drops what it read ahead)",
+        )
+        self._write_state(state)
+
+    def _write_state(self, state: Mapping[str, Any]) -> None:
+        """set_state() without the read-ahead check (for the prefetcher itself)."""
         core_state = self._parse_state(state)
         self.close()
         self._start_core(core_state)
@@ -769,3 +785,22 @@ def prefetcher_of(loader: Loader) -> Any:
     """The live prefetching iterator reading `loader` ahead, or None."""
     ref = _READ_AHEAD.get(loader)
     return None if ref is None else ref()
+
+
+def check_not_read_ahead(loader: Loader, who: str, action: str, fix: str) -> None:
+    """Raises ValueError, naming `who` and the `fix`, when a live
+    prefetching iterator reads `loader` ahead: the Loader's own state is
+    past the batches queued there, so saving it would skip them on restore
+    (`action` "save") and restoring it would yield them first ("restore")."""
+    wrapper = prefetcher_of(loader)
+    if wrapper is None:
+        return
+    harm = {
+        "save": "a restore would skip them",
+        "restore": "they would come before the restored stream",
+    }[action]
+    raise ValueError(
+        f"{who}: this Loader is read ahead by {wrapper} (jb.device_prefetch or "
+        f"jb.global_batches over it), so its own state is past the batches queued there and "
+        f"{harm}; {fix}"
+    )
