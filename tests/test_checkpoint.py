@@ -179,6 +179,16 @@ def test_saving_a_loader_wrapped_by_a_prefetcher_is_refused(tmp_path):
                        r"DevicePrefetcher\(size=2.*save that iterator instead"):  # fmt: skip
         jbc.LoaderSave(loader)
     assert isinstance(jbc.LoaderSave(batches).item, jb.DevicePrefetcher)  # The one to save.
+    # Restoring into it would yield the batches queued before the restore first.
+    ahead = r"LoaderRestore: .* read ahead by .* they would come before the restored stream"
+    with pytest.raises(ValueError, match=ahead + "; restore that iterator"):
+        jbc.LoaderRestore(loader)
+    state = batches.get_state()
+    with pytest.raises(ValueError, match=r"Loader.set_state: this Loader is read ahead"):
+        loader.set_state(state)
+    after = next(batches)["example_index"]
+    batches.set_state(state)  # The iterator restores it, dropping what it read ahead.
+    np.testing.assert_array_equal(next(batches)["example_index"], after)
     with pytest.raises(TypeError, match="LoaderSave: expected a jb.Loader .* found dict"):
         jbc.LoaderSave({"step": 1})
     with pytest.raises(TypeError, match="LoaderRestore: expected the jb.Loader .* found list"):

@@ -252,6 +252,8 @@ def test_loader_read_ahead_by_device_prefetch_is_refused():
     next(batches)
     with pytest.raises(ValueError, match="wrap that iterator instead"):
         jbg.LoaderIterator(loader).get_state()
+    with pytest.raises(ValueError, match="would come before the restored stream; wrap that"):
+        jbg.LoaderIterator(loader).set_state(batches.get_state())
     it = jbg.LoaderIterator(batches)
     state = it.get_state()
     after = next(it)

@@ -23,7 +23,7 @@ import jax
 
 from jaxbatch._src.base.optional import require
 from jaxbatch._src.load.device import DevicePrefetcher
-from jaxbatch._src.load.loader import Loader, prefetcher_of
+from jaxbatch._src.load.loader import Loader, check_not_read_ahead
 
 # Here, not in jaxbatch/__init__.py: `import jaxbatch` never needs orbax.
 ocp = require("orbax.checkpoint", "jaxbatch.checkpoint")
@@ -54,14 +54,26 @@ def check_savable(item: Any, where: str) -> None:
             f"{where}: expected a jb.Loader or the iterator jb.device_prefetch / "
             f"jb.global_batches return (jb.DevicePrefetcher), found {type(item).__name__}"
         )
-    wrapper = prefetcher_of(item)
-    if wrapper is not None:
-        raise ValueError(
-            f"{where}: this Loader is read ahead by {wrapper} (jb.device_prefetch or "
-            f"jb.global_batches over it), so its own state is past the batches queued there "
-            f"and a restore would skip them; save that iterator instead: LoaderSave(batches) "
-            f"where batches = jb.device_prefetch(loader)"
+    check_not_read_ahead(
+        item,
+        where,
+        "save",
+        "save that iterator instead: LoaderSave(batches) where "
+        "batches = jb.device_prefetch(loader)",
+    )
+
+
+def check_restorable(item: Any, where: str) -> None:
+    """Refuses what cannot be restored in place: a Loader read ahead by a
+    prefetching iterator (those batches would come first), or something
+    that is neither a Loader nor such an iterator."""
+    if not isinstance(item, Loader | DevicePrefetcher):
+        raise TypeError(
+            f"{where}: expected the jb.Loader or jb.DevicePrefetcher to restore into, found "
+            f"{type(item).__name__}"
         )
+    if isinstance(item, Loader):
+        check_not_read_ahead(item, where, "restore", "restore that iterator instead")
 
 
 def state_to_save(item: Any, where: str) -> dict[str, Any]:
@@ -78,11 +90,7 @@ def restore_state(directory: Path, item: Any, where: str) -> None:
     place. A missing file names the files there (a checkpoint saved by
     another number of processes has other names); the Loader's own check
     (data, planner, shuffle, shard) raises as it does for ``state=``."""
-    if not isinstance(item, Loader | DevicePrefetcher):
-        raise TypeError(
-            f"{where}: expected the jb.Loader or jb.DevicePrefetcher to restore into, found "
-            f"{type(item).__name__}"
-        )
+    check_restorable(item, where)
     path = this_process_file(directory)
     if not path.is_file():
         found = sorted(p.name for p in Path(directory).glob("*.json"))
@@ -146,11 +154,7 @@ class LoaderRestore(ocp.args.CheckpointArgs):
     item: Checkpointed
 
     def __post_init__(self) -> None:
-        if not isinstance(self.item, Loader | DevicePrefetcher):
-            raise TypeError(
-                f"LoaderRestore: expected the jb.Loader or jb.DevicePrefetcher to restore into, "
-                f"found {type(self.item).__name__}"
-            )
+        check_restorable(self.item, "LoaderRestore")  # Here, not inside Orbax's thread.
 
 
 # -- Orbax v1: StatefulCheckpointable ---------------------------------------------

@@ -138,7 +138,10 @@ class DevicePrefetcher:
         """Restores `state` (from :meth:`get_state`) in place: the source
         Loader continues from it and the batches read ahead are dropped, so
         the next batch is the one after the saved one."""
-        self._loader("set_state").set_state(state)
+        if isinstance(self._source, Loader):
+            self._source._write_state(state)  # This iterator is what reads it ahead.
+        else:
+            self._loader("set_state").set_state(state)
         self._queue.clear()
         self._iterator = iter(self._source)
         self._state, self._started = None, False

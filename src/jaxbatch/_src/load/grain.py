@@ -27,12 +27,13 @@ from typing import Any
 
 import numpy as np
 
+from jaxbatch import _core
 from jaxbatch._src.base.optional import require
 from jaxbatch._src.base.words import counted
 from jaxbatch._src.collate.collate import Batch, collate
 from jaxbatch._src.data.dataset import Dataset
 from jaxbatch._src.load.device import DevicePrefetcher
-from jaxbatch._src.load.loader import Loader, prefetcher_of
+from jaxbatch._src.load.loader import Loader, check_not_read_ahead
 from jaxbatch._src.plan.plan import BatchPlan, plan
 from jaxbatch._src.plan.planners import GRAPH_PLANNERS, PLANNERS, Planner
 
@@ -135,7 +136,7 @@ class BatchIterDataset(grain.IterDataset):
         column: str | None = None,
         aligned: Sequence[Sequence[str]] | None = None,
         dtypes: Mapping[str, Any] | None = None,
-        pad_value: int | float | Mapping[str, int | float] = 0,
+        pad_value: int | float | Mapping[str, int | float] = _core.DEFAULT_PAD_VALUE,
         padded_segments: bool | None = None,
     ):
         if isinstance(parent, grain.MapDataset):
@@ -314,17 +315,21 @@ class LoaderIterator(grain.DatasetIterator):
         return next(self._loader)
 
     def get_state(self) -> dict[str, Any]:
-        wrapper = prefetcher_of(self._loader) if isinstance(self._loader, Loader) else None
-        if wrapper is not None:
-            raise ValueError(
-                f"LoaderIterator: this Loader is read ahead by {wrapper} (jb.device_prefetch "
-                f"over it), so its own state is past the batches queued there and a restore "
-                f"would skip them; wrap that iterator instead: LoaderIterator(batches)"
-            )
+        self._check_not_read_ahead("save")
         return self._loader.get_state()
 
     def set_state(self, state: dict[str, Any]) -> None:
+        self._check_not_read_ahead("restore")
         self._loader.set_state(state)
+
+    def _check_not_read_ahead(self, action: str) -> None:
+        if isinstance(self._loader, Loader):
+            check_not_read_ahead(
+                self._loader,
+                "LoaderIterator",
+                action,
+                "wrap that iterator instead: LoaderIterator(batches)",
+            )
 
     def __str__(self) -> str:
         return f"LoaderIterator({type(self._loader).__name__})"
