@@ -28,6 +28,7 @@ void BindCollate(nb::module_& m) {
       },
       nb::arg("dataset"), nb::arg("pad_values"), nb::arg("who"));
   m.attr("DEFAULT_PADDED_SEGMENTS") = kDefaultPaddedSegments;
+  m.attr("DEFAULT_PAD_VALUE") = kDefaultPadValue;
   m.def(
       "collate",
       [](const Dataset& dataset, const BatchPlan& plan, int64_t batch_index,

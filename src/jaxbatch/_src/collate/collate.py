@@ -86,7 +86,7 @@ def collate(
     dataset: Dataset,
     batch: BatchSpec,
     *,
-    pad_value: int | float | Mapping[str, int | float] = 0,
+    pad_value: int | float | Mapping[str, int | float] = _core.DEFAULT_PAD_VALUE,
     num_threads: int | None = None,
     padded_segments: bool = _core.DEFAULT_PADDED_SEGMENTS,
 ) -> Batch:
@@ -158,7 +158,7 @@ def pad_values(pad_value: Any, where: str) -> tuple[list[tuple[str, int | float]
             (k, _pad_scalar(v, f"{where}: pad_value for column {k!r}"))
             for k, v in pad_value.items()
         ]
-        return pads, 0
+        return pads, _core.DEFAULT_PAD_VALUE  # the columns not named
     return [], _pad_scalar(pad_value, f"{where}: pad_value")
 
 

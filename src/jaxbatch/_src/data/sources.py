@@ -15,7 +15,13 @@ import numpy as np
 from jaxbatch import _core
 from jaxbatch._src.base.optional import require
 from jaxbatch._src.base.words import counted
-from jaxbatch._src.data.dataset import Columns, Dataset, set_mapped_files, set_reopen
+from jaxbatch._src.data.dataset import (
+    Columns,
+    Dataset,
+    file_stamp,
+    set_mapped_files,
+    set_reopen,
+)
 
 
 def open_source(
@@ -217,11 +223,6 @@ def _parquet_path(path) -> Path:
     return p
 
 
-def _stamp(p: Path) -> tuple[int, int]:
-    st = p.stat()
-    return st.st_size, st.st_mtime_ns
-
-
 def parquet_column_names(path: str | os.PathLike, columns: Sequence[str] | None) -> list[str]:
     """The columns a Loader reads from a Parquet file: `columns`, or all."""
     pq = require("pyarrow.parquet", f"Loader: reading {path}")
@@ -283,7 +284,7 @@ class StreamedParquet(Columns):
         self.path = _parquet_path(path)
         self.columns = list(columns) if columns else None
         self.aligned = aligned
-        self._stamp = _stamp(self.path)
+        self._stamp = file_stamp(self.path)
         with reading(self.path, "Parquet"):
             reader = pq.ParquetFile(self.path)
             check_columns(self.path, reader.schema_arrow, columns, length_column)
@@ -381,7 +382,7 @@ class StreamedParquet(Columns):
         )
 
     def _check_unchanged(self) -> None:
-        stamp = _stamp(self.path)
+        stamp = file_stamp(self.path)
         if stamp != self._stamp:
             raise OSError(
                 f"Loader: {self.path} changed while the loader reads it (size and modification "
