@@ -244,6 +244,9 @@ def test_loader_iter_dataset_under_grains_map():
     assert list(again) == rest
     with pytest.raises(TypeError, match="cannot be sent to another process"):
         pickle.dumps(jbg.LoaderIterDataset(jb.Loader(data, planner)))
+    for wrap in (jbg.LoaderIterator, jbg.LoaderIterDataset):
+        with pytest.raises(TypeError, match=wrap.__name__ + r": expected a jb.Loader .* list"):
+            wrap([1, 2])
 
 
 def test_loader_read_ahead_by_device_prefetch_is_refused():

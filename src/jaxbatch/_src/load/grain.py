@@ -283,6 +283,16 @@ class PlannedBatchIterator(grain.DatasetIterator):
 # -- a Loader as a Grain iterator --------------------------------------------------
 
 
+def _loader_source(loader: Any, who: str) -> Loader | DevicePrefetcher:
+    """`loader` if it is a Loader or a prefetcher over one; else TypeError."""
+    if not isinstance(loader, Loader | DevicePrefetcher):
+        raise TypeError(
+            f"{who}: expected a jb.Loader or the iterator jb.device_prefetch returns, found "
+            f"{type(loader).__name__}"
+        )
+    return loader
+
+
 class LoaderIterator(grain.DatasetIterator):
     """A :class:`jaxbatch.Loader` (or the iterator ``jb.device_prefetch`` /
     ``jb.global_batches`` return) as a Grain ``DatasetIterator``: ``next``
@@ -302,13 +312,8 @@ class LoaderIterator(grain.DatasetIterator):
     """
 
     def __init__(self, loader: Loader | DevicePrefetcher):
-        if not isinstance(loader, Loader | DevicePrefetcher):
-            raise TypeError(
-                f"LoaderIterator: expected a jb.Loader or the iterator jb.device_prefetch "
-                f"returns, found {type(loader).__name__}"
-            )
         super().__init__()
-        self._loader = loader
+        self._loader = _loader_source(loader, "LoaderIterator")
 
     def __next__(self) -> Any:
         self._assert_not_closed()
@@ -351,13 +356,8 @@ class LoaderIterDataset(grain.IterDataset):
     """
 
     def __init__(self, loader: Loader | DevicePrefetcher):
-        if not isinstance(loader, Loader | DevicePrefetcher):
-            raise TypeError(
-                f"LoaderIterDataset: expected a jb.Loader or the iterator jb.device_prefetch "
-                f"returns, found {type(loader).__name__}"
-            )
         super().__init__()
-        self._loader = loader
+        self._loader = _loader_source(loader, "LoaderIterDataset")
 
     def __iter__(self) -> LoaderIterator:
         return LoaderIterator(self._loader)
