@@ -36,16 +36,24 @@ def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
 
 
-def test_every_sentence_matches_sentence_transformers(model, reference):
+@pytest.fixture(scope="module")
+def one_by_one(model, reference):
+    """Each sentence embedded alone at its own length, unpadded (a
+    compilation each, the weights an argument so each compiles faster:
+    shared by the tests that compare against it)."""
     import jax
 
+    embed = jax.jit(lambda params, example: model.embed_fn(params=params)(example))
+    ids = model.tokenize(reference[0])
+    rows = [{"input_ids": i, "input_ids_mask": np.ones(len(i), bool)} for i in ids]
+    return np.stack([np.asarray(embed(model.params, row)) for row in rows])
+
+
+def test_every_sentence_matches_sentence_transformers(model, reference, one_by_one):
     sentences, expected = reference
-    embed = jax.jit(model.embed_fn())
     ids = model.tokenize(sentences)
     assert max(len(i) for i in ids) == 256  # The long paragraph is truncated as the model is.
-    got = np.stack(
-        [np.asarray(embed({"input_ids": i, "input_ids_mask": np.ones(len(i), bool)})) for i in ids]
-    )
+    got = one_by_one
     assert got.shape == (20, 384)
     assert cosines(got, expected).min() >= 0.999
     np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1.0, rtol=1e-5)
@@ -63,12 +71,10 @@ def test_padded_bucketed_job_gives_the_unpadded_embeddings(model, reference, tmp
     assert cosines(out["output"], expected).min() >= 0.999
 
 
-def test_packed_job_gives_the_unpacked_embeddings(model, reference, tmp_path):
+def test_packed_job_gives_the_unpacked_embeddings(model, reference, one_by_one, tmp_path):
     """Through jb.run with Pack: several sentences per row, block-diagonal
     attention, positions restarting per segment, per-segment mean pooling;
     the same embeddings as one sentence at a time, and as PyTorch's."""
-    import jax
-
     sentences, expected = reference
     ids = model.tokenize(sentences)
     ds = jb.Dataset.from_arrays({"input_ids": ids})
@@ -78,10 +84,6 @@ def test_packed_job_gives_the_unpacked_embeddings(model, reference, tmp_path):
     jb.run(model.embed_packed_fn(segments), ds, tmp_path, planner=pack, progress=False)
     out = jb.read_output(tmp_path)
     np.testing.assert_array_equal(out["example_index"], np.arange(20))
-    embed = jax.jit(model.embed_fn())
-    one_by_one = np.stack(
-        [np.asarray(embed({"input_ids": i, "input_ids_mask": np.ones(len(i), bool)})) for i in ids]
-    )
     np.testing.assert_allclose(out["output"], one_by_one, atol=2e-5)
     assert cosines(out["output"], expected).min() >= 0.999
 
