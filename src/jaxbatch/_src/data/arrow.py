@@ -8,7 +8,7 @@ import numpy as np
 
 from jaxbatch import _core
 from jaxbatch._src.base.optional import require
-from jaxbatch._src.base.words import counted
+from jaxbatch._src.data.arrow_nulls import refuse_nulls, values_in_use
 from jaxbatch._src.data.dtypes import as_bytes, dtype_name
 
 
@@ -32,6 +32,21 @@ def supported_type(arrow_type: Any) -> bool:
     )
 
 
+def refuse_repeated_names(names: list[str], who: str) -> None:
+    """ValueError, starting ``"<who>: "``, for a name two columns share: an
+    Arrow schema may hold two fields of one name, which a column's name
+    could not tell apart (pyarrow itself finds neither by that name)."""
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            raise ValueError(
+                f"{who}: {names.count(name)} columns are named {name!r}; expected one column "
+                f"per name, so that a name says which column it is: rename them "
+                f"(Table.rename_columns)"
+            )
+        seen.add(name)
+
+
 def _validated(name: str, column: Any) -> None:
     """Arrow's own check of `column` against its buffers, before anything
     reads it: a crafted or damaged file can declare lengths, offsets or null
@@ -49,40 +64,23 @@ def _validated(name: str, column: Any) -> None:
         ) from e
 
 
-def _chunks(name: str, column: Any, first_example: int) -> list:
-    """The arrays of `column` (an Arrow array or chunked array), validated,
-    none with a null example (the error names the example in the column)."""
+def _chunks(name: str, column: Any) -> list:
+    """The arrays of `column` (an Arrow array or chunked array), validated."""
     pa = _require_pyarrow()
     _validated(name, column)
     if isinstance(column, pa.ChunkedArray):
-        arrays = list(column.chunks) or [column.combine_chunks()]  # no chunks: one empty array
-    else:
-        arrays = [column]
-    first = first_example
-    for array in arrays:
-        if array.null_count:
-            raise ValueError(
-                f"column {name!r}, example {first + _first_null(array)}: expected no "
-                f"nulls, found {array.null_count}"
-            )
-        first += len(array)
-    return arrays
+        return list(column.chunks) or [column.combine_chunks()]  # no chunks: one empty array
+    return [column]
 
 
-def _first_null(array: Any) -> int:
-    return int(np.flatnonzero(np.asarray(array.is_null()))[0])
-
-
-def _primitive_values(name: str, array: Any, example_of) -> tuple[np.ndarray, np.ndarray]:
+def _primitive_values(name: str, array: Any) -> tuple[np.ndarray, np.ndarray]:
     """The values of a primitive array (no copy, but bools) and the bytes
     the core may read: from its first value to the end of those it declares,
     cut at the end of the Arrow buffer that holds them (its real size)."""
     pa = _require_pyarrow()
-    if array.null_count:
-        raise ValueError(
-            f"column {name!r}, example {example_of(_first_null(array))}: expected no null "
-            f"values, found {array.null_count} in the column"
-        )
+    if array.null_count:  # Only in rows no example reads (refuse_nulls checked).
+        array = pa.Array.from_buffers(array.type, len(array), [None, array.buffers()[1]], 0,
+                                      array.offset)  # fmt: skip
     if pa.types.is_boolean(array.type):  # Arrow packs bools in bits: one copy.
         values = array.to_numpy(zero_copy_only=False).astype(np.bool_)
         return values, as_bytes(values)
@@ -105,71 +103,39 @@ def _buffer_extent(array: Any, itemsize: int) -> np.ndarray:
     return np.frombuffer(buffer, np.uint8)[start:end]
 
 
-def _values_and_inner(
-    name: str, child: Any, offsets: np.ndarray | None, first_example: int
-) -> tuple[np.ndarray, np.ndarray, list[int]]:
-    """The flat values of a list's child, the bytes the core may read (see
-    _primitive_values) and the inner shape its nesting gives.
-
-    A null anywhere below the top level (a null fixed_size_list entry or a
-    null value) is refused naming the example it belongs to: flattening would
-    otherwise drop it and shift every later value. `offsets` are the list's
-    (None for a fixed_size_list column, one entry per example)."""
+def _values_and_inner(name: str, child: Any) -> tuple[np.ndarray, np.ndarray, list[int]]:
+    """The flat values of a list's child (or of a fixed_size_list column),
+    the bytes the core may read (see _primitive_values) and the inner shape
+    its nesting gives. Nulls were refused before (refuse_nulls): those left
+    are in rows no example reads, and only their values' bytes are used."""
     pa = _require_pyarrow()
     inner: list[int] = []
-    scale = 1  # child elements per row of the list's child
-
-    def example_of(index: int) -> int:
-        row = index // scale
-        if offsets is None:
-            return first_example + row
-        return first_example + int(np.searchsorted(offsets, row, side="right")) - 1
-
     while pa.types.is_fixed_size_list(child.type):
-        if child.null_count:
-            raise ValueError(
-                f"column {name!r}, example {example_of(_first_null(child) * scale)}: expected "
-                f"no nulls, found {counted(child.null_count, 'null entry', 'null entries')} of "
-                f"{child.type}"
-            )
         size = child.type.list_size
         inner.append(size)
         # Slice to the rows in use (a sliced parent's child starts at its offset).
         child = child.values.slice(child.offset * size, len(child) * size)
-        scale *= size
     # Flat: the core takes the bytes (`extent`) and the shape, and refuses
     # a child shorter than a fixed_size_list's offset and length claim.
-    values, extent = _primitive_values(name, child, example_of)
+    values, extent = _primitive_values(name, child)
     return values, extent, inner
 
 
-def _values_in_use(array: Any) -> tuple[np.ndarray, Any]:
-    """A list array's offsets (int64, from 0) and its child cut to the
-    values they cover: a sliced list's child still holds the values of the
-    examples sliced away, whose nulls are not this column's."""
-    offsets = np.asarray(array.offsets).astype(np.int64)
-    if offsets.size == 0:
-        return np.zeros(1, np.int64), array.values.slice(0, 0)
-    first = int(offsets[0])
-    offsets -= first
-    return offsets, array.values.slice(first, max(0, int(offsets[-1])))
-
-
-def _chunk_parts(name: str, array: Any, first_example: int) -> tuple:
+def _chunk_parts(name: str, array: Any) -> tuple:
     """One Arrow array's part of a core column: (dtype name, inner shape,
     the bytes the core may read, int64 offsets or None when fixed, examples,
     what keeps the memory alive)."""
     pa = _require_pyarrow()
     if pa.types.is_list(array.type) or pa.types.is_large_list(array.type):
-        offsets, child = _values_in_use(array)
-        values, extent, inner = _values_and_inner(name, child, offsets, first_example)
+        offsets, child = values_in_use(array)
+        values, extent, inner = _values_and_inner(name, child)
         offsets = np.ascontiguousarray(offsets)
         keep: tuple = (values, offsets, array)
     else:
         if pa.types.is_fixed_size_list(array.type):
-            values, extent, inner = _values_and_inner(name, array, None, first_example)
+            values, extent, inner = _values_and_inner(name, array)
         else:
-            values, extent = _primitive_values(name, array, lambda i: first_example + i)
+            values, extent = _primitive_values(name, array)
             inner = []
         offsets, keep = None, (values, array)
     dtype = dtype_name(values.dtype, f"column {name!r}")
@@ -188,20 +154,20 @@ def column_from_arrow(
     buffers that hold the values (their real sizes) and refuses offsets or
     lengths past them. `order` (int64), if given, is the examples' order:
     example i is example order[i] of the column (a Hugging Face indices
-    mapping). Errors number examples from `first_example` (a row group's
-    first example in its file)."""
-    parts, first = [], first_example
-    for array in _chunks(name, column, first_example):
-        parts.append(_chunk_parts(name, array, first))
-        first += len(array)
+    mapping; only the rows it selects are checked for nulls). Errors number
+    examples from `first_example` (a row group's first example in its
+    file), or with `order` by their place in it."""
+    arrays = _chunks(name, column)
+    if order is not None:  # None: as they are; an empty order: no examples
+        order = np.ascontiguousarray(order, dtype=np.int64)
+    refuse_nulls(name, arrays, first_example, order)
+    parts = [_chunk_parts(name, array) for array in arrays]
     dtype, inner, extent, offsets, count, keep = parts[0]
     if len(parts) == 1 and order is None:
         if offsets is not None:
             return _core.RaggedColumn.ragged(name, dtype, inner, extent, offsets, keep)
         return _core.RaggedColumn.fixed(name, dtype, inner, extent, count, keep)
     chunks = [(p[2], _NO_OFFSETS if p[3] is None else p[3], p[4]) for p in parts]
-    if order is not None:  # None: as they are; an empty order: no examples
-        order = np.ascontiguousarray(order, dtype=np.int64)
     fixed = offsets is None
     return _core.RaggedColumn.gathered(
         name, dtype, inner, fixed, chunks, order, ([p[5] for p in parts], order)

@@ -10,7 +10,7 @@ import numpy as np
 
 from jaxbatch import _core
 from jaxbatch._src.base.words import counted
-from jaxbatch._src.data.arrow import column_from_arrow
+from jaxbatch._src.data.arrow import column_from_arrow, refuse_repeated_names
 from jaxbatch._src.data.dtypes import as_bytes, dtype_name, numpy_dtype
 from jaxbatch._src.data.graphs import GraphLayout, graph_columns
 from jaxbatch._src.data.huggingface import huggingface_columns
@@ -161,8 +161,10 @@ class Dataset(Columns):
         a copy of the offsets only); ``fixed_size_list`` children give the
         inner shape; primitive columns become fixed columns. A column of
         several chunks (a file's record batches) is read in place, chunk by
-        chunk, without a copy either. Nulls are refused.
+        chunk, without a copy either. Nulls are refused, and so are two
+        columns of one name.
         """
+        refuse_repeated_names(list(table.column_names), "Dataset.from_arrow")
         names = list(columns) if columns is not None else list(table.column_names)
         missing = [n for n in names if n not in table.column_names]
         if missing:
@@ -193,6 +195,13 @@ class Dataset(Columns):
         columns of equal lengths per example, as in :meth:`from_arrow` (a
         tokenizer's ``input_ids`` and ``attention_mask``: packing needs every
         ragged column aligned with the length column).
+
+        The rows are those ``ds[i]`` gives: a transform (``with_transform``,
+        ``set_transform``) or a format option that changes values
+        (``dtype=``) is a ValueError saying what to do instead (apply it with
+        ``.map()``); a format's ``columns=`` are the default columns; nulls
+        are refused only in the rows an indices mapping selects, and errors
+        number examples as ``ds[i]`` does.
 
         Example::
 

@@ -45,19 +45,60 @@ def _refuse_other_kinds(ds: Any, who: str) -> None:
         raise TypeError(f"{who}: expected a datasets.Dataset, found {type(ds).__name__}")
 
 
+# Formats whose rows hold the table's values in another container (ds[i]
+# as numpy arrays, tensors, a DataFrame): reading the table reads them.
+# "custom" (with_transform / set_transform) and any other registered format
+# run code on each row that jaxbatch, reading Arrow in place, cannot run.
+_TABLE_FORMATS = (None, "arrow", "numpy", "pandas", "polars", "torch", "tensorflow", "jax")
+# Format options that place the values (on a device) without changing them;
+# any other (dtype=) changes what ds[i] holds.
+_PLACING_OPTIONS = frozenset({"device"})
+
+
+def _shown_columns(ds: Any, names: list[str], who: str) -> list[str]:
+    """The table's columns that ``ds[i]`` shows (a format's columns=, unless
+    output_all_columns), after refusing a format whose rows are not the
+    table's: its transform would have to run on every row."""
+    fmt = ds.format
+    kind = fmt.get("type")
+    if kind not in _TABLE_FORMATS:
+        how = "with_transform / set_transform" if kind == "custom" else f"format {kind!r}"
+        raise ValueError(
+            f"{who}: the dataset has a transform ({how}), so its rows ds[i] are what the "
+            f"transform returns, not the rows of its Arrow table, which jaxbatch reads in "
+            f"place; apply the transform with ds.with_format(None).map(transform, batched=True), "
+            f"which writes its rows to Arrow files jaxbatch reads in place (a map of the "
+            f"transformed ds would keep the transform, applied again on top)"
+        )
+    changing = sorted(set(fmt.get("format_kwargs") or {}) - _PLACING_OPTIONS)
+    if changing:
+        raise ValueError(
+            f"{who}: the dataset's format {kind!r} has {', '.join(k + '=' for k in changing)} "
+            f"which changes the values ds[i] holds, but jaxbatch reads its Arrow table's; "
+            f"cast the dataset instead (ds.cast_column or ds.map write Arrow files jaxbatch "
+            f"reads) or ds.reset_format() to read the table as it is"
+        )
+    if fmt.get("output_all_columns") or fmt.get("columns") is None:
+        return names
+    return [n for n in names if n in fmt["columns"]]
+
+
 def huggingface_columns(
     ds: Any, columns: Sequence[str] | None, who: str
 ) -> tuple[list[_core.RaggedColumn], list[str]]:
     """The core columns of a ``datasets.Dataset`` and the files they are
-    memory-mapped from. ``columns=None`` takes every numeric column and
-    leaves the others out with a warning naming them; a named column of
-    another type is a ValueError naming it and its type."""
+    memory-mapped from. ``columns=None`` takes every numeric column that
+    ``ds[i]`` shows (a format's columns=) and leaves the others out with a
+    warning naming them; a named column of another type is a ValueError
+    naming it and its type. A named column a format hides is read: its rows
+    are the table's all the same. A transform is refused (_shown_columns)."""
     _refuse_other_kinds(ds, who)
     table = ds.data.table
     names = list(table.column_names)
+    shown = _shown_columns(ds, names, who)
     if columns is None:
-        chosen = [n for n in names if supported_type(table.schema.field(n).type)]
-        left = [f"{n} ({table.schema.field(n).type})" for n in names if n not in chosen]
+        chosen = [n for n in shown if supported_type(table.schema.field(n).type)]
+        left = [f"{n} ({table.schema.field(n).type})" for n in shown if n not in chosen]
         if left and chosen:
             warnings.warn(
                 f"{who}: left out {len(left)} column(s) that are not numeric: "
@@ -79,7 +120,7 @@ def huggingface_columns(
     if not chosen:
         raise ValueError(
             f"{who}: the dataset has no numeric column (its columns: "
-            f"{[f'{n} ({table.schema.field(n).type})' for n in names]}); tokenize it first"
+            f"{[f'{n} ({table.schema.field(n).type})' for n in shown]}); tokenize it first"
         )
     order = None
     if ds._indices is not None:  # select / shuffle / split / filter: rows in this order.

@@ -15,6 +15,7 @@ import numpy as np
 from jaxbatch import _core
 from jaxbatch._src.base.optional import require
 from jaxbatch._src.base.words import counted
+from jaxbatch._src.data.arrow import refuse_repeated_names
 from jaxbatch._src.data.dataset import (
     Columns,
     Dataset,
@@ -145,6 +146,7 @@ def check_columns(path, schema, columns, length_column, prefix: str = "Loader: "
     pa = require("pyarrow", f"{prefix}reading {path}")
 
     names = list(schema.names)
+    refuse_repeated_names(names, f"{prefix}{path}")
     for name in [*(columns or []), *([length_column] if length_column else [])]:
         if name not in names:
             raise ValueError(f"{prefix}{path} has no column {name!r}; its columns are {names}")
