@@ -266,5 +266,45 @@ TEST(GraphCollatorTest, FindGraphColumnsNamesWhatIsWrong) {
                "Loader: graph planners need graphs: a 'senders' column"));
 }
 
+// A field's names are pytree paths: a leaf where another name needs a
+// subtree would lose one of them in the GraphsTuple, so it is refused
+// naming both; names that only share a start ("nodes/z" and "nodes/zz")
+// make a tree and are fine.
+TEST(GraphCollatorTest, FindGraphColumnsRefusesNamesThatDoNotMakeATree) {
+  std::mt19937 rng(2);
+  const std::vector<Graph> graphs = RandomGraphs(rng, 3);
+  auto z = [](const Graph& g) -> const std::vector<int8_t>& { return g.z; };
+  auto w = [](const Graph& g) -> const std::vector<float>& { return g.w; };
+  const std::vector<RaggedColumn> base = MakeGraphs(graphs).columns();
+  struct Case {
+    RaggedColumn extra;
+    std::string message;  // empty: accepted
+  };
+  const std::vector<Case> cases = {
+      {Ragged<int8_t>("nodes/z/y", DType::kInt8, {}, graphs, z),
+       "test: columns 'nodes/z' and 'nodes/z/y' cannot both be nodes columns"},
+      {Ragged<int8_t>("nodes", DType::kInt8, {}, graphs, z),
+       "test: columns 'nodes' and 'nodes/x' cannot both be nodes columns"},
+      {Ragged<float>("edges/a", DType::kFloat32, {}, graphs, w),
+       "test: columns 'edges' and 'edges/a' cannot both be edges columns"},
+      {Fixed<float>("globals/0", DType::kFloat32, {}, {1, 2, 3}, 3),
+       "test: columns 'globals' and 'globals/0' cannot both be globals columns"},
+      {Ragged<int8_t>("nodes/zz", DType::kInt8, {}, graphs, z), ""},
+      {Ragged<int8_t>("nodes/z2/y", DType::kInt8, {}, graphs, z), ""},
+  };
+  for (const Case& c : cases) {
+    std::vector<RaggedColumn> columns = base;
+    columns.push_back(c.extra);
+    const Dataset ds(columns);
+    if (c.message.empty()) {
+      EXPECT_EQ(FindGraphColumns(ds, "test").nodes.size(), 3u) << c.extra.name();
+    } else {
+      EXPECT_TRUE(Contains(
+          ThrownMessage<InvalidArgumentError>([&] { FindGraphColumns(ds, "test"); }), c.message))
+          << c.extra.name();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace jaxbatch

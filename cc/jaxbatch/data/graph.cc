@@ -3,6 +3,7 @@
 #include <cstring>
 #include <limits>
 #include <string_view>
+#include <unordered_set>
 
 #include "jaxbatch/base/error.h"
 
@@ -76,6 +77,25 @@ int64_t CountOf(const RaggedColumn& column, int64_t e) {
   return ReadInteger(column.example_data(e), column.dtype(), 0);
 }
 
+// A field's column names are its pytree's leaf paths, so they must make a
+// tree: no name may be a leaf where another needs a subtree ("nodes/a" and
+// "nodes/a/b", or "nodes" and "nodes/x"). Otherwise one leaf is lost when
+// the columns are made a GraphsTuple again.
+void RequireTree(const std::vector<std::string>& names, const char* field, const std::string& who) {
+  const std::unordered_set<std::string_view> leaves(names.begin(), names.end());
+  for (const std::string& name : names) {
+    for (size_t slash = name.find('/'); slash != std::string::npos;
+         slash = name.find('/', slash + 1)) {
+      const auto above = leaves.find(std::string_view(name).substr(0, slash));
+      if (above == leaves.end()) continue;
+      throw InvalidArgumentError(
+          StrCat(who, ": columns '", *above, "' and '", name, "' cannot both be ", field,
+                 " columns: a column's name is its leaf's path in the ", field, " pytree, and '",
+                 *above, "' is a leaf where '", name, "' needs a subtree; rename one"));
+    }
+  }
+}
+
 }  // namespace
 
 bool IsGraphDataset(const Dataset& dataset) {
@@ -120,6 +140,9 @@ GraphColumns FindGraphColumns(const Dataset& dataset, const std::string& who) {
                  "(edges, edges/...); a value per graph must be fixed-shape"));
     }
   }
+  RequireTree(graph.nodes, kNodesName, who);
+  RequireTree(graph.edges, kEdgesName, who);
+  RequireTree(graph.globals, kGlobalsName, who);
   if (!graph.has_node_count && graph.nodes.empty()) {
     throw InvalidArgumentError(StrCat(who,
                                       ": cannot count nodes: the data has neither an n_node "

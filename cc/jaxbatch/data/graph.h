@@ -49,8 +49,9 @@ bool IsGraphDataset(const Dataset& dataset);
 // The role of every column. Throws InvalidArgumentError, starting "<who>: ",
 // naming the column and what was expected: no senders or receivers, senders
 // or receivers not ragged 1-D int32/int64, a ragged column that is neither
-// a node nor an edge column, n_node/n_edge not fixed integer scalars, or no
-// way to count nodes (neither n_node nor a node column).
+// a node nor an edge column, n_node/n_edge not fixed integer scalars, no
+// way to count nodes (neither n_node nor a node column), or two columns of
+// one field whose paths do not make a tree (nodes/a and nodes/a/b).
 GraphColumns FindGraphColumns(const Dataset& dataset, const std::string& who);
 
 // Each graph's node and edge count, as defined above (for a bad graph,

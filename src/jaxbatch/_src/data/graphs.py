@@ -16,6 +16,7 @@ import jax
 import numpy as np
 
 from jaxbatch import _core
+from jaxbatch._src.base.tree_names import joined_names
 
 # The engine's column names (data/graph.h), which are jraph.GraphsTuple's
 # field names.
@@ -49,13 +50,6 @@ def graphs_tuple_type() -> type:
     except ImportError:
         return GraphsTuple
     return jraph.GraphsTuple
-
-
-def _key_name(key: Any) -> str:
-    for attr in ("key", "idx", "name"):
-        if hasattr(key, attr):
-            return str(getattr(key, attr))
-    return str(key)
 
 
 def _fields_of(graph: Any, index: int) -> dict[str, Any]:
@@ -168,7 +162,8 @@ def graph_columns(graphs: Sequence[Any]) -> tuple[dict[str, Any], dict[str, Any]
                         f"every graph needs the same fields"
                     )
             continue
-        names = [field + "".join("/" + _key_name(k) for k in path) for path, _ in first[0]]
+        paths = [path for path, _ in first[0]]
+        names = joined_names(paths, "/", field, f"Dataset.from_graphs: graph 0's {field}")
         trees[field] = (first[1], names)
         leaves: list[list[Any]] = [[] for _ in names]
         for i, f in enumerate(fields):

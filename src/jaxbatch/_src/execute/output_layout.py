@@ -14,32 +14,22 @@ from typing import Any
 
 import numpy as np
 
+from jaxbatch._src.base.tree_names import joined_names
 from jaxbatch._src.collate import keys
 
 
 def leaf_names(out: Any) -> list[tuple[str, Any]]:
     """(column name, leaf) for every leaf of an output pytree: a bare array is
-    ``output``; dict keys and sequence indices are joined with dots."""
+    ``output``; dict keys and sequence indices are joined with dots. Two
+    leaves that would make one name are refused, naming both."""
     import jax
 
     leaves = jax.tree_util.tree_flatten_with_path(out)[0]
-    named = []
-    for path, leaf in leaves:
-        parts = []
-        for key in path:
-            if isinstance(key, jax.tree_util.DictKey):
-                parts.append(str(key.key))
-            elif isinstance(key, jax.tree_util.SequenceKey):
-                parts.append(str(key.idx))
-            elif isinstance(key, jax.tree_util.GetAttrKey):
-                parts.append(key.name)
-            else:
-                parts.append(str(key))
-        named.append((".".join(parts) or "output", leaf))
-    names = [n for n, _ in named]
-    if keys.EXAMPLE_INDEX in names or len(set(names)) != len(names):
-        raise ValueError(f"output names {names} must be unique and must not be 'example_index'")
-    return named
+    paths = [path for path, _ in leaves]
+    names = joined_names(paths, ".", "", "the function's output", empty="output")
+    if keys.EXAMPLE_INDEX in names:
+        raise ValueError(f"output names {names} must not be 'example_index' (the job's own)")
+    return list(zip(names, [leaf for _, leaf in leaves], strict=True))
 
 
 def per_token_leaves(fun, batch) -> list[bool]:
