@@ -66,11 +66,27 @@ def _levels(array: Any) -> list[tuple[Any, str, list[_Up]]]:
         current = child
 
 
+def _any_null(array: Any) -> bool:
+    """Whether any level of `array` has a null, counting all of each list's
+    child (a sliced list's child holds values beyond its rows): a quick "no"
+    for the common case, without the offsets _levels reads."""
+    pa = require("pyarrow", "Dataset.from_arrow")
+    while True:
+        if array.null_count:
+            return True
+        nested = pa.types.is_list(array.type) or pa.types.is_large_list(array.type)
+        if not (nested or pa.types.is_fixed_size_list(array.type)):
+            return False
+        array = array.values
+
+
 def null_counts(array: Any) -> list[tuple[int, np.ndarray, str, Any]]:
     """For each level of `array` that holds a null: its depth (0 for
     `array`), per row of `array` the nulls it holds there, what they are
     ("top", "entry" or "value") and the level's Arrow type. Empty when
     `array` has no null at any level."""
+    if not _any_null(array):
+        return []
     found = []
     for depth, (level, kind, ups) in enumerate(_levels(array)):
         if not level.null_count:
