@@ -23,6 +23,7 @@ from job_functions import summarise, summarise_reference
 
 import jaxbatch as jb
 from jaxbatch import _core
+from jaxbatch._src.job import folder as job_folder
 
 FUNCTIONS = str(Path(__file__).parent / "job_functions.py")
 TIMEOUT_S = 120
@@ -141,6 +142,60 @@ def test_a_file_dropped_into_a_job_folder_is_refused_not_deleted(tmp_path):
             run_job(values, out, overwrite=overwrite)
     assert snapshot(out) == before
     assert_matches_reference(jb.read_output(out), values)  # A reader minds only the job's files.
+
+
+# Every file a job writes, with what a foreign one named so holds and what the
+# refusal says. The job's lock is the journal's own (flock): no lock file.
+FOREIGN_NAMED_LIKE_THE_JOBS = {
+    "journal.jbj": (b"my notes, not a journal", "journal.jbj does not begin with a jaxbatch"),
+    "report.json": (b'{"my": "notes"}', "report.json is not a job's report"),
+    "part-000000.parquet": (b"mine", "part-000000.parquet does not begin as Parquet does"),
+    ".part-000000.parquet.tmp-1-0": (b"mine", "tmp-1-0 does not begin as Parquet does"),
+    ".report.json.tmp-1-0": (b"mine", "tmp-1-0 does not begin as a job's report does"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FOREIGN_NAMED_LIKE_THE_JOBS))
+@pytest.mark.parametrize("folder", ["new", "a job's"])
+def test_a_foreign_file_named_like_a_job_file_is_refused_and_left_whole(tmp_path, name, folder):
+    """A name is not ownership: a file named like the journal, the report, a
+    shard or a temporary, alone in a folder or in place of a finished job's
+    own, holding what the job would not write there, is refused with and
+    without overwrite=True, and left byte for byte (overwrite=True used to
+    cut a foreign journal.jbj to nothing, and the job to delete or replace
+    the others)."""
+    values = tokens(20)
+    out = tmp_path / "out"
+    out.mkdir()
+    if folder == "a job's":
+        run_job(values, out)
+    content, refusal = FOREIGN_NAMED_LIKE_THE_JOBS[name]
+    if folder == "new" and name != "journal.jbj":
+        refusal = "which no jaxbatch job wrote"
+    (out / name).write_bytes(content)
+    before = snapshot(out)
+    for overwrite in (False, True):
+        with pytest.raises(jb.JobError, match=refusal):
+            run_job(values, out, overwrite=overwrite)
+        assert snapshot(out) == before, f"overwrite={overwrite} changed the folder"
+
+
+def test_a_file_put_at_the_next_shards_name_while_the_job_runs_is_not_replaced(
+    tmp_path, monkeypatch
+):
+    values = tokens(30)
+    out = tmp_path / "out"
+    real_append = job_folder.Journal.append
+
+    def plant_before_shard_1(self, record):
+        real_append(self, record)
+        if record == {"kind": "writing", "shard": 1, "file": "part-000001.parquet"}:
+            (out / "part-000001.parquet").write_bytes(b"mine")
+
+    monkeypatch.setattr(job_folder.Journal, "append", plant_before_shard_1)
+    with pytest.raises(jb.JobError, match="holds 'part-000001.parquet', which the job did not"):
+        run_job(values, out)
+    assert (out / "part-000001.parquet").read_bytes() == b"mine"
 
 
 def test_a_crafted_journal_cannot_name_other_files(tmp_path):
@@ -339,6 +394,40 @@ def test_the_writer_repairs_a_damaged_journal_and_counts_what_it_drops(tmp_path,
     for name in sorted(p.name for p in out.glob("part-*.parquet")):
         assert (out / name).read_bytes() == (tmp_path / "reference" / name).read_bytes()
     assert_matches_reference(jb.read_output(out), values)
+
+
+def test_a_torn_first_record_starts_the_job_afresh_once(tmp_path, caplog):
+    """A full disk or a power cut during the job's first append leaves its
+    first record cut short; every re-run used to fail ("repair it (Truncate)
+    before appending"). The writer cuts it, starts afresh exactly once, and
+    the report says so; the output equals an uninterrupted run's."""
+    values = tokens(30)
+    run_job(values, tmp_path / "reference")
+    first = (tmp_path / "reference" / "journal.jbj").read_bytes()
+    first = first[: 16 + int.from_bytes(first[4:8], "little")]
+    reference_shards = sorted((tmp_path / "reference").glob("part-*.parquet"))
+    for cut in (1, 3, 4, 15, 16, 17, len(first) // 2, len(first) - 1):
+        out = tmp_path / f"out-{cut}"
+        out.mkdir()
+        (out / "journal.jbj").write_bytes(first[:cut])
+        with pytest.raises(ValueError, match="has not finished"):
+            jb.read_output(out)  # A reader changes nothing: an interrupted job.
+        assert (out / "journal.jbj").read_bytes() == first[:cut]
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="jaxbatch"):
+            report = run_job(values, out)
+        assert "journal.jbj is damaged at byte 0 (record 0: a torn record" in caplog.text, cut
+        assert report.runs == 1 and report.examples == 30
+        assert [(r["byte"], r["record"], r["dropped"]) for r in report.repairs] == [(0, 0, 1)]
+        assert "journal repaired: damaged at byte 0 (record 0: a torn record" in str(report)
+        saved = json.loads((out / "report.json").read_text())
+        assert saved["repairs"] == report.repairs
+        assert [p.read_bytes() for p in sorted(out.glob("part-*.parquet"))] == [
+            p.read_bytes() for p in reference_shards
+        ]
+        assert_matches_reference(jb.read_output(out), values)
+        again = run_job(values, out)  # Complete: nothing is cut or run again.
+        assert again.runs == 1 and again.repairs == report.repairs
 
 
 # -- Running jobs, changed settings, parts of other jobs ---------------------------

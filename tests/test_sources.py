@@ -122,3 +122,56 @@ def test_ipc_file_whose_column_is_longer_than_its_batch_is_an_oserror_naming_it(
     path.write_bytes(data)
     with pytest.raises(OSError, match=f"Loader: cannot read {path} as an Arrow IPC .*length"):
         jb.Loader(path, jb.PadToMax(2))
+
+
+# -- A pickled file-backed dataset and the file it was read from ---------------------
+
+
+def write_tokens(path, tokens):
+    table = pa.table({"tokens": pa.array([t.tolist() for t in tokens], pa.list_(pa.int32()))})
+    feather.write_feather(table, path, compression="uncompressed")
+
+
+@pytest.mark.parametrize("how", ["rewritten in place", "renamed over"])
+def test_a_pickled_dataset_refuses_a_replacement_of_equal_size_and_time(tmp_path, how):
+    """`cp -p`, `rsync -t` and `tar x` restore the modification time: a file
+    of equal size put in place of the one a dataset was read from used to
+    unpickle without error, yielding other values. Its inode (renamed over)
+    or status-change time (rewritten in place) now tell."""
+    import pickle
+    import time
+
+    path = tmp_path / "data.arrow"
+    tokens = write_arrow(path)
+    blob = pickle.dumps(jb.Loader(path, jb.PadToMax(4)).dataset)
+    before = os.stat(path)
+    time.sleep(0.05)  # File times come from a coarse clock: let it tick.
+    other = [t + 1 for t in tokens]  # Same lengths: the same size.
+    target = path if how == "rewritten in place" else tmp_path / "other.arrow"
+    write_tokens(target, other)
+    os.utime(target, ns=(before.st_atime_ns, before.st_mtime_ns))
+    if target != path:
+        os.replace(target, path)
+    now = os.stat(path)
+    assert (now.st_size, now.st_mtime_ns) == (before.st_size, before.st_mtime_ns)
+    reopened = jb.Loader(path, jb.PadToMax(4)).dataset  # Other values: a pickle must not pass.
+    assert reopened.example(0)["tokens"].tolist() == other[0].tolist() != tokens[0].tolist()
+    change = "modified in place" if how == "rewritten in place" else "replaced by another file"
+    with pytest.raises(OSError, match=f"read from {path}, which changed since it was read: "
+                       f"{change} \\(still {before.st_size} bytes\\)"):  # fmt: skip
+        pickle.loads(blob)
+
+
+def test_a_dataset_pickled_with_a_relative_path_unpickles_in_another_folder(tmp_path, monkeypatch):
+    import pickle
+
+    (tmp_path / "data").mkdir()
+    tokens = write_arrow(tmp_path / "data" / "x.arrow")
+    monkeypatch.chdir(tmp_path / "data")
+    blob = pickle.dumps(jb.Loader("x.arrow", jb.PadToMax(4)).dataset)
+    monkeypatch.chdir(tmp_path)  # A worker process started elsewhere.
+    back = pickle.loads(blob)
+    assert [back.example(i)["tokens"].tolist() for i in range(len(tokens))] == [
+        t.tolist() for t in tokens
+    ]
+    assert back._mapped_files == (str(tmp_path / "data" / "x.arrow"),)

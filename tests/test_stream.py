@@ -288,10 +288,13 @@ def corrupt_row_group(path, group):
 
 def test_corrupt_row_group_mid_run_ends_the_stream_naming_it(tmp_path, monkeypatch):
     path = write_parquet(tmp_path / "data.parquet", n=400, row_group_size=40)
-    # Row group 8 (examples 320..359: batches 40.. need it) is damaged just
-    # before the feeder reads it again, from the feeder's own thread: the
-    # only worker then waits for that row group, so nothing can see the
-    # file's time stamp between the write and its restoring.
+    # Row group 8 (examples 320..359: batches 40.. need it) reads as damaged
+    # when the feeder reads it again, as the disk's bit rot would: through a
+    # damaged copy, for no write to the file could keep its stamp (a Loader
+    # sees the status-change time move) and only reading may show this.
+    rotten = tmp_path / "rotten.parquet"
+    rotten.write_bytes(path.read_bytes())
+    corrupt_row_group(rotten, 8)
     from jaxbatch._src.data.sources import StreamedParquet
 
     read_chunk, opened = StreamedParquet.read_chunk, []
@@ -299,7 +302,7 @@ def test_corrupt_row_group_mid_run_ends_the_stream_naming_it(tmp_path, monkeypat
     def damage_first(self, reader, group):
         if opened and group == 8 and not opened[0]:
             opened[0] = True
-            corrupt_row_group(path, 8)
+            reader = pq.ParquetFile(rotten)
         return read_chunk(self, reader, group)
 
     monkeypatch.setattr(StreamedParquet, "read_chunk", damage_first)

@@ -1,4 +1,6 @@
-// Binds data/: RaggedColumn and Dataset.
+// Binds data/: RaggedColumn and Dataset (and base/'s FileStamp, which stamps the
+// files a dataset is read from).
+#include <nanobind/operators.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
@@ -12,6 +14,7 @@
 
 #include "bindings.h"
 #include "jaxbatch/base/error.h"
+#include "jaxbatch/base/file_stamp.h"
 #include "jaxbatch/data/dataset.h"
 #include "jaxbatch/data/graph.h"
 #include "jaxbatch/data/ragged_column.h"
@@ -84,9 +87,40 @@ RaggedColumn MakeFromPieces(
   return RaggedColumn::FromPieces(std::move(name), parsed, std::move(inner_shape), fixed, core);
 }
 
+using StampState = std::tuple<uint64_t, uint64_t, int64_t, int64_t, int64_t>;
+
+StampState StampTuple(const FileStamp& s) {
+  return {s.device, s.inode, s.size, s.modified_ns, s.changed_ns};
+}
+
+// FileStamp pickles (a pickled file-backed dataset carries its files' stamps).
+void BindFileStamp(nb::module_& m) {
+  nb::class_<FileStamp>(m, "FileStamp")
+      .def_ro("device", &FileStamp::device)
+      .def_ro("inode", &FileStamp::inode)
+      .def_ro("size", &FileStamp::size)
+      .def_ro("modified_ns", &FileStamp::modified_ns)
+      .def_ro("changed_ns", &FileStamp::changed_ns)
+      .def("same_file", &FileStamp::SameFile, nb::arg("other"))
+      .def("describe_change", &DescribeChange, nb::arg("now"))
+      .def(nb::self == nb::self)
+      .def("__getstate__", &StampTuple)
+      .def("__setstate__",
+           [](FileStamp& s, const StampState& t) {
+             new (&s) FileStamp{std::get<0>(t), std::get<1>(t), std::get<2>(t), std::get<3>(t),
+                                std::get<4>(t)};
+           })
+      .def("__repr__", [](const FileStamp& s) {
+        return StrCat("FileStamp(device=", s.device, ", inode=", s.inode, ", size=", s.size,
+                      ", modified_ns=", s.modified_ns, ", changed_ns=", s.changed_ns, ")");
+      });
+  m.def("stamp_file", &StampFile, nb::arg("path"), nb::call_guard<nb::gil_scoped_release>());
+}
+
 }  // namespace
 
 void BindData(nb::module_& m) {
+  BindFileStamp(m);
   nb::class_<RaggedColumn>(m, "RaggedColumn")
       .def_static("ragged", &MakeRagged, nb::arg("name"), nb::arg("dtype"), nb::arg("inner_shape"),
                   nb::arg("values"), nb::arg("offsets"), nb::arg("owner"))

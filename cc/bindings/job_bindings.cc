@@ -43,6 +43,7 @@ void BindJob(nb::module_& m) {
       .def_prop_ro("damage", &Journal::damage)
       .def("salvaged", [](const Journal& j) { return BytesList(j.salvaged()); })
       .def_prop_ro("needs_repair", &Journal::needs_repair)
+      .def_prop_ro("foreign", &Journal::foreign)
       .def_prop_ro("path", &Journal::path)
       .def(
           "append",

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -64,6 +65,15 @@ int64_t RecordAt(const uint8_t* data, int64_t size, int64_t offset, std::string*
     return -1;
   }
   return length;
+}
+
+// Whether `data[0, size)` begins with a record marker, or with the start of
+// one when it is shorter (a first append cut short): what every journal
+// writer leaves, and nothing else is likely to.
+bool BeginsWithMarker(const uint8_t* data, int64_t size) {
+  uint8_t marker[4];
+  PutLittleEndian(kJournalMagic, 4, marker);
+  return std::memcmp(data, marker, static_cast<size_t>(std::min<int64_t>(size, 4))) == 0;
 }
 
 // The payloads of whole records after damage at `from`: each is looked for
@@ -128,6 +138,7 @@ void Journal::Load() {
   const std::string bytes = ReadToEnd(fd_, path_);
   const auto done = static_cast<int64_t>(bytes.size());
   const auto* data = reinterpret_cast<const uint8_t*>(bytes.data());
+  foreign_ = done > 0 && !BeginsWithMarker(data, done);
   int64_t offset = 0;
   std::string reason;
   while (offset < done) {
@@ -153,6 +164,12 @@ void Journal::CheckWritable(std::string_view what) const {
   if (access_ != JournalAccess::kWrite) {
     throw IoError(StrCat("journal ", path_, ": opened for reading; cannot ", what));
   }
+  if (foreign_) {
+    throw IoError(StrCat(path_,
+                         " does not begin with a journal record marker, so no jaxbatch job "
+                         "wrote it: it is left as it is (cannot ",
+                         what, ")"));
+  }
 }
 
 void Journal::CutTo(int64_t size) {
@@ -165,7 +182,9 @@ void Journal::Append(std::string_view payload) {
   CheckWritable("append");
   if (needs_repair_) {
     throw IoError(StrCat("journal ", path_, ": damaged at byte ", damage_.offset, " (",
-                         damage_.reason, "); repair it (Truncate) before appending"));
+                         damage_.reason,
+                         "); nothing is appended before the damage is cut off (re-running "
+                         "the job does so)"));
   }
   if (payload.size() > kMaxJournalRecordBytes) {
     throw InvalidArgumentError(StrCat("journal ", path_, ": a record of ", payload.size(),

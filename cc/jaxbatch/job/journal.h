@@ -20,7 +20,9 @@
 //     it. A damaged journal is left as found until the job repairs it with
 //     Truncate(), after it has dealt with the files that the records past
 //     the damage name (salvaged()): a crash between the two then still finds
-//     them named. Append() refuses while the damage is there.
+//     them named. Append() refuses while the damage is there. A file that
+//     does not begin with a record marker is not a journal (foreign()):
+//     nothing is appended to it or cut from it.
 //   - kRead (a reader of the output): opens read-only, takes no lock and
 //     changes nothing, damaged or not, so a finished job reads from a
 //     read-only filesystem and while its writer runs.
@@ -89,20 +91,25 @@ class Journal {
   const std::vector<std::string>& salvaged() const { return salvaged_; }
   // Whether damage found on opening is still in the file (Truncate cuts it).
   bool needs_repair() const { return needs_repair_; }
+  // Whether the file, found non-empty, does not begin with a record marker
+  // (or, shorter than one, with the start of one): no journal writer wrote
+  // it, since every journal starts with a record and a crash can only cut
+  // one short. Append() and Truncate() refuse to change such a file.
+  bool foreign() const { return foreign_; }
   JournalAccess access() const { return access_; }
   const std::string& path() const { return path_; }
 
   // Appends one record and makes it durable (fsync) before returning.
   // Throws InvalidArgumentError for a payload over kMaxJournalRecordBytes,
   // IoError when the write or sync fails (the record is then cut off again),
-  // the journal was opened for reading or still needs repair.
+  // the journal was opened for reading, is foreign() or still needs repair.
   void Append(std::string_view payload);
 
   // Keeps the first `count` records and removes the rest, and any damage
   // after them, durably: for a job that found the output of a later record
   // damaged and will redo it, or that repairs a damaged journal.
   // Throws OutOfRangeError when count > records().size(), IoError for a
-  // journal opened for reading.
+  // journal opened for reading or foreign().
   void Truncate(size_t count);
 
   // Releases the lock and closes the file; further appends throw. Idempotent.
@@ -121,6 +128,7 @@ class Journal {
   JournalDamage damage_;
   std::vector<std::string> salvaged_;
   bool needs_repair_ = false;
+  bool foreign_ = false;
 };
 
 }  // namespace jaxbatch

@@ -87,8 +87,13 @@ TEST_F(JournalTest, EveryTornTailIsCutOff) {
     EXPECT_EQ(journal.needs_repair(), cut != kept);
     EXPECT_EQ(Bytes().size(), cut);  // Opening changes nothing, even for a writer.
     if (cut != kept) {
-      EXPECT_TRUE(Contains(ThrownMessage<IoError>([&] { journal.Append("x"); }), "repair"));
+      const std::string message = ThrownMessage<IoError>([&] { journal.Append("x"); });
+      EXPECT_TRUE(Contains(message, "damage is cut off")) << message;
+      EXPECT_FALSE(Contains(message, "Truncate")) << message;  // No method's name.
     }
+    // A crash during the first append leaves the start of a record: the
+    // journal's own, to repair, never taken for another program's file.
+    EXPECT_FALSE(journal.foreign()) << "cut at " << cut;
     journal.Truncate(journal.records().size());
     journal.Append("after");
     journal.Close();
@@ -136,6 +141,27 @@ TEST_F(JournalTest, GarbageAndHugeSizesAreRefusedNotAllocated) {
   Journal journal(path_);
   EXPECT_TRUE(journal.records().empty());
   EXPECT_TRUE(Contains(journal.damage().reason, "record size")) << journal.damage().reason;
+}
+
+// A file that does not begin with a record marker was written by someone
+// else: a writer opens it (to say so) but neither appends nor cuts.
+TEST_F(JournalTest, AForeignFileIsNeverChanged) {
+  for (const std::string& bytes : {std::string("this is not a journal at all"), std::string("X"),
+                                   std::string("JBJ2 and more")}) {
+    SetBytes(bytes);
+    Journal journal(path_);
+    EXPECT_TRUE(journal.foreign()) << bytes;
+    EXPECT_TRUE(journal.records().empty());
+    const std::string message = ThrownMessage<IoError>([&] { journal.Truncate(0); });
+    EXPECT_TRUE(Contains(message, "does not begin with a journal record marker")) << message;
+    EXPECT_THROW(journal.Append("x"), IoError);
+    EXPECT_EQ(Bytes(), bytes);
+  }
+  SetBytes("");  // What a writer leaves when it stops before its first append.
+  Journal journal(path_);
+  EXPECT_FALSE(journal.foreign());
+  journal.Append("first");
+  EXPECT_EQ(journal.records(), std::vector<std::string>{"first"});
 }
 
 TEST_F(JournalTest, TruncateKeepsAPrefixDurably) {

@@ -8,6 +8,7 @@
 
 #include "jaxbatch/base/checked.h"
 #include "jaxbatch/base/error.h"
+#include "jaxbatch/base/file_stamp.h"
 #include "jaxbatch/base/threads.h"
 #include "jaxbatch/data/fingerprint.h"
 #include "jaxbatch/data/graph.h"
@@ -51,18 +52,20 @@ std::string JsonEscape(const std::string& text) {
   return out;
 }
 
-// A mapped file's size and modification time; IoError naming it if it is gone.
-std::pair<uintmax_t, std::filesystem::file_time_type> FileStamp(const std::string& path,
-                                                                const std::string& when) {
-  std::error_code error;
-  const uintmax_t size = std::filesystem::file_size(path, error);
-  const std::filesystem::file_time_type modified =
-      error ? std::filesystem::file_time_type{} : std::filesystem::last_write_time(path, error);
-  if (error) {
-    throw IoError(StrCat("Loader: cannot stat mapped file ", path, " ", when, ": ", error.message(),
+// A mapped file's stamp; IoError naming it if it is gone or cannot be stat'ed.
+FileStamp StampMappedFile(const std::string& path, const std::string& when) {
+  std::optional<FileStamp> stamp;
+  std::string error = "no such file";
+  try {
+    stamp = StampFile(path);
+  } catch (const IoError& e) {
+    error = e.what();
+  }
+  if (!stamp) {
+    throw IoError(StrCat("Loader: cannot stat mapped file ", path, " ", when, ": ", error,
                          "; files must not be changed while a Loader reads them"));
   }
-  return {size, modified};
+  return *stamp;
 }
 
 }  // namespace
@@ -122,8 +125,7 @@ Loader::Loader(std::shared_ptr<const Dataset> dataset, std::shared_ptr<const Chu
                    .shard_index = schedule.shard_index,
                    .shard_count = schedule.shard_count};
   for (const std::string& path : options_.mapped_files) {
-    const auto [size, modified] = FileStamp(path, "when the loader starts");
-    mapped_files_.push_back(MappedFile{path, size, modified});
+    mapped_files_.push_back(MappedFile{path, StampMappedFile(path, "when the loader starts")});
   }
   const std::vector<BadRecord> bad =
       chunked_ ? chunked_->bad_records : FindBadRecords(*dataset_, options_.schema);
@@ -404,12 +406,11 @@ void Loader::FailChunk(int64_t chunk, const std::string& message) {
 
 void Loader::CheckMappedFiles() const {
   for (const MappedFile& file : mapped_files_) {
-    const auto [size, modified] = FileStamp(file.path, "while the loader reads it");
-    if (size != file.size || modified != file.modified) {
-      throw IoError(StrCat("Loader: ", file.path, " changed while the loader reads it (",
-                           size == file.size ? StrCat("modified in place, still ", size, " bytes")
-                                             : StrCat("now ", size, " bytes, was ", file.size),
-                           "); files must not be changed while a Loader reads them: write new "
+    const std::string change =
+        DescribeChange(file.stamp, StampMappedFile(file.path, "while the loader reads it"));
+    if (!change.empty()) {
+      throw IoError(StrCat("Loader: ", file.path, " changed while the loader reads it: ", change,
+                           "; files must not be changed while a Loader reads them: write new "
                            "data to a new path or close the Loader first"));
     }
   }

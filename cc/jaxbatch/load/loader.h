@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "jaxbatch/base/arena.h"
+#include "jaxbatch/base/file_stamp.h"
 #include "jaxbatch/collate/collator.h"
 #include "jaxbatch/data/dataset.h"
 #include "jaxbatch/load/chunk_cache.h"
@@ -296,8 +297,7 @@ class Loader {
   StreamKey key_;  // this loader's, in every state()
   struct MappedFile {
     std::string path;
-    uintmax_t size = 0;
-    std::filesystem::file_time_type modified;
+    FileStamp stamp;  // when the loader started
   };
   std::vector<MappedFile> mapped_files_;
   BatchLayout layout_;

@@ -446,13 +446,19 @@ TEST(LoaderTest, TryNextReturnsFalseWhenNoBatchIsReadyWithinItsTimeout) {
   EXPECT_EQ(next->step, 4);
 }
 
-TEST(LoaderTest, MappedFileChangedWhileLoadingFailsNamingIt) {
-  const std::string path =
-      (std::filesystem::temp_directory_path() / "jaxbatch_loader_mapped.bin").string();
+// One thread, one batch ahead, over data read from `path` (4096 bytes, made here).
+LoaderOptions MappedFileOptions(const std::string& path) {
   std::ofstream(path, std::ios::binary) << std::string(4096, 'x');
   LoaderOptions o = Options(PadToMaxOptions{.batch_size = 2}, /*threads=*/1, /*epochs=*/1);
   o.prefetch = 1;
   o.mapped_files = {path};
+  return o;
+}
+
+TEST(LoaderTest, MappedFileChangedWhileLoadingFailsNamingIt) {
+  const std::string path =
+      (std::filesystem::temp_directory_path() / "jaxbatch_loader_mapped.bin").string();
+  LoaderOptions o = MappedFileOptions(path);
   Loader loader(testing::TokensDataset(std::vector<int64_t>(20, 3)), o);
   ASSERT_TRUE(loader.Next());
   std::filesystem::resize_file(path, 100);  // Truncated, as by another process.
@@ -462,14 +468,36 @@ TEST(LoaderTest, MappedFileChangedWhileLoadingFailsNamingIt) {
     FAIL() << "expected an IoError";
   } catch (const IoError& e) {
     EXPECT_NE(std::string(e.what()).find(StrCat("Loader: ", path,
-                                                " changed while the loader "
-                                                "reads it (now 100 bytes, was 4096)")),
+                                                " changed while the loader reads it: modified "
+                                                "in place (now 100 bytes, was 4096)")),
               std::string::npos)
         << e.what();
   }
   std::filesystem::remove(path);
   o.mapped_files = {path};
   EXPECT_THROW(Loader(testing::TokensDataset({1, 2}), o), IoError);  // Gone before the start.
+}
+
+// A file renamed over a mapped one (same size, its time restored, as
+// `rsync -t` leaves it) is another file: "replaced", not "modified in place".
+TEST(LoaderTest, MappedFileRenamedOverIsReportedReplaced) {
+  const auto dir = std::filesystem::temp_directory_path();
+  const std::string path = (dir / "jaxbatch_loader_replaced.bin").string();
+  const std::string other = (dir / "jaxbatch_loader_replacement.bin").string();
+  Loader loader(testing::TokensDataset(std::vector<int64_t>(20, 3)), MappedFileOptions(path));
+  ASSERT_TRUE(loader.Next());
+  std::ofstream(other, std::ios::binary) << std::string(4096, 'y');
+  std::filesystem::last_write_time(other, std::filesystem::last_write_time(path));
+  std::filesystem::rename(other, path);
+  const std::string message = testing::ThrownMessage<IoError>([&] {
+    for (int i = 0; i < 10; ++i) ASSERT_TRUE(loader.Next());
+  });
+  EXPECT_NE(message.find(StrCat("Loader: ", path,
+                                " changed while the loader reads it: replaced by another file "
+                                "(still 4096 bytes)")),
+            std::string::npos)
+      << message;
+  std::filesystem::remove(path);
 }
 
 // What the loader says it will yield is what it yields: steps per epoch,

@@ -65,8 +65,8 @@ class Dataset(Columns):
     def __reduce__(self):
         """Pickles (for worker processes, e.g. Grain's ``mp_prefetch``): a
         dataset read from a file (by a Loader, or from_huggingface) as the
-        recipe that opens it again, memory-mapped, with each file's size and
-        modification time (a changed file is an OSError when unpickled); any
+        recipe that opens it again, memory-mapped, with each file's stamp
+        (a replaced or changed file is an OSError when unpickled); any
         other as its values, one copy per column (the engine's, in C++)."""
         layout = getattr(self, "_graph_layout", None)
         if self._reopen is not None:
@@ -291,35 +291,40 @@ def set_reopen(
     dataset: Dataset, opener: Any, args: tuple, kwargs: Mapping[str, Any] | None = None
 ) -> None:
     """Records that ``opener(*args, **kwargs)`` opens `dataset` again (a
-    picklable function of the path it was read from): a pickle of `dataset`
-    is then that call, checked against the stamps (size, modification time)
-    of the files it reads now, not a copy of its values."""
+    picklable function of the absolute path it was read from, so that a
+    process in another working folder opens the same file): a pickle of
+    `dataset` is then that call, checked against the engine's stamps of the
+    files it reads (file_stamp), not a copy of its values."""
     paths = [p for p in (args[0], *mapped_files(dataset)) if isinstance(p, str | os.PathLike)]
-    stamps = tuple((str(p), *file_stamp(p)) for p in dict.fromkeys(map(str, paths)))
+    absolute = dict.fromkeys(os.path.abspath(p) for p in paths)
+    stamps = tuple((p, file_stamp(p)) for p in absolute)
     dataset._reopen = (opener, tuple(args), dict(kwargs or {}), stamps)
 
 
-def file_stamp(path: str | os.PathLike) -> tuple[int, int]:
-    """(size, modification time in ns): what tells a file changed under a
-    reader, as the engine's FileStamp checks mapped files."""
-    st = os.stat(path)
-    return st.st_size, st.st_mtime_ns
+def file_stamp(path: str | os.PathLike) -> _core.FileStamp:
+    """The engine's stamp of the file at `path` (device, inode, size,
+    modification and status-change times): what tells that another file is
+    there now, or that it changed, even at its old size and time.
+    FileNotFoundError naming `path` when nothing is there."""
+    stamp = _core.stamp_file(os.fspath(path))
+    if stamp is None:
+        raise FileNotFoundError(f"no such file: {path}")
+    return stamp
 
 
 def _reopened(opener: Any, args: tuple, kwargs: dict, stamps: tuple, layout: Any) -> Dataset:
     """A pickled file-backed dataset opened again (Dataset.__reduce__)."""
-    for path, size, mtime in stamps:
+    for path, was in stamps:
         try:
-            now = file_stamp(path)
+            change = was.describe_change(file_stamp(path))
         except FileNotFoundError:
             raise FileNotFoundError(
                 f"Dataset: unpickling a dataset read from {path}, which no longer exists"
             ) from None
-        if now != (size, mtime):
+        if change:
             raise OSError(
                 f"Dataset: unpickling a dataset read from {path}, which changed since it was "
-                f"read (size and modification time {now}, were {(size, mtime)}); the values "
-                f"would differ from the pickled dataset's"
+                f"read: {change}; the values would differ from the pickled dataset's"
             )
     dataset = opener(*args, **kwargs)
     if layout is not None:

@@ -45,7 +45,7 @@ def open_source(
     _check_path(p)
     dataset = _open(p, columns, length_column, aligned)
     # A pickle of it (for a worker process) opens the file again.
-    args = (str(p), None if columns is None else list(columns), length_column, aligned)
+    args = (os.path.abspath(p), None if columns is None else list(columns), length_column, aligned)
     set_reopen(dataset, open_source, args)
     return dataset
 
@@ -384,12 +384,12 @@ class StreamedParquet(Columns):
         )
 
     def _check_unchanged(self) -> None:
-        stamp = file_stamp(self.path)
-        if stamp != self._stamp:
+        change = self._stamp.describe_change(file_stamp(self.path))
+        if change:
             raise OSError(
-                f"Loader: {self.path} changed while the loader reads it (size and modification "
-                f"time {stamp}, were {self._stamp}); files must not be changed while a Loader "
-                f"reads them: write new data to a new path or close the Loader first"
+                f"Loader: {self.path} changed while the loader reads it: {change}; files must "
+                f"not be changed while a Loader reads them: write new data to a new path or "
+                f"close the Loader first"
             )
 
     def lengths(self, column: str | None = None) -> np.ndarray:

@@ -8,6 +8,12 @@ the file is written and in a ``shard`` record once it is whole, so a crash
 between any two steps still leaves every file the job made named by a
 record. Anything else in the folder is someone else's: a writer refuses such
 a folder, naming the first foreign file, and never deletes or overwrites it.
+A name is not enough: a file named like one of the job's is the job's only
+if its content is what the job writes there (a journal begins with a record
+marker, a shard and its temporaries with Parquet's magic bytes, the report
+is the job's JSON), checked before anything is cut, deleted or replaced,
+``overwrite=True`` included. The job's lock is the journal's own (flock):
+there is no lock file.
 A reader opens everything read-only, never follows a symbolic link to a file
 the job owns, and reports damage instead of repairing it; only a writer,
 holding the journal's lock, repairs.
@@ -30,10 +36,19 @@ log = logging.getLogger("jaxbatch")
 
 JOURNAL_NAME = "journal.jbj"
 REPORT_NAME = "report.json"
+# How every shard begins (Parquet's magic bytes), and the report (a JSON object).
+_PARQUET_MAGIC = b"PAR1"
+_REPORT_START = b"{"
+# Keys every report of a job has had (JobReport's fields).
+_REPORT_KEYS = frozenset({"output", "complete", "total", "examples", "shards", "runs"})
 _SHARD_NAME = re.compile(r"part-(\d{6})\.parquet")
 _PROCESS_NAME = re.compile(r"process-(\d{5})-of-(\d{5})")
 # Foreign files named in one refusal.
 _SHOWN = 3
+_NOT_A_JOURNAL = (
+    "does not begin with a jaxbatch journal's record marker: no jaxbatch job wrote it (or its "
+    "first bytes are damaged)"
+)
 
 
 class JobError(ValueError):
@@ -76,7 +91,15 @@ class Journal:
     def __init__(self, path: Path, *, write: bool):
         access = _core.JournalAccess.write if write else _core.JournalAccess.read
         self.core = _core.Journal(str(path), access)
+        # The damage this run cut from the journal (repair_note), for its report.
+        self.repairs: list[dict[str, Any]] = []
         try:
+            if write and self.core.foreign:  # A reader reports it as damage.
+                raise JobError(
+                    f"jb.run: {path} {_NOT_A_JOURNAL}, and a job never changes a file it did "
+                    f"not write, even with overwrite=True: move it away or choose another "
+                    f"output folder"
+                )
             self.records = [_decode(r, path, i) for i, r in enumerate(self.core.records())]
             self.salvaged = []
             for r in self.core.salvaged():  # Damaged surroundings: keep what decodes.
@@ -133,6 +156,31 @@ def _named_files(records: Iterable[dict[str, Any]]) -> set[str]:
     return {r["file"] for r in records if "file" in r}
 
 
+def repair_note(journal: Journal) -> None:
+    """Logs the damage a writer is about to cut from `journal` and notes it
+    in journal.repairs, as the report keeps it (JobReport.repairs)."""
+    damage = journal.damage
+    dropped = 1 + damage.intact_after
+    log.warning(
+        "jb.run: %s is damaged at byte %d (record %d: %s); cutting it there drops %d "
+        "record%s; the work they recorded is redone",
+        journal.core.path,
+        damage.offset,
+        damage.record,
+        damage.reason,
+        dropped,
+        "" if dropped == 1 else "s",
+    )
+    journal.repairs.append(
+        {
+            "byte": damage.offset,
+            "record": damage.record,
+            "reason": damage.reason,
+            "dropped": dropped,
+        }
+    )
+
+
 # -- What the folder holds -----------------------------------------------------
 
 
@@ -176,6 +224,41 @@ class JobFolder:
             return []
         return [p.name for p in self.path.iterdir() if p.name.startswith(prefixes)]
 
+    def content_problem(self, name: str) -> str | None:
+        """Why the file `name` (one of the job's names, or a temporary of
+        one) is not the job's by its content: None when it is, or is gone.
+        The journal is checked when it opens (Journal.core.foreign); a shard
+        whose hash differs from its record's is the job's, damaged, and is
+        redone (shard_problem)."""
+        path = self.path / name
+        if not os.path.lexists(path) or (not path.is_symlink() and path.stat().st_size == 0):
+            return None  # An empty file holds nothing to lose (a write that never began).
+        if name == REPORT_NAME:
+            return _report_problem(path)
+        start = _REPORT_START if name.startswith(f".{REPORT_NAME}.") else _PARQUET_MAGIC
+        try:
+            head = _leading_bytes(path, len(start))
+        except OSError as e:
+            return f"cannot be read without following a link ({e.strerror})"
+        temporary = name.startswith(".")  # A write cut short holds a prefix of the file.
+        if head == start or (temporary and start.startswith(head)):
+            return None
+        what = "a job's report" if start == _REPORT_START else "Parquet"
+        return f"does not begin as {what} does ({start!r}), as every file the job writes there"
+
+    def refuse_not_owned(self, names: Iterable[str]) -> None:
+        """Refuses, naming them, those of `names` (the job's own names and
+        their temporaries) that hold something the job did not write."""
+        problems = [(n, p) for n in sorted(names) if (p := self.content_problem(n)) is not None]
+        if problems:
+            shown = "; ".join(f"{self.path / n} {p}" for n, p in problems[:_SHOWN])
+            more = f" (and {len(problems) - _SHOWN} more)" if len(problems) > _SHOWN else ""
+            raise JobError(
+                f"jb.run: {shown}{more}: named like the job's files, but the job did not write "
+                f"them. A job never deletes or replaces a file it did not write, even with "
+                f"overwrite=True: move them away or choose another output folder"
+            )
+
     def refuse_foreign(self, foreign: list[str], why: str) -> None:
         if foreign:
             more = f" and {len(foreign) - _SHOWN} more" if len(foreign) > _SHOWN else ""
@@ -202,7 +285,11 @@ class JobFolder:
         return data, None
 
     def remove(self, names: Iterable[str]) -> int:
-        """Deletes those of the job's own files that exist; their count."""
+        """Deletes those of the job's own files that exist; their count. Each
+        is checked by its content first (refuse_not_owned): a file put in
+        place of one of the job's since it was claimed is refused, not deleted."""
+        names = list(names)
+        self.refuse_not_owned(names)
         removed = 0
         for name in names:
             path = self.path / name
@@ -212,6 +299,28 @@ class JobFolder:
         if removed:
             _core.sync_directory(str(self.path))
         return removed
+
+
+def _leading_bytes(path: Path, count: int) -> bytes:
+    """The first `count` bytes of the file at `path`, never through a link."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        return os.read(fd, count)
+    finally:
+        os.close(fd)
+
+
+def _report_problem(path: Path) -> str | None:
+    """Why `path` is not a report a job wrote (JSON with JobReport's keys)."""
+    try:
+        report = json.loads(_core.read_owned_file(str(path)))
+    except OSError as e:
+        return f"cannot be read as the job's report ({e})"
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return "is not JSON, as every report a job writes is"
+    if not isinstance(report, dict) or not _REPORT_KEYS <= report.keys():
+        return f"is not a job's report (a JSON object with the keys {sorted(_REPORT_KEYS)})"
+    return None
 
 
 # -- Writing ------------------------------------------------------------------
@@ -229,7 +338,7 @@ def claim(path: Path, *, overwrite: bool, inputs: Iterable[str]) -> tuple[JobFol
     journal_path = path / JOURNAL_NAME
     if not os.path.lexists(journal_path):
         folder.refuse_foreign(folder.foreign(set()), "no jaxbatch job wrote (it has no journal)")
-    journal = Journal(journal_path, write=True)
+    journal = Journal(journal_path, write=True)  # JobError for a file no job wrote.
     try:
         if journal.records and journal.records[0].get("kind") != "job":
             raise JobError(f"jb.run: {journal_path} does not start with a job record")
@@ -241,7 +350,13 @@ def claim(path: Path, *, overwrite: bool, inputs: Iterable[str]) -> tuple[JobFol
                     f"jb.run: {path / name} is a symbolic link; a job's files are regular "
                     f"files it wrote itself: remove the link (the job then redoes that part)"
                 )
+        folder.refuse_not_owned((owned - {JOURNAL_NAME}) | set(folder.temporaries(owned)))
         if overwrite:
+            start_over(folder, journal)
+        elif not journal.records and journal.core.needs_repair:
+            # The first record cut short (a crash or a full disk during the
+            # job's first append): no job is keyed yet, so it starts afresh.
+            repair_note(journal)
             start_over(folder, journal)
     except BaseException:
         journal.close()
@@ -252,8 +367,7 @@ def claim(path: Path, *, overwrite: bool, inputs: Iterable[str]) -> tuple[JobFol
 def start_over(folder: JobFolder, journal: Journal) -> None:
     """Deletes every file of the job's but its journal, then empties the journal."""
     owned = folder.owned(journal)
-    folder.remove(owned - {JOURNAL_NAME})
-    folder.remove(folder.temporaries(owned))
+    folder.remove((owned - {JOURNAL_NAME}) | set(folder.temporaries(owned)))
     journal.truncate(0)
 
 
@@ -279,24 +393,12 @@ def settle(folder: JobFolder, journal: Journal) -> tuple[list[dict], bool, int]:
             keep = i
             break
         shards.append(record)
-    damage = journal.damage
-    if damage.damaged and journal.core.needs_repair:
-        dropped = 1 + damage.intact_after
-        log.warning(
-            "jb.run: %s is damaged at byte %d (record %d: %s); cutting it there drops %d "
-            "record%s; the work they recorded is redone",
-            journal.core.path,
-            damage.offset,
-            damage.record,
-            damage.reason,
-            dropped,
-            "" if dropped == 1 else "s",
-        )
+    if journal.damage.damaged and journal.core.needs_repair:
+        repair_note(journal)
     recorded = sum(r["kind"] == "shard" for r in [*journal.records, *journal.salvaged])
     owned = folder.owned(journal)
     kept = _named_files(shards) | {JOURNAL_NAME, REPORT_NAME}
-    folder.remove(owned - kept)  # Before the journal forgets their names.
-    folder.remove(folder.temporaries(owned))
+    folder.remove((owned - kept) | set(folder.temporaries(owned)))  # While still named.
     if keep < len(journal.records) or journal.core.needs_repair:
         journal.truncate(keep)
     return shards, done, recorded - len(shards)
@@ -379,8 +481,12 @@ def _damage_message(journal: Journal) -> str:
         if damage.intact_after
         else ""
     )
+    if journal.core.foreign:
+        advice = f"It {_NOT_A_JOURNAL}: a job refuses to change it; move it away to run anew"
+    else:
+        advice = "Reading never repairs: re-run the job to cut the damaged records and redo "
+        advice += "the shards they recorded"
     return (
         f"{journal.core.path} is damaged at byte {damage.offset}, record {damage.record} "
-        f"({after}): {damage.reason}{follows}. Reading never repairs: re-run the job to cut the "
-        f"damaged records and redo the shards they recorded"
+        f"({after}): {damage.reason}{follows}. {advice}"
     )

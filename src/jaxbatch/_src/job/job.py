@@ -109,10 +109,12 @@ class JobReport:
 
     ``examples`` were written; ``skipped`` and ``quarantined`` were not (the
     loader's bad records and the function's failed checks, each with its
-    reason in ``quarantine``). ``seconds`` splits the committed work into
-    loading, compiling, computing and writing; ``padding_efficiency`` is
-    real over padded elements of the batches run. ``peak_host_bytes`` and
-    ``peak_device_bytes`` are this run's."""
+    reason in ``quarantine``). ``repairs`` lists the journal damage runs
+    found and cut (a torn record from a crash, a corrupt one), each with
+    the byte and record where it began, why, and the records dropped.
+    ``seconds`` splits the committed work into loading, compiling, computing
+    and writing; ``padding_efficiency`` is real over padded elements of the
+    batches run. ``peak_host_bytes`` and ``peak_device_bytes`` are this run's."""
 
     output: str
     complete: bool
@@ -131,6 +133,7 @@ class JobReport:
     padded_elements: int
     peak_host_bytes: int
     peak_device_bytes: int | None
+    repairs: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
     @property
     def padding_efficiency(self) -> float:
@@ -164,6 +167,11 @@ class JobReport:
             f"writing {s['writing']:.2f} s; this run's wall time {self.wall_seconds:.2f} s",
             f"  padding efficiency {self.padding_efficiency:.1%} ({self.real_elements} real of "
             f"{self.padded_elements} elements)",
+            *(
+                f"  journal repaired: damaged at byte {r['byte']} (record {r['record']}: "
+                f"{r['reason']}); {counted(r['dropped'], 'record')} cut, their work redone"
+                for r in self.repairs
+            ),
             f"  peak memory: host {self.peak_host_bytes / 2**20:.0f} MiB"
             + (
                 f", device {self.peak_device_bytes / 2**20:.0f} MiB"
@@ -359,6 +367,7 @@ def run(
                     "on_error": on_error,
                     "resumed_at": sum(s["examples"] for s in shards),
                     "redone": redone,
+                    "repaired": journal.repairs,
                 }
             )
             job = _Job(
@@ -389,8 +398,9 @@ def run(
             )
         else:
             log.info("jb.run: the job in %s is already complete", folder.path)
-        runs = sum(r.get("kind") == "start" for r in journal.records)
-        redone = sum(r.get("redone", 0) for r in journal.records if r.get("kind") == "start")
+        starts = [r for r in journal.records if r.get("kind") == "start"]
+        runs, redone = len(starts), sum(r.get("redone", 0) for r in starts)
+        repairs = [note for r in starts for note in r.get("repaired", [])]
         done_record = next(r for r in journal.records if r.get("kind") == "done")
     report = _report(
         folder,
@@ -399,8 +409,10 @@ def run(
         done_record,
         runs,
         redone,
+        repairs,
         time.perf_counter() - start_time,
     )
+    folder.refuse_not_owned([REPORT_NAME])  # A report put there meanwhile is not replaced.
     _core.write_file_atomic(
         str(folder.path / REPORT_NAME), json.dumps(report.to_dict(), indent=1).encode()
     )
@@ -613,6 +625,8 @@ class _Job:
         # Named before it exists: a crash after the write but before the
         # shard's record still leaves the file recognisably the job's.
         self.journal.append({"kind": "writing", "shard": number, "file": name})
+        if os.path.lexists(self.folder.path / name):  # Put there since the job settled.
+            self.folder.refuse_foreign([name], "the job did not write")
         _core.write_file_atomic(str(self.folder.path / name), data)
         digest = f"{_core.hash_file_contents(data):016x}"
         counts.writing += time.perf_counter() - t0
@@ -696,7 +710,7 @@ class _ProgressBar:
             self.bar.close()
 
 
-def _report(folder, total, shards, done, runs, redone, wall) -> JobReport:
+def _report(folder, total, shards, done, runs, redone, repairs, wall) -> JobReport:
     """Adds up the committed shards of every run."""
     records = shards
     seconds = dict.fromkeys(("loading", "compiling", "computing", "writing"), 0.0)
@@ -738,4 +752,5 @@ def _report(folder, total, shards, done, runs, redone, wall) -> JobReport:
         padded_elements=sum(r["padded_elements"] for r in records),
         peak_host_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         peak_device_bytes=device_peak,
+        repairs=repairs,
     )
