@@ -190,18 +190,35 @@ def test_too_big_graphs_are_named_when_planned_or_skipped_and_counted():
     ds = jb.Dataset.from_graphs(graphs)
     with pytest.raises(ValueError, match="GraphBudget: graph 4 has 30 nodes"):
         jb.plan(ds, jb.GraphBudget(nodes=20, edges=40, graphs=4))
-    # A Loader plans an epoch whole before its first batch: never mid-stream.
-    with pytest.raises(ValueError, match="GraphBudget: graph 4 has 30 nodes"):
-        next(jb.Loader(ds, jb.GraphBudget(nodes=20, edges=40, graphs=4)))
+    # A Loader names it when it is made (as docs/graphs.md says), not at
+    # the first len(), .shapes or next(): never mid-stream.
+    with pytest.raises(ValueError, match=r"GraphBudget: graph 4 has 30 nodes and \d+ edges, but "
+                       r"a batch holds at most 19 real nodes"):  # fmt: skip
+        jb.Loader(ds, jb.GraphBudget(nodes=20, edges=40, graphs=4))
     plan = jb.plan(ds, jb.GraphBudget(nodes=20, edges=40, graphs=4, too_big="skip"))
     assert plan.stats.skipped == 1 and list(plan.skipped_examples) == [4]
-    loader = jb.Loader(ds, jb.GraphBudget(nodes=20, edges=40, graphs=4, too_big="skip"))
-    assert sorted(sum(ids_of(loader), [])) == [i for i in range(10) if i != 4]
-    assert loader.stats.dropped == 1
+    loader = jb.Loader(ds, jb.GraphBudget(nodes=20, edges=40, graphs=4, too_big="skip"),
+                       epochs=2, max_errors=0)  # fmt: skip
+    ids = sum(ids_of(loader), [])
+    assert sorted(ids) == sorted(2 * [i for i in range(10) if i != 4])
+    # Counted as jb.plan counts it, in each epoch entered, and not a bad record.
+    assert (loader.stats.skipped, loader.stats.dropped) == (2 * plan.stats.skipped, 0)
     with pytest.raises(ValueError, match="graphs must be at least 2"):
         jb.GraphBudget(nodes=20, edges=40, graphs=1)
     with pytest.raises(ValueError, match="algorithm must be one of"):
         jb.GraphBudget(nodes=20, edges=40, graphs=3, algorithm="worst_fit")
+
+
+@pytest.mark.parametrize("validate", [True, False])
+def test_a_uint64_node_id_past_int64_is_named_as_it_is(validate):
+    graph = {"nodes": np.zeros((3, 2), np.float32), "edges": np.zeros((2, 1), np.float32),
+             "senders": np.array([0, 2**63], np.uint64),  # As int64: -9223372036854775808.
+             "receivers": np.array([1, 2], np.uint64)}  # fmt: skip
+    with pytest.raises(ValueError) as error:
+        jb.Dataset.from_graphs([graph], validate=validate)
+    message = str(error.value)
+    assert "graph 0: senders[1] = 9223372036854775808 is not a node id" in message
+    assert "-9223372036854775808" not in message
 
 
 def test_graph_plan_stats_count_real_and_padded_nodes_edges_and_graphs():

@@ -19,44 +19,65 @@ def small_dataset():
     return jb.Dataset.from_arrays({"tokens": [np.arange(k, dtype=np.int32) for k in LENGTHS]})
 
 
+BIG_ROWS = 2**40
+INT32_MAX = 2**31 - 1
+
+
 @pytest.mark.parametrize(
     ("make", "names"),
     [
-        (lambda: jb.PadToMax(8, pad_to_multiple=2**60), ["pad_to_multiple=1152921504606846976"]),
-        (lambda: jb.FixedBuckets([2**62], batch_size=8), ["boundaries[0]=4611686018427387904"]),
-        # Refused when built: no data can make it fit.
-        (lambda: jb.Pack(row_length=2**62, rows_per_batch=8), ["row_length=4611686018427387904"]),
-        (lambda: jb.AutoBuckets(1, batch_size=8, pad_to_multiple=2**61), ["pad_to_multiple="]),
+        (lambda: jb.PadToMax(BIG_ROWS, pad_to_multiple=2**30),
+         ["batch_size=1099511627776", "pad_to_multiple=1073741824"]),
+        # Refused when built: no data can make these fit.
+        (lambda: jb.FixedBuckets([INT32_MAX], batch_size=BIG_ROWS),
+         ["batch_size=1099511627776", "boundaries[0]=2147483647"]),
+        (lambda: jb.Pack(row_length=INT32_MAX, rows_per_batch=BIG_ROWS),
+         ["row_length=2147483647", "rows_per_batch=1099511627776"]),
+        (lambda: jb.AutoBuckets(1, batch_size=BIG_ROWS, pad_to_multiple=2**30),
+         ["batch_size=1099511627776", "pad_to_multiple=1073741824"]),
     ],
     ids=["PadToMax", "FixedBuckets", "Pack", "AutoBuckets"],
-)
+)  # fmt: skip
 def test_shape_overflow_is_refused_naming_the_option(make, names):
     ds = small_dataset()
-    for run in (lambda: jb.plan(ds, make()), lambda: list(jb.Loader(ds, make()))):
+    # The Loader refuses it when it is made (from the options, or from them
+    # and the longest example), not at its first batch.
+    for run in (lambda: jb.plan(ds, make()), lambda: jb.Loader(ds, make())):
         with pytest.raises(ValueError) as error:
             run()
         message = str(error.value)
         for name in names:
-            assert name in message
+            assert name in message, message
         assert f"more than {INT64_MAX}" in message
 
 
-def test_batch_that_plans_but_cannot_be_collated_is_refused_naming_the_column():
-    # 1 x 2**62 elements fit an int64 but not the int32 lengths/positions,
-    # nor 4-byte values in a byte count: an error, not a wrapped buffer.
-    ds = small_dataset()
-    for planner in (jb.FixedBuckets([2**62], token_budget=2**62), jb.Pack(2**62, 1)):
-        plan = jb.plan(ds, planner)
-        assert plan.stats.padded_elements == min(2**62 * len(plan), INT64_MAX)
-        with pytest.raises(ValueError, match="column 'tokens'.*2147483647"):
-            jb.collate(ds, plan[0])
-        with pytest.raises(ValueError, match="column 'tokens'"):
-            list(jb.Loader(ds, planner))
+@pytest.mark.parametrize(
+    ("make", "option"),
+    [
+        (lambda: jb.PadToMax(1, pad_to_multiple=2**31), "PadToMax: pad_to_multiple="),
+        (lambda: jb.FixedBuckets([4, 2**31], token_budget=2**62), "FixedBuckets: boundaries[1]="),
+        (lambda: jb.AutoBuckets(2, batch_size=1, pad_to_multiple=2**31),
+         "AutoBuckets: pad_to_multiple="),
+        (lambda: jb.Pack(2**31, 1), "Pack: row_length="),
+        (lambda: jb.Pack(8, 1, max_segments_per_row=2**31), "Pack: max_segments_per_row="),
+        (lambda: jb.GraphBudget(nodes=2**31, edges=8, graphs=4), "GraphBudget: nodes="),
+        (lambda: jb.GraphBudget(nodes=8, edges=2**31, graphs=4), "GraphBudget: edges="),
+        (lambda: jb.GraphBuckets(2, nodes=8, edges=8, graphs=2**31), "GraphBuckets: graphs="),
+    ],
+    ids=["PadToMax", "FixedBuckets", "AutoBuckets", "Pack", "segments", "nodes", "edges", "graphs"],
+)  # fmt: skip
+def test_extents_past_int32_are_refused_when_built(make, option):
+    # A batch's lengths, positions, segment ids, n_node, n_edge and node and
+    # graph ids are int32: an option past that would plan, then fail at the
+    # first batch. It fails where it is written, naming the option.
+    with pytest.raises(ValueError) as error:
+        make()
+    assert f"{option}2147483648 exceeds 2147483647, the most a batch's int32 " in str(error.value)
 
 
 def test_stats_saturate_instead_of_going_negative():
     lengths = [2**61] * 4  # two batches of 2 x 2**61: 2**63 elements in all
-    plan = jb.plan(lengths, jb.FixedBuckets([2**61], batch_size=2))
+    plan = jb.plan(lengths, jb.PadToMax(2))
     assert len(plan) == 2
     assert plan.stats.padded_elements == INT64_MAX
     assert plan.stats.real_elements == INT64_MAX

@@ -1,3 +1,4 @@
+import dataclasses
 import gc
 import json
 import os
@@ -184,12 +185,45 @@ def test_max_errors_count_and_fraction_stop_with_a_summary():
     assert sum(1 for _ in ok) > 0
 
 
-def test_worker_error_reaches_the_consumer_with_its_message():
+def test_an_error_reaches_the_consumer_with_its_message_and_ends_the_stream():
     ds = make_dataset(n=20, max_length=60)
-    loader = jb.Loader(ds, jb.Pack(row_length=30, rows_per_batch=2), num_threads=2)
-    with pytest.raises(ValueError, match="longer than row_length 30"):
+    # What no batch can hold is the planner's error when the Loader is made.
+    with pytest.raises(ValueError, match="example 0 has length 51, longer than row_length 30"):
+        jb.Loader(ds, jb.Pack(row_length=30, rows_per_batch=2), num_threads=2)
+    schema = {"tokens": jb.ColumnSchema(max_length=30)}
+    loader = jb.Loader(ds, jb.Pack(row_length=64, rows_per_batch=2), num_threads=2, schema=schema)
+    assert loader.shapes  # Before: the batches to come.
+    with pytest.raises(ValueError, match="example 0: column 'tokens': expected length <= 30"):
         next(loader)
-    assert next(loader, None) is None  # The stream ended at the error.
+    assert loader.shapes == []  # Ended at the error: no batch is to come.
+    assert next(loader, None) is None
+
+
+@pytest.mark.parametrize(
+    ("planner", "says"),
+    [
+        (jb.Pack(row_length=30, rows_per_batch=2),
+         "Pack: example 0 has length 51, longer than row_length 30"),
+        (jb.FixedBuckets([10, 30], batch_size=2),
+         "FixedBuckets: example 0 has length 51, longer than the last boundary 30"),
+    ],
+    ids=["Pack", "FixedBuckets"],
+)  # fmt: skip
+def test_too_long_is_named_when_the_loader_is_made_and_skip_counts_as_plan_does(planner, says):
+    ds = make_dataset(n=20, max_length=60)
+    with pytest.raises(ValueError, match=says):  # Not at the first len(), .shapes or next().
+        jb.Loader(ds, planner)
+    skipping = dataclasses.replace(planner, too_long="skip")
+    plan = jb.plan(ds, skipping)
+    assert plan.stats.skipped > 0
+    with jb.Loader(ds, skipping, epochs=2, max_errors=0) as loader:
+        yielded = sum(int((np.asarray(b["example_index"]) >= 0).sum()) for b in loader)
+        stats = loader.stats
+        assert loader.shapes == []  # Exhausted.
+    assert loader.shapes == []  # Exhausted and closed.
+    # Skipped as jb.plan counts it, in each epoch; not a bad record (max_errors=0).
+    assert (stats.skipped, stats.dropped) == (2 * plan.stats.skipped, 2 * plan.stats.dropped)
+    assert yielded == stats.examples == 2 * (len(ds) - plan.stats.skipped - plan.stats.dropped)
 
 
 def thread_ids():

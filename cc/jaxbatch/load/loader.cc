@@ -144,6 +144,9 @@ Loader::Loader(std::shared_ptr<const Dataset> dataset, std::shared_ptr<const Chu
     lengths_[static_cast<size_t>(r.example)] = 0;
     if (!edge_lengths_.empty()) edge_lengths_[static_cast<size_t>(r.example)] = 0;
   }
+  // A graph over the budget or a sequence too long for the planner is named
+  // now, not when a worker plans the first epoch.
+  CheckExamplesFit(lengths_, options_.schedule.planner, edge_lengths_);
 
   state_.seed = options_.schedule.seed;
   state_.key = key_;
@@ -565,8 +568,9 @@ void Loader::WorkerLoop() {
 void Loader::EnterEpoch(int64_t epoch, const EpochSchedule& schedule) {
   if (epoch <= entered_epoch_) return;
   entered_epoch_ = epoch;
-  state_.dropped +=
-      schedule.plan.stats.dropped + schedule.plan.stats.skipped + schedule.shard_dropped;
+  // A planner's too_long / too_big "skip" counts as skipped, as jb.plan counts it.
+  state_.dropped += schedule.plan.stats.dropped + schedule.shard_dropped;
+  state_.skipped += schedule.plan.stats.skipped;
   state_.padding_batches = SaturatingAdd(state_.padding_batches, schedule.padding_batches);
   state_.truncated = SaturatingAdd(state_.truncated, schedule.plan.stats.truncated);
   if (bad_records_.empty()) return;
@@ -588,7 +592,8 @@ void Loader::EnterEpoch(int64_t epoch, const EpochSchedule& schedule) {
       if (epoch == 0 && options_.schedule.shard_index == 0) WriteQuarantine(bad_records_);
       break;
   }
-  const int64_t errors = state_.skipped + state_.quarantined;
+  // Bad records reached, not what a planner skipped: each epoch finds them all.
+  const int64_t errors = SaturatingMul(epoch + 1, static_cast<int64_t>(bad_records_.size()));
   const int64_t seen = (epoch + 1) * num_examples_;
   const bool over_count = options_.max_errors >= 0 && errors > options_.max_errors;
   const bool over_fraction =
@@ -806,6 +811,11 @@ int64_t Loader::TotalSteps() const {
 std::vector<BatchShape> Loader::PlannedShapes(int64_t from_epoch) const {
   std::vector<BatchShape> shapes;
   if (options_.epochs > 0 && from_epoch == options_.epochs) return shapes;  // At the end.
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    // Ended (at the end of the data or at an error): no batch is to come.
+    if (end_seq_ >= 0 && consume_seq_ >= end_seq_) return shapes;
+  }
   const int64_t last =
       options_.epochs == 0 || !EpochsMayDiffer() ? from_epoch : options_.epochs - 1;
   for (int64_t e = from_epoch; e <= last; ++e) {

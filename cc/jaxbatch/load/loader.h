@@ -119,7 +119,7 @@ struct LoaderState {
   int64_t step = 0;  // the next batch to yield within `epoch`
   int64_t batches = 0;
   int64_t examples = 0;         // examples yielded
-  int64_t skipped = 0;          // bad records dropped under "skip"
+  int64_t skipped = 0;          // bad records under "skip", and too_long/too_big="skip"
   int64_t quarantined = 0;      // bad records dropped under "quarantine"
   int64_t dropped = 0;          // examples left out by the remainder policy (plan or shards)
   int64_t padding_batches = 0;  // empty batches that even out shards
@@ -215,7 +215,8 @@ class Loader {
   // for epochs = 0, which never ends). PlannedShapes(): the distinct batch
   // shapes of every epoch from `from_epoch` on (just that epoch's for an
   // endless stream), in the order the steps first use them: what to compile
-  // ahead. Throws OutOfRangeError for an epoch past the stream's end.
+  // ahead; none once the stream has ended (at its end, or at the error that
+  // ended it). Throws OutOfRangeError for an epoch past the stream's end.
   int64_t Steps(int64_t epoch) const;
   int64_t TotalSteps() const;
   std::vector<BatchShape> PlannedShapes(int64_t from_epoch = 0) const;

@@ -269,11 +269,13 @@ TEST(LoaderTest, ShardsShareAQuarantineFileWithoutDuplicates) {
   EXPECT_NE(lines[2].find("\"example\": 6,"), std::string::npos) << lines[2];
 }
 
-TEST(LoaderTest, WorkerErrorReachesTheConsumerWithItsMessage) {
+// The planner's error reaches the caller with its message, now when the
+// Loader is made (errors that do come from a worker, a failed chunk or a
+// changed mapped file, are ChunkedSourceTest's and MappedFile...'s).
+TEST(LoaderTest, PlannerErrorReachesTheCallerWithItsMessage) {
   auto ds = testing::TokensDataset({3, 50, 4});
-  Loader loader(ds, Options(PackOptions{.row_length = 10, .rows_per_batch = 1}, 2, 1));
   try {
-    loader.Next();
+    Loader loader(ds, Options(PackOptions{.row_length = 10, .rows_per_batch = 1}, 2, 1));
     FAIL() << "expected the planner's error";
   } catch (const InvalidArgumentError& e) {
     EXPECT_NE(
@@ -515,6 +517,7 @@ TEST(LoaderTest, StepsAndShapesAreWhatTheStreamYields) {
         o.schedule.shard_index = shards - 1;
         o.schedule.shard_count = shards;
         Loader loader(ds, o);
+        const std::vector<BatchShape> planned = loader.PlannedShapes();
         std::vector<int64_t> steps(3, 0);
         std::vector<BatchShape> shapes;
         while (std::optional<LoadedBatch> batch = loader.Next()) {
@@ -535,7 +538,8 @@ TEST(LoaderTest, StepsAndShapesAreWhatTheStreamYields) {
           total += steps[static_cast<size_t>(e)];
         }
         EXPECT_EQ(loader.TotalSteps(), total);
-        EXPECT_EQ(loader.PlannedShapes(), shapes);
+        EXPECT_EQ(planned, shapes);
+        EXPECT_TRUE(loader.PlannedShapes().empty());  // Ended: no shape is to come.
       }
     }
   }
@@ -630,6 +634,52 @@ TEST(LoaderTest, StartStatePastTheEndOrNegativeIsRefused) {
   ASSERT_TRUE(batch);
   EXPECT_EQ(batch->step, 3);
   EXPECT_FALSE(last_step.Next());
+}
+
+// Data no batch of the planner can hold under too_big / too_long "error" is
+// named when the Loader is made, before any thread plans; under "skip" it is
+// counted in `skipped` as Plan() counts it, and max_errors ignores it.
+TEST(LoaderTest, TooBigOrTooLongIsNamedWhenMadeAndSkippedIsCounted) {
+  const auto graphs = GraphsDataset({3, 4, 40, 5, 50});
+  LoaderOptions o = Options(GraphBudgetOptions{.nodes = 20, .edges = 30, .graphs = 4}, 1);
+  EXPECT_TRUE(Contains(ThrownMessage<InvalidArgumentError>([&] { Loader loader(graphs, o); }),
+                       "GraphBudget: graph 2 has 40 nodes and 39 edges, but a batch holds at "
+                       "most 19 real nodes"));
+  o.schedule.planner =
+      GraphBudgetOptions{.nodes = 20, .edges = 30, .graphs = 4, .too_big = TooBig::kSkip};
+  o.max_errors = 0;
+  Loader skipping(graphs, o);
+  Drain(skipping);
+  const std::vector<int64_t> nodes = {3, 4, 40, 5, 50};
+  const BatchPlan plan = Plan(nodes, o.schedule.planner, {}, std::vector<int64_t>{2, 3, 39, 4, 49});
+  ASSERT_EQ(plan.stats.skipped, 2);
+  EXPECT_EQ(skipping.state().skipped, 2 * plan.stats.skipped);  // two epochs
+  EXPECT_EQ(skipping.state().dropped, 0);
+  EXPECT_EQ(skipping.state().examples, 2 * 3);
+
+  const auto tokens = testing::TokensDataset({3, 9, 4, 12});
+  for (const auto& [planner, message] : std::vector<std::pair<PlannerOptions, std::string>>{
+           {PackOptions{.row_length = 8, .rows_per_batch = 2},
+            "Pack: example 1 has length 9, longer than row_length 8"},
+           {FixedBucketsOptions{.boundaries = {4, 8}, .batch_size = 2},
+            "FixedBuckets: example 1 has length 9, longer than the last boundary 8"},
+           {AutoBucketsOptions{.max_shapes = 2, .token_budget = 10},
+            "AutoBuckets: token_budget 10 is smaller than the longest example (example 3"}}) {
+    EXPECT_TRUE(Contains(
+        ThrownMessage<InvalidArgumentError>([&] { Loader loader(tokens, Options(planner, 1)); }),
+        message));
+  }
+}
+
+// A stream ended by an error has no shape to come, as one at its end.
+TEST(LoaderTest, PlannedShapesAreNoneOnceTheStreamEndedAtAnError) {
+  const auto ds = GraphsDataset({3, 4, 5}, {1});
+  LoaderOptions o = Options(GraphBudgetOptions{.nodes = 20, .edges = 30, .graphs = 4}, 1);
+  Loader loader(ds, o);
+  EXPECT_FALSE(loader.PlannedShapes().empty());
+  EXPECT_THROW(loader.Next(), InvalidArgumentError);  // graph 1 is bad, on_error raise
+  EXPECT_TRUE(loader.PlannedShapes().empty());
+  EXPECT_FALSE(loader.Next().has_value());
 }
 
 }  // namespace

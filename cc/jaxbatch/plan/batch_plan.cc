@@ -8,6 +8,14 @@
 
 namespace jaxbatch {
 
+void CheckExtent(int64_t value, std::string_view planner, std::string_view option,
+                 std::string_view held_by) {
+  if (value > kMaxExtent) {
+    throw InvalidArgumentError(StrCat(planner, ": ", option, "=", value, " exceeds ", kMaxExtent,
+                                      ", the most a batch's int32 ", held_by, " can hold"));
+  }
+}
+
 BatchView BatchPlan::batch(int64_t b) const {
   if (b < 0 || b >= num_batches()) {
     throw OutOfRangeError(

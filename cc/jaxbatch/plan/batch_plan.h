@@ -14,11 +14,26 @@
 #define JAXBATCH_PLAN_BATCH_PLAN_H_
 
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace jaxbatch {
+
+// The most a batch extent can be that int32 outputs hold: a padded or row
+// length (`<name>_lengths`, positions), segments per row (segment ids), a
+// graph batch's node, edge and graph slots (n_node, n_edge, senders,
+// receivers and node_graph hold them). Planner options past it are refused
+// when they are made, not at the first batch.
+inline constexpr int64_t kMaxExtent = std::numeric_limits<int32_t>::max();
+
+// Throws InvalidArgumentError when `value`, given as `planner`'s `option`,
+// exceeds kMaxExtent; `held_by` names the int32 outputs that hold it.
+// Example: CheckExtent(o.row_length, "Pack", "row_length", "positions");
+void CheckExtent(int64_t value, std::string_view planner, std::string_view option,
+                 std::string_view held_by);
 
 // A batch's padded shape: `rows` x `length` elements, and for packed rows
 // `segments` = the most examples one row can hold (0 when not packed). A

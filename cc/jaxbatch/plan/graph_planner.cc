@@ -22,6 +22,14 @@ Capacity CapacityOf(int64_t nodes, int64_t edges, int64_t graphs) {
   return {.nodes = nodes - 1, .edges = edges, .graphs = graphs - 1};
 }
 
+[[noreturn]] void ThrowTooBig(int64_t id, int64_t n, int64_t e, const Capacity& cap,
+                              const char* planner) {
+  throw InvalidArgumentError(StrCat(
+      planner, ": graph ", id, " has ", n, " nodes and ", e, " edges, but a batch holds at most ",
+      cap.nodes, " real nodes (nodes - 1: one node is padding) and ", cap.edges,
+      " edges; raise the budget or pass too_big=\"skip\" to leave such graphs out"));
+}
+
 struct OpenBatch {
   int64_t nodes = 0;
   int64_t edges = 0;
@@ -64,11 +72,7 @@ Packed PackGraphs(std::span<const int64_t> nodes, std::span<const int64_t> edges
         out.skipped.push_back(id);
         continue;
       }
-      throw InvalidArgumentError(
-          StrCat(planner, ": graph ", id, " has ", n, " nodes and ", e,
-                 " edges, but a batch holds at most ", cap.nodes,
-                 " real nodes (nodes - 1: one node is padding) and ", cap.edges,
-                 " edges; raise the budget or pass too_big=\"skip\" to leave such graphs out"));
+      ThrowTooBig(id, n, e, cap, planner);
     }
     size_t chosen = open.size();
     double best = std::numeric_limits<double>::infinity();
@@ -137,12 +141,10 @@ void ValidateBudget(int64_t nodes, int64_t edges, int64_t graphs, GraphAlgorithm
                                       "leave open_batches unset, or use \"first_fit\" or ",
                                       "\"best_fit\" with open_batches=", *open_batches));
   }
-  // Every array of a batch is at most max(nodes, edges, graphs) rows: their
-  // sums must fit an int64 so byte counts cannot wrap.
-  if (!CheckedAdd(nodes, edges) || !CheckedAdd(*CheckedAdd(nodes, edges), graphs)) {
-    throw InvalidArgumentError(StrCat(planner, ": nodes=", nodes, ", edges=", edges,
-                                      " and graphs=", graphs, " add up past ", kMaxSize));
-  }
+  // Within these every size sum and product of a batch fits an int64 too.
+  CheckExtent(nodes, planner, "nodes", "n_node, senders and receivers");
+  CheckExtent(edges, planner, "edges", "n_edge");
+  CheckExtent(graphs, planner, "graphs", "graph ids (node_graph)");
 }
 
 BatchShape ShapeOf(int64_t nodes, int64_t edges, int64_t graphs) {
@@ -262,7 +264,29 @@ void CheckCounts(std::span<const int64_t> nodes, std::span<const int64_t> edges,
   }
 }
 
+// Throws what PackGraphs throws for the first graph (by index) over `cap`.
+void CheckFits(std::span<const int64_t> nodes, std::span<const int64_t> edges, const Capacity& cap,
+               TooBig too_big, const char* planner) {
+  CheckCounts(nodes, edges, planner);
+  if (too_big == TooBig::kSkip) return;
+  for (size_t id = 0; id < nodes.size(); ++id) {
+    if (nodes[id] > cap.nodes || edges[id] > cap.edges) {
+      ThrowTooBig(static_cast<int64_t>(id), nodes[id], edges[id], cap, planner);
+    }
+  }
+}
+
 }  // namespace
+
+void CheckGraphsFit(std::span<const int64_t> nodes, std::span<const int64_t> edges,
+                    const GraphBudgetOptions& o) {
+  CheckFits(nodes, edges, CapacityOf(o.nodes, o.edges, o.graphs), o.too_big, "GraphBudget");
+}
+
+void CheckGraphsFit(std::span<const int64_t> nodes, std::span<const int64_t> edges,
+                    const GraphBucketsOptions& o) {
+  CheckFits(nodes, edges, CapacityOf(o.nodes, o.edges, o.graphs), o.too_big, "GraphBuckets");
+}
 
 void ValidateGraphBudget(const GraphBudgetOptions& o) {
   ValidateBudget(o.nodes, o.edges, o.graphs, o.algorithm, o.open_batches, "GraphBudget");

@@ -79,6 +79,14 @@ struct GraphBucketsOptions {
 void ValidateGraphBudget(const GraphBudgetOptions& options);
 void ValidateGraphBuckets(const GraphBucketsOptions& options);
 
+// Throw the InvalidArgumentError planning would for the first graph (by
+// index) over the budget under too_big=kError (nothing under kSkip), or for
+// edge counts that do not match the node counts. One pass, no planning.
+void CheckGraphsFit(std::span<const int64_t> nodes, std::span<const int64_t> edges,
+                    const GraphBudgetOptions& options);
+void CheckGraphsFit(std::span<const int64_t> nodes, std::span<const int64_t> edges,
+                    const GraphBucketsOptions& options);
+
 // Plan the graphs `ids` (in that order) of node counts `nodes` and edge
 // counts `edges` (indexed by example id). The plan has graph = true.
 BatchPlan PlanGraphBudget(std::span<const int64_t> nodes, std::span<const int64_t> edges,

@@ -109,15 +109,20 @@ std::vector<int64_t> ResolveOrder(std::span<const int64_t> lengths,
   return {order.begin(), order.end()};
 }
 
+[[noreturn]] void ThrowTooLong(int64_t id, int64_t length, int64_t limit, const char* planner,
+                               const char* what) {
+  throw InvalidArgumentError(StrCat(planner, ": example ", id, " has length ", length,
+                                    ", longer than ", what, " ", limit,
+                                    "; pass too_long=\"truncate\" or \"skip\" to allow it"));
+}
+
 // Applies a TooLong policy to example `id` of length `length` > `limit`.
 // Returns true when the example is still planned (truncated).
 bool HandleTooLong(TooLong policy, int64_t id, int64_t length, int64_t limit, const char* planner,
                    const char* what, PlanBuilder& builder) {
   switch (policy) {
     case TooLong::kError:
-      throw InvalidArgumentError(StrCat(planner, ": example ", id, " has length ", length,
-                                        ", longer than ", what, " ", limit,
-                                        "; pass too_long=\"truncate\" or \"skip\" to allow it"));
+      ThrowTooLong(id, length, limit, planner, what);
     case TooLong::kTruncate:
       builder.set_allow_truncate(true);
       return true;
@@ -192,6 +197,23 @@ int64_t RowsForLength(int64_t length, int64_t batch_size, int64_t token_budget,
   return rows;
 }
 
+// Each bucket's rows per batch; throws, naming the options, when a batch of
+// a bucket does not fit an int64 (`multiple`: AutoBuckets' pad_to_multiple).
+std::vector<int64_t> BucketRows(const std::vector<int64_t>& boundaries, int64_t batch_size,
+                                int64_t token_budget, int64_t multiple, int64_t rows_multiple,
+                                const char* planner) {
+  std::vector<int64_t> rows(boundaries.size());
+  for (size_t k = 0; k < boundaries.size(); ++k) {
+    rows[k] = RowsForLength(boundaries[k], batch_size, token_budget, rows_multiple, planner,
+                            StrCat("bucket length ", boundaries[k]));
+    CheckBatchSize(
+        rows[k], boundaries[k], 0,
+        StrCat(planner, ": batch_size=", batch_size, " with boundaries[", k, "]=", boundaries[k],
+               multiple > 1 ? StrCat(" (from pad_to_multiple=", multiple, ")") : ""));
+  }
+  return rows;
+}
+
 // Moves examples into the empty rows of longer buckets' last batches
 // (FillRemainders): `bucket_of[p]` is the bucket of ids[p], -1 when left
 // out. The examples a bucket gives are its longest (ties: the first in
@@ -228,14 +250,9 @@ BatchPlan PlanBuckets(std::span<const int64_t> lengths, const std::vector<int64_
                       bool fill_remainders = false) {
   PlanBuilder builder(/*packed=*/false);
   std::vector<BucketBatcher> buckets;
-  std::vector<int64_t> rows(boundaries.size());
+  const std::vector<int64_t> rows =
+      BucketRows(boundaries, batch_size, token_budget, multiple, rows_multiple, planner);
   for (size_t k = 0; k < boundaries.size(); ++k) {
-    rows[k] = RowsForLength(boundaries[k], batch_size, token_budget, rows_multiple, planner,
-                            StrCat("bucket length ", boundaries[k]));
-    CheckBatchSize(
-        rows[k], boundaries[k], 0,
-        StrCat(planner, ": batch_size=", batch_size, " with boundaries[", k, "]=", boundaries[k],
-               multiple > 1 ? StrCat(" (from pad_to_multiple=", multiple, ")") : ""));
     buckets.emplace_back(boundaries[k], rows[k], rows_multiple);
   }
   std::vector<int64_t> bucket_of(ids.size(), -1);
@@ -275,10 +292,24 @@ BatchPlan PlanBuckets(std::span<const int64_t> lengths, const std::vector<int64_
   return std::move(builder).Finish(lengths, static_cast<int64_t>(ids.size()));
 }
 
+// Every padded length is at least pad_to_multiple: past kMaxExtent none fits.
+constexpr const char* kPaddedInt32 = "lengths and positions";
+
 void ValidatePadToMax(const PadToMaxOptions& o) {
   RequirePositive(o.batch_size, "PadToMax", "batch_size");
   RequirePositive(o.pad_to_multiple, "PadToMax", "pad_to_multiple");
+  CheckExtent(o.pad_to_multiple, "PadToMax", "pad_to_multiple", kPaddedInt32);
   CheckRowsMultiple(o.batch_size, o.rows_multiple, "PadToMax", "batch_size");
+}
+
+// The length a PadToMax batch whose longest example is `longest` pads to;
+// throws, naming the options, when a batch of it does not fit an int64.
+int64_t PadToMaxLength(const PadToMaxOptions& o, int64_t rows, int64_t longest) {
+  const int64_t length = RoundUp(longest, o.pad_to_multiple, "PadToMax");
+  CheckBatchSize(rows, length, 0,
+                 StrCat("PadToMax: batch_size=", o.batch_size, " with pad_to_multiple=",
+                        o.pad_to_multiple, " (length ", longest, " padded to ", length, ")"));
+  return length;
 }
 
 BatchPlan PlanPadToMax(std::span<const int64_t> lengths, const std::vector<int64_t>& ids,
@@ -297,10 +328,7 @@ BatchPlan PlanPadToMax(std::span<const int64_t> lengths, const std::vector<int64
     }
     const int64_t rows =
         o.remainder == Remainder::kKeep ? KeptRows(count, o.rows_multiple) : o.batch_size;
-    const int64_t length = RoundUp(longest, o.pad_to_multiple, "PadToMax");
-    CheckBatchSize(rows, length, 0,
-                   StrCat("PadToMax: batch_size=", o.batch_size, " with pad_to_multiple=",
-                          o.pad_to_multiple, " (length ", longest, " padded to ", length, ")"));
+    const int64_t length = PadToMaxLength(o, rows, longest);
     builder.BeginBatch({.rows = rows, .length = length});
     for (size_t k = start; k < end; ++k) builder.AddRow(std::span<const int64_t>(&ids[k], 1));
     builder.EndBatch();
@@ -320,12 +348,16 @@ void ValidateFixedBuckets(const FixedBucketsOptions& o) {
                  k, "] = ", o.boundaries[k]));
     }
   }
+  CheckExtent(o.boundaries.back(), "FixedBuckets",
+              StrCat("boundaries[", o.boundaries.size() - 1, "]"), kPaddedInt32);
   RequireBatchSizeOrBudget(o.batch_size, o.token_budget, "FixedBuckets");
   CheckRowsMultiple(o.batch_size.value_or(0), o.rows_multiple, "FixedBuckets", "batch_size");
   // The longest bucket needs the most: name it first, so that raising the
   // budget to what the error says is enough.
   RowsForLength(o.boundaries.back(), o.batch_size.value_or(0), o.token_budget.value_or(0),
                 o.rows_multiple, "FixedBuckets", StrCat("the last boundary ", o.boundaries.back()));
+  BucketRows(o.boundaries, o.batch_size.value_or(0), o.token_budget.value_or(0), 1, o.rows_multiple,
+             "FixedBuckets");
 }
 
 BatchPlan PlanFixedBuckets(std::span<const int64_t> lengths, const std::vector<int64_t>& ids,
@@ -338,8 +370,28 @@ BatchPlan PlanFixedBuckets(std::span<const int64_t> lengths, const std::vector<i
 void ValidateAutoBuckets(const AutoBucketsOptions& o) {
   RequirePositive(o.max_shapes, "AutoBuckets", "max_shapes");
   RequirePositive(o.pad_to_multiple, "AutoBuckets", "pad_to_multiple");
+  CheckExtent(o.pad_to_multiple, "AutoBuckets", "pad_to_multiple", kPaddedInt32);
   RequireBatchSizeOrBudget(o.batch_size, o.token_budget, "AutoBuckets");
   CheckRowsMultiple(o.batch_size.value_or(0), o.rows_multiple, "AutoBuckets", "batch_size");
+}
+
+// Throws when a budget has no row for example `longest`, the longest
+// planned: every bucket is at most its length, so naming it first makes
+// raising the budget to what the error says enough.
+void CheckLongestFits(std::span<const int64_t> lengths, int64_t longest,
+                      const AutoBucketsOptions& o) {
+  const int64_t length = lengths[static_cast<size_t>(longest)];
+  const int64_t rounded = RoundUp(length, o.pad_to_multiple, "AutoBuckets");
+  const std::string what =
+      StrCat("the longest example (example ", longest, ", length ", length,
+             rounded != length ? StrCat(" padded to ", rounded) : std::string(), ")");
+  const int64_t rows = RowsForLength(rounded, o.batch_size.value_or(0), o.token_budget.value_or(0),
+                                     o.rows_multiple, "AutoBuckets", what);
+  CheckBatchSize(
+      rows, rounded, 0,
+      StrCat(
+          "AutoBuckets: batch_size=", o.batch_size.value_or(0), " with ", what,
+          o.pad_to_multiple > 1 ? StrCat(" (from pad_to_multiple=", o.pad_to_multiple, ")") : ""));
 }
 
 BatchPlan PlanAutoBuckets(std::span<const int64_t> lengths, const std::vector<int64_t>& ids,
@@ -347,16 +399,13 @@ BatchPlan PlanAutoBuckets(std::span<const int64_t> lengths, const std::vector<in
   const int64_t batch_size = o.batch_size.value_or(0);
   const int64_t token_budget = o.token_budget.value_or(0);
   if (!ids.empty()) {
-    // Every bucket is at most the longest example: name it first, so that
-    // raising the budget to what the error says is enough.
-    const int64_t longest = *std::max_element(ids.begin(), ids.end(), [&](int64_t a, int64_t b) {
-      return lengths[static_cast<size_t>(a)] < lengths[static_cast<size_t>(b)];
-    });
-    const int64_t length = lengths[static_cast<size_t>(longest)];
-    const int64_t rounded = RoundUp(length, o.pad_to_multiple, "AutoBuckets");
-    RowsForLength(rounded, batch_size, token_budget, o.rows_multiple, "AutoBuckets",
-                  StrCat("the longest example (example ", longest, ", length ", length,
-                         rounded != length ? StrCat(" padded to ", rounded) : std::string(), ")"));
+    CheckLongestFits(lengths,
+                     *std::max_element(ids.begin(), ids.end(),
+                                       [&](int64_t a, int64_t b) {
+                                         return lengths[static_cast<size_t>(a)] <
+                                                lengths[static_cast<size_t>(b)];
+                                       }),
+                     o);
   }
   const LengthHistogram histogram = RoundedHistogram(lengths, ids, o.pad_to_multiple);
   auto rows_for_length = [&](int64_t length) {
@@ -400,9 +449,13 @@ int64_t DefaultSegments(std::span<const int64_t> lengths, std::span<const int64_
 
 void ValidatePack(const PackOptions& o) {
   RequirePositive(o.row_length, "Pack", "row_length");
+  CheckExtent(o.row_length, "Pack", "row_length", "lengths, segment ids and positions");
   RequirePositive(o.rows_per_batch, "Pack", "rows_per_batch");
   CheckRowsMultiple(o.rows_per_batch, o.rows_multiple, "Pack", "rows_per_batch");
   RequirePositiveIfSet(o.max_segments_per_row, "Pack", "max_segments_per_row");
+  if (o.max_segments_per_row) {
+    CheckExtent(*o.max_segments_per_row, "Pack", "max_segments_per_row", "segment ids");
+  }
   RequirePositiveIfSet(o.lookahead, "Pack", "lookahead");
   RequirePositiveIfSet(o.open_rows, "Pack", "open_rows");
   if (o.open_rows && o.lookahead) {
@@ -482,6 +535,54 @@ void ValidatePlannerOptions(const PlannerOptions& options) {
         if constexpr (std::is_same_v<T, PackOptions>) ValidatePack(o);
         if constexpr (std::is_same_v<T, GraphBudgetOptions>) ValidateGraphBudget(o);
         if constexpr (std::is_same_v<T, GraphBucketsOptions>) ValidateGraphBuckets(o);
+      },
+      options);
+}
+
+namespace {
+
+// The first example (by index) longer than `limit`, or -1.
+int64_t FirstLonger(std::span<const int64_t> lengths, int64_t limit) {
+  const auto it =
+      std::find_if(lengths.begin(), lengths.end(), [&](int64_t l) { return l > limit; });
+  return it == lengths.end() ? -1 : it - lengths.begin();
+}
+
+int64_t Longest(std::span<const int64_t> lengths) {
+  return std::max_element(lengths.begin(), lengths.end()) - lengths.begin();
+}
+
+}  // namespace
+
+void CheckExamplesFit(std::span<const int64_t> lengths, const PlannerOptions& options,
+                      std::span<const int64_t> edges) {
+  if (lengths.empty()) return;
+  std::visit(
+      [&](const auto& o) {
+        using T = std::decay_t<decltype(o)>;
+        if constexpr (std::is_same_v<T, PadToMaxOptions>) {
+          PadToMaxLength(o, o.batch_size, lengths[static_cast<size_t>(Longest(lengths))]);
+        }
+        if constexpr (std::is_same_v<T, FixedBucketsOptions>) {
+          const int64_t id = FirstLonger(lengths, o.boundaries.back());
+          if (id >= 0 && o.too_long == TooLong::kError) {
+            ThrowTooLong(id, lengths[static_cast<size_t>(id)], o.boundaries.back(), "FixedBuckets",
+                         "the last boundary");
+          }
+        }
+        if constexpr (std::is_same_v<T, AutoBucketsOptions>) {
+          CheckLongestFits(lengths, Longest(lengths), o);
+        }
+        if constexpr (std::is_same_v<T, PackOptions>) {
+          const int64_t id = FirstLonger(lengths, o.row_length);
+          if (id >= 0 && o.too_long == TooLong::kError) {
+            ThrowTooLong(id, lengths[static_cast<size_t>(id)], o.row_length, "Pack", "row_length");
+          }
+        }
+        if constexpr (std::is_same_v<T, GraphBudgetOptions> ||
+                      std::is_same_v<T, GraphBucketsOptions>) {
+          CheckGraphsFit(lengths, edges, o);
+        }
       },
       options);
 }

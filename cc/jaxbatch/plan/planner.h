@@ -129,6 +129,18 @@ bool IsGraphPlanner(const PlannerOptions& options);
 // caller building options calls it to fail where they are written.
 void ValidatePlannerOptions(const PlannerOptions& options);
 
+// Throws the InvalidArgumentError planning would, for the first example (by
+// index) that no batch of `options` can hold when the policy is to raise:
+// a sequence longer than Pack's row_length or FixedBuckets' last boundary
+// (too_long="error"), a graph over a graph planner's budget
+// (too_big="error"), the longest example with no row in AutoBuckets'
+// token_budget, or a PadToMax batch of it past int64. One pass over the
+// lengths (node counts, and `edges` for a graph planner): a Loader calls it
+// when it is made, so such data is named before any batch, in every epoch
+// and shard alike.
+void CheckExamplesFit(std::span<const int64_t> lengths, const PlannerOptions& options,
+                      std::span<const int64_t> edges = {});
+
 // Plans batches over `lengths` (indexed by example id). `order` lists the
 // example ids to plan, in the order to consider them (a shuffle or a shard);
 // empty means every example in index order. A graph planner reads `lengths`

@@ -966,20 +966,20 @@ TEST(PlannerHugeTest, BatchSizeFarAboveTheDataPlansInMemoryOfTheData) {
 
 TEST(PlannerHugeTest, ShapeOverflowThrowsNamingTheOption) {
   const std::vector<int64_t> lengths = {5, 3, 9, 2};
+  const int64_t rows = int64_t{1} << 40;
   std::string msg = ThrownMessage<InvalidArgumentError>([&] {
-    Plan(lengths, PadToMaxOptions{.batch_size = 8, .pad_to_multiple = int64_t{1} << 60});
+    Plan(lengths, PadToMaxOptions{.batch_size = rows, .pad_to_multiple = int64_t{1} << 30});
   });
-  EXPECT_TRUE(Contains(msg, "pad_to_multiple=1152921504606846976")) << msg;
-  EXPECT_TRUE(Contains(msg, "8 x 1152921504606846976 elements, more than 9223372036854775807"))
+  EXPECT_TRUE(Contains(msg, "batch_size=1099511627776 with pad_to_multiple=1073741824")) << msg;
+  EXPECT_TRUE(Contains(msg, "1099511627776 x 1073741824 elements, more than 9223372036854775807"))
       << msg;
-  msg = ThrownMessage<InvalidArgumentError>([&] {
-    Plan(lengths, FixedBucketsOptions{.boundaries = {int64_t{1} << 62}, .batch_size = 8});
-  });
-  EXPECT_TRUE(Contains(msg, "boundaries[0]=4611686018427387904")) << msg;
   msg = ThrownMessage<InvalidArgumentError>(
-      [&] { Plan(lengths, PackOptions{.row_length = int64_t{1} << 62, .rows_per_batch = 8}); });
-  EXPECT_TRUE(Contains(msg, "row_length=4611686018427387904")) << msg;
-  EXPECT_TRUE(Contains(msg, "rows_per_batch=8")) << msg;
+      [&] { Plan(lengths, FixedBucketsOptions{.boundaries = {kMaxExtent}, .batch_size = rows}); });
+  EXPECT_TRUE(Contains(msg, "boundaries[0]=2147483647")) << msg;
+  msg = ThrownMessage<InvalidArgumentError>(
+      [&] { Plan(lengths, PackOptions{.row_length = kMaxExtent, .rows_per_batch = rows}); });
+  EXPECT_TRUE(Contains(msg, "row_length=2147483647")) << msg;
+  EXPECT_TRUE(Contains(msg, "rows_per_batch=1099511627776")) << msg;
   msg = ThrownMessage<InvalidArgumentError>([&] {
     Plan(lengths, PackOptions{.row_length = 16,
                               .rows_per_batch = int64_t{1} << 40,
@@ -994,18 +994,78 @@ TEST(PlannerHugeTest, ShapeOverflowThrowsNamingTheOption) {
     msg = ThrownMessage<InvalidArgumentError>([&] { Plan(long_one, options); });
     EXPECT_TRUE(Contains(msg, "pad_to_multiple=4")) << msg;
   }
-  // The largest batch that fits is planned.
+  // The largest batch that fits is planned: (2^32 + 2) x (2^31 - 1) = 2^63 - 2.
   const BatchPlan fits =
-      Plan(std::vector<int64_t>{1}, PadToMaxOptions{.batch_size = 1, .pad_to_multiple = kInt64Max});
-  EXPECT_EQ(fits.stats.padded_elements, kInt64Max);
+      Plan(std::vector<int64_t>{1},
+           PadToMaxOptions{.batch_size = (int64_t{1} << 32) + 2, .pad_to_multiple = kMaxExtent});
+  EXPECT_EQ(fits.stats.padded_elements, kInt64Max - 1);
+}
+
+TEST(PlannerTest, CheckExamplesFitThrowsWhatPlanningThrows) {
+  // In index order Plan() meets the same example first: the same message.
+  const std::vector<int64_t> lengths = {3, 9, 4, 12, 1 << 20};
+  const std::vector<int64_t> edges = {2, 3, 39, 4, 0};
+  const std::vector<PlannerOptions> refusing = {
+      PadToMaxOptions{.batch_size = int64_t{1} << 50, .pad_to_multiple = 1 << 20},
+      FixedBucketsOptions{.boundaries = {4, 8}, .batch_size = 2},
+      AutoBucketsOptions{.max_shapes = 2, .token_budget = 1 << 19},
+      PackOptions{.row_length = 8, .rows_per_batch = 2},
+      GraphBudgetOptions{.nodes = 10, .edges = 30, .graphs = 4},
+      GraphBucketsOptions{.max_shapes = 2, .nodes = 20, .edges = 30, .graphs = 4}};
+  for (const PlannerOptions& options : refusing) {
+    const std::string planned =
+        ThrownMessage<InvalidArgumentError>([&] { Plan(lengths, options, {}, edges); });
+    EXPECT_EQ(
+        ThrownMessage<InvalidArgumentError>([&] { CheckExamplesFit(lengths, options, edges); }),
+        planned);
+  }
+  // Policies that leave such examples out plan them: nothing to name.
+  for (const PlannerOptions& options : std::vector<PlannerOptions>{
+           FixedBucketsOptions{.boundaries = {4, 8}, .batch_size = 2, .too_long = TooLong::kSkip},
+           PackOptions{.row_length = 8, .rows_per_batch = 2, .too_long = TooLong::kTruncate},
+           GraphBudgetOptions{.nodes = 10, .edges = 30, .graphs = 4, .too_big = TooBig::kSkip}}) {
+    EXPECT_NO_THROW(CheckExamplesFit(lengths, options, edges));
+  }
+}
+
+TEST(PlannerHugeTest, ExtentsPastInt32AreRefusedWhenTheOptionsAreMade) {
+  // Lengths, positions and segment ids are int32 in every batch; a graph
+  // batch's n_node, n_edge, node ids and graph ids too. Options that need
+  // more fail when they are made, naming the option, not at the first batch.
+  const int64_t big = kMaxExtent + 1;
+  const std::vector<std::pair<PlannerOptions, std::string>> cases = {
+      {PadToMaxOptions{.batch_size = 1, .pad_to_multiple = big}, "PadToMax: pad_to_multiple="},
+      {FixedBucketsOptions{.boundaries = {4, big}, .batch_size = 1},
+       "FixedBuckets: boundaries[1]="},
+      {AutoBucketsOptions{.max_shapes = 1, .batch_size = 1, .pad_to_multiple = big},
+       "AutoBuckets: pad_to_multiple="},
+      {PackOptions{.row_length = big, .rows_per_batch = 1}, "Pack: row_length="},
+      {PackOptions{.row_length = 8, .rows_per_batch = 1, .max_segments_per_row = big},
+       "Pack: max_segments_per_row="},
+      {GraphBudgetOptions{.nodes = big, .edges = 1, .graphs = 2}, "GraphBudget: nodes="},
+      {GraphBudgetOptions{.nodes = 2, .edges = big, .graphs = 2}, "GraphBudget: edges="},
+      {GraphBucketsOptions{.max_shapes = 1, .nodes = 2, .edges = 1, .graphs = big},
+       "GraphBuckets: graphs="},
+  };
+  for (const auto& [options, option] : cases) {
+    const std::string msg =
+        ThrownMessage<InvalidArgumentError>([&] { ValidatePlannerOptions(options); });
+    EXPECT_TRUE(Contains(msg, StrCat(option,
+                                     "2147483648 exceeds 2147483647, the most a batch's "
+                                     "int32 ")))
+        << msg;
+  }
+  // At the limit they are accepted.
+  ValidatePlannerOptions(
+      GraphBudgetOptions{.nodes = kMaxExtent, .edges = kMaxExtent, .graphs = kMaxExtent});
+  ValidatePlannerOptions(PackOptions{.row_length = kMaxExtent, .rows_per_batch = 1});
 }
 
 TEST(PlannerHugeTest, StatsSaturateInsteadOfGoingNegative) {
   // Two batches of 2^62 elements each: 2^63 in all, one past int64.
   const int64_t length = int64_t{1} << 61;
   const std::vector<int64_t> lengths = {length, length, length, length};
-  const BatchPlan plan =
-      Plan(lengths, FixedBucketsOptions{.boundaries = {length}, .batch_size = 2});
+  const BatchPlan plan = Plan(lengths, PadToMaxOptions{.batch_size = 2});
   ASSERT_EQ(plan.num_batches(), 2);
   EXPECT_EQ(plan.stats.padded_elements, kInt64Max);
   EXPECT_EQ(plan.stats.occupied_elements, kInt64Max);

@@ -198,6 +198,7 @@ def graph_columns(graphs: Sequence[Any]) -> tuple[dict[str, Any], dict[str, Any]
                     f"Dataset.from_graphs: graph {i}: {field} must be a 1-D integer array of "
                     f"node ids, found {array.dtype} of shape {array.shape}"
                 )
+            _check_fits_int64(array, field, i)
             pieces.append(array)
         wide = any(p.size and (p.max() > np.iinfo(np.int32).max or p.min() < 0) for p in pieces)
         dtypes[field] = np.int64 if wide else np.int32
@@ -216,3 +217,15 @@ def graph_columns(graphs: Sequence[Any]) -> tuple[dict[str, Any], dict[str, Any]
         if max(counts) <= np.iinfo(np.int32).max and min(counts) >= np.iinfo(np.int32).min:
             columns[field] = columns[field].astype(np.int32)
     return columns, dtypes, GraphLayout(trees)
+
+
+def _check_fits_int64(ids: np.ndarray, field: str, graph: int) -> None:
+    """Refuses a uint64 id past int64 (the widest id column): cast, it would
+    become a negative id and be named as one."""
+    too_big = ids > np.iinfo(np.int64).max if ids.dtype == np.uint64 else None
+    if too_big is not None and too_big.any():
+        k = int(np.argmax(too_big))
+        raise ValueError(
+            f"Dataset.from_graphs: graph {graph}: {field}[{k}] = {int(ids[k])} is not a node id "
+            f"(node ids are int64, at most {np.iinfo(np.int64).max})"
+        )

@@ -59,8 +59,11 @@ class ColumnSchema:
 @dataclasses.dataclass(frozen=True)
 class LoaderStats:
     """Every example the loader has reached, accounted for: ``examples``
-    yielded, ``skipped`` and ``quarantined`` bad records, and ``dropped`` by a
-    remainder policy (the plan's, or the shards' uneven tail). Counts add up
+    yielded, ``skipped`` (bad records under ``on_error="skip"``, and what the
+    planner leaves out under ``too_long="skip"`` or ``too_big="skip"``, as
+    ``jb.plan``'s stats count it), ``quarantined`` bad records, and
+    ``dropped`` by a remainder policy (the plan's, or the shards' uneven
+    tail); ``max_errors`` counts bad records only. Counts add up
     over epochs: yielded + skipped + quarantined + dropped = epochs entered x
     dataset size. With ``shard``, ``batches`` and ``examples`` are this
     process's while ``skipped``, ``quarantined`` and ``dropped`` count the
@@ -567,7 +570,11 @@ class Loader:
         """The distinct batch shapes this process's stream will yield from
         its current epoch on (every remaining epoch's, or just the current
         one's for an endless stream), in the order the batches first use
-        them: what to compile ahead, after shuffle, shard and bad records."""
+        them: what to compile ahead, after shuffle, shard and bad records.
+        ``[]`` once the stream has ended (at its end or at an error), closed
+        or not."""
+        if self._core_loader is None and self._ended:
+            return []
         live = self._live()
         return [BatchShape(*s) for s in live.planned_shapes(live.state().epoch)]
 
