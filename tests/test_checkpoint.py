@@ -20,6 +20,7 @@ from launch import launch_local
 
 import jaxbatch as jb
 import jaxbatch.checkpoint as jbc
+from jaxbatch._src.load import checkpoint as jbc_checkpoint
 
 WORKER = str(Path(__file__).with_name("checkpoint_worker.py"))
 TIMEOUT = 60  # seconds for any one subprocess (each takes a few)
@@ -212,6 +213,74 @@ def test_restoring_into_a_loader_over_other_data_raises_the_engines_error(tmp_pa
             ValueError, match=r"Loader: the state was saved with planner PadToMax\(batch_size=4"
         ):
             manager.restore(1, args=ocp.args.Composite(loader=jbc.LoaderRestore(other)))
+    manager.close()
+
+
+def _fifo(p: Path) -> None:
+    os.mkfifo(p)
+
+
+def _loop(p: Path) -> None:
+    os.symlink(p.with_name("other.json"), p)
+    os.symlink(p, p.with_name("other.json"))
+
+
+BAD_STATE_FILES = {
+    # what the file is: (make it, what the message says it is)
+    "fifo": (_fifo, "it is a FIFO (named pipe); expected a regular file of JSON"),
+    "dev_zero": (lambda p: os.symlink("/dev/zero", p),
+                 "it is a character device (a symlink to '/dev/zero')"),
+    "loop": (_loop, "it is a symlink loop (to "),
+    "folder": (lambda p: p.mkdir(), "it is a directory; expected a regular file of JSON"),
+    "dangling": (lambda p: os.symlink(p.with_name("gone.json"), p),
+                 "gone.json', which does not exist"),
+    "deep": (lambda p: p.write_text("[" * 200_000 + "]" * 200_000),
+             "its JSON is nested too deeply to read"),
+    "huge": (lambda p: p.write_text(" " * (jbc_checkpoint.MAX_STATE_BYTES + 1) + "{}"),
+             f"it holds more than MAX_STATE_BYTES = {2**20} bytes"),
+    "not_a_dict": (lambda p: p.write_text("[1, 2]"), "expected a JSON object, found list"),
+}  # fmt: skip
+
+
+def saved_after_one_batch(ds, folder: Path):
+    """A checkpoint of a loader over `ds` after one batch, its state file,
+    and the batch it continues with."""
+    with jb.Loader(ds, jb.PadToMax(4), seed=1) as loader:
+        next(loader)
+        manager = ocp.CheckpointManager(folder)
+        manager.save(1, args=ocp.args.Composite(loader=jbc.LoaderSave(loader)))
+        manager.wait_until_finished()
+        expected = next(loader)["example_index"].copy()
+    (path,) = folder.rglob("process_0-of-1.json")
+    return manager, path, expected
+
+
+@pytest.mark.timeout(60)  # A FIFO read without O_NONBLOCK would wait here for ever.
+@pytest.mark.parametrize("kind", list(BAD_STATE_FILES))
+def test_a_state_path_that_is_not_a_small_regular_json_file_is_named(tmp_path, kind):
+    make, says = BAD_STATE_FILES[kind]
+    ds = small_dataset(range(1, 30))
+    manager, path, _ = saved_after_one_batch(ds, tmp_path / "ckpt")
+    path.unlink()
+    make(path)
+    with jb.Loader(ds, jb.PadToMax(4), seed=1) as fresh:
+        with pytest.raises(ValueError) as error:
+            manager.restore(1, args=ocp.args.Composite(loader=jbc.LoaderRestore(fresh)))
+    message = str(error.value)
+    # What, where and what it is; never "expected X, found [X]".
+    assert message.startswith(f"LoaderRestore: {path} is not a loader state: "), message
+    assert says in message, message
+    manager.close()
+
+
+def test_a_state_file_behind_a_symlink_to_a_regular_file_restores(tmp_path):
+    ds = small_dataset(range(1, 30))
+    manager, path, expected = saved_after_one_batch(ds, tmp_path / "ckpt")
+    path.rename(tmp_path / "real.json")
+    os.symlink(tmp_path / "real.json", path)
+    with jb.Loader(ds, jb.PadToMax(4), seed=1) as fresh:
+        manager.restore(1, args=ocp.args.Composite(loader=jbc.LoaderRestore(fresh)))
+        np.testing.assert_array_equal(next(fresh)["example_index"], expected)
     manager.close()
 
 

@@ -14,7 +14,10 @@ args, then the Orbax v1 ``StatefulCheckpointable`` wrapper.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
+import os
+import stat
 from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
@@ -29,6 +32,10 @@ from jaxbatch._src.load.loader import Loader, check_not_read_ahead
 ocp = require("orbax.checkpoint", "jaxbatch.checkpoint")
 
 Checkpointed = Loader | DevicePrefetcher
+
+#: The most bytes a state file may hold: a loader state is a few hundred
+#: bytes, so anything near this is not one (and is not read whole).
+MAX_STATE_BYTES = 1 << 20
 
 
 # -- the state and its file ------------------------------------------------------
@@ -92,17 +99,89 @@ def restore_state(directory: Path, item: Any, where: str) -> None:
     (data, planner, shuffle, shard) raises as it does for ``state=``."""
     check_restorable(item, where)
     path = this_process_file(directory)
-    if not path.is_file():
+    if not os.path.lexists(path):
         found = sorted(p.name for p in Path(directory).glob("*.json"))
         raise FileNotFoundError(
             f"{where}: no loader state for process {jax.process_index()} of "
             f"{jax.process_count()}: expected {path}, found {found or 'no state files'}"
         )
+    item.set_state(read_state_file(path, where))
+
+
+def read_state_file(path: Path, where: str) -> dict[str, Any]:
+    """The JSON dict in `path`, read without blocking (a FIFO) or reading
+    without end (a device): a regular file (a symlink to one is fine) of at
+    most MAX_STATE_BYTES, nested no deeper than json can parse. Anything
+    else is a ValueError naming the file and what it is."""
+    text = _read_regular_file(path, where).decode("utf-8", errors="replace")
     try:
-        state = json.loads(path.read_text())
+        state = json.loads(text)
     except json.JSONDecodeError as e:
         raise ValueError(f"{where}: {path} is not a loader state (invalid JSON: {e})") from e
-    item.set_state(state)
+    except RecursionError:
+        raise ValueError(
+            f"{where}: {path} is not a loader state: its JSON is nested too deeply to read (a "
+            f"loader state is a flat dict)"
+        ) from None
+    if not isinstance(state, dict):
+        raise ValueError(
+            f"{where}: {path} is not a loader state: expected a JSON object, found "
+            f"{type(state).__name__}"
+        )
+    return state
+
+
+def _read_regular_file(path: Path, where: str) -> bytes:
+    try:
+        # O_NONBLOCK: a FIFO opens at once instead of waiting for a writer.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as e:
+        raise ValueError(f"{where}: {path} is not a loader state: {_what_fails(path, e)}") from e
+    try:
+        mode = os.fstat(fd).st_mode  # What was opened, not what the name pointed at before.
+        if not stat.S_ISREG(mode):
+            raise ValueError(
+                f"{where}: {path} is not a loader state: it is {_kind(mode)}"
+                f"{_via_link(path)}; expected a regular file of JSON"
+            )
+        data = b""
+        while len(data) <= MAX_STATE_BYTES:  # Bounded: one byte past the cap says enough.
+            chunk = os.read(fd, MAX_STATE_BYTES + 1 - len(data))
+            if not chunk:
+                break
+            data += chunk
+    finally:
+        os.close(fd)
+    if len(data) > MAX_STATE_BYTES:
+        raise ValueError(
+            f"{where}: {path} is not a loader state: it holds more than MAX_STATE_BYTES = "
+            f"{MAX_STATE_BYTES} bytes (a loader state is a few hundred)"
+        )
+    return data
+
+
+def _what_fails(path: Path, error: OSError) -> str:
+    """Why `path` (which exists, maybe as a dangling link) did not open."""
+    if error.errno == errno.ELOOP:
+        return f"it is a symlink loop (to {os.readlink(path)!r}, whose links never reach a file)"
+    if error.errno == errno.ENOENT and os.path.islink(path):
+        return f"it is a symlink to {os.readlink(path)!r}, which does not exist"
+    try:
+        kind = _kind(os.stat(path).st_mode) + _via_link(path)  # A socket does not open.
+    except OSError:
+        kind = "something that cannot be read"
+    return f"it is {kind} ({os.strerror(error.errno or 0)}); expected a regular file of JSON"
+
+
+def _kind(mode: int) -> str:
+    kinds = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+             (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+             (stat.S_ISSOCK, "a socket"))  # fmt: skip
+    return next((name for test, name in kinds if test(mode)), f"not a regular file (mode {mode:o})")
+
+
+def _via_link(path: Path) -> str:
+    return f" (a symlink to {os.readlink(path)!r})" if os.path.islink(path) else ""
 
 
 # -- Orbax v0: a CheckpointHandler and its args -----------------------------------
