@@ -179,6 +179,64 @@ def test_state_of_another_pipeline_is_refused():
         other.set_state({"next_index": 3})
 
 
+def test_a_state_of_a_pipeline_over_other_data_is_refused():
+    planner = jb.PadToMax(2)
+    exs = examples([3, 9, 1, 4, 7, 2, 5, 8])
+    other = examples([3, 9, 1, 4, 7, 2, 5, 6], seed=1)  # Example 7 differs in length only.
+    it = iter(batched(exs, planner, window=4))
+    states = []
+    for _ in range(len(list(batched(exs, planner, window=4)))):
+        next(it)
+        states.append(json.loads(json.dumps(it.get_state())))
+    # 2 batches a window: states[1] is the end of window 1, the rest in window 2.
+    for state in states[2:]:
+        assert state["position"] == 4 and len(state["fingerprint"]) == 16
+        foreign = iter(batched(other, planner, window=4))
+        foreign.set_state(state)
+        with pytest.raises(ValueError) as error:
+            next(foreign)
+        message = str(error.value)
+        assert "the state was saved over other data: its window from example 4" in message
+        assert f"layout fingerprint {state['fingerprint']!r}, this pipeline's has '" in message
+    # The first window is the same data: its states restore into either.
+    for k in (0, 1):
+        resumed = iter(batched(other, planner, window=4))
+        resumed.set_state(states[k])
+        assert_same_batches([next(resumed)], [list(batched(other, planner, window=4))[k + 1]])
+    # A state saved before the fingerprint was kept has none: it is not checked.
+    legacy = {k: v for k, v in states[-1].items() if k != "fingerprint"}
+    resumed = iter(batched(exs, planner, window=4))
+    resumed.set_state(legacy)
+    assert list(resumed) == []
+    with pytest.raises(ValueError, match="fingerprint must be 16 hex digits or None, found 7"):
+        iter(batched(exs, planner, window=4)).set_state(dict(states[0], fingerprint=7))
+
+
+def test_a_window_with_other_keys_or_dtypes_than_the_last_is_named():
+    def plain(exs):
+        return jbg.BatchIterDataset(grain.MapDataset.source(exs), jb.PadToMax(2), window=2)
+
+    base = [{"tokens": np.arange(3, dtype=np.int32), "y": np.float32(1)}] * 2
+    wider = [{"tokens": np.arange(3, dtype=np.int64), "y": np.float32(1)}] * 2
+    with pytest.raises(ValueError) as error:
+        list(plain(base + wider))
+    assert str(error.value).startswith(
+        "BatchIterDataset: key 'tokens' in the window from example 2: expected dtype int32, as "
+        "in the window before, found dtype int64"
+    )
+    fewer = [{"tokens": np.arange(3, dtype=np.int32)}] * 2
+    with pytest.raises(ValueError, match="key 'y' in the window from example 2: expected dtype "
+                       "float32, as in the window before, found no such key"):  # fmt: skip
+        list(plain(base + fewer))
+    more = [dict(e, z=np.arange(2)) for e in base]
+    with pytest.raises(ValueError, match="key 'z' in the window from example 4: expected no such "
+                       "key, as in the window before, found dtype int64"):  # fmt: skip
+        list(plain(base + base + more))
+    # Within a window, a key example 0 lacks is named, not dropped.
+    with pytest.raises(ValueError, match="example 1 has key 'z', which example 0 lacks"):
+        list(plain([base[0], more[0]]))
+
+
 def test_grain_checkpoint_with_an_orbax_manager(tmp_path):
     exs = examples(np.random.default_rng(3).integers(1, 25, 60))
     ds = batched(exs, jb.Pack(row_length=32, rows_per_batch=2), window=12).map(dict)

@@ -98,6 +98,9 @@ void BindJob(nb::module_& m) {
       nb::arg("data"), nb::arg("seed") = 0);
   m.def("dataset_fingerprint", &DatasetFingerprint, nb::arg("dataset"),
         nb::call_guard<nb::gil_scoped_release>());
+  m.def(
+      "layout_fingerprint", [](const Dataset& dataset) { return LayoutFingerprint(dataset); },
+      nb::arg("dataset"), nb::call_guard<nb::gil_scoped_release>());
 }
 
 }  // namespace jaxbatch::bindings

@@ -8,7 +8,11 @@ the engine plans it (:func:`jaxbatch.plan`) and fills each planned batch
 ``jb.Dataset.from_arrays(window)``. Its state is the parent's state at the
 window's start and the next batch's index in the window: resuming reads
 that window again and plans it again (a plan depends on the lengths alone),
-so the following batches are the same.
+so the following batches are the same. The state also holds what
+identifies the pipeline, as a Loader's does: the planner's key, the window
+and the engine's layout fingerprint of the window (its columns, dtypes and
+lengths), so a state from a pipeline over other data is refused when the
+window it resumes in is read again.
 
 ``LoaderIterator`` is a :class:`~jaxbatch.Loader` (or the iterator
 ``jb.device_prefetch`` returns) as a Grain ``DatasetIterator``: Grain's
@@ -43,6 +47,8 @@ grain = require("grain", "jaxbatch.grain")
 # What a BatchIterDataset's state holds besides its parent's: checked on
 # set_state, so a state from another pipeline is refused, not misread.
 _STATE_KEYS = ("parent", "next_batch", "position", "planner", "window")
+# Checked when present: states saved before it was added lack it.
+_FINGERPRINT_KEY = "fingerprint"
 
 
 # -- the window as a Dataset ---------------------------------------------------
@@ -77,7 +83,34 @@ def window_columns(examples: Sequence[Any], first: int) -> dict[str, Any]:
             )
         else:
             columns[key] = values
+    for i, example in enumerate(examples):  # Each has every key: an extra one would be lost.
+        if len(example) != len(keys):
+            extra = next(k for k in example if k not in columns)
+            raise ValueError(
+                f"BatchIterDataset: example {first + i} has key {extra!r}, which example "
+                f"{first} lacks; every example must have the keys {keys}"
+            )
     return columns
+
+
+def window_layout(data: Dataset) -> dict[str, str]:
+    """Each column's dtype, by key: what every window must share."""
+    return {name: data._core.column(name).dtype for name in data.column_names}
+
+
+def check_same_layout(layout: dict[str, str], last: dict[str, str], first: int) -> None:
+    """Refuses a window (from stream position `first`) whose keys or dtypes
+    differ from the last window's: its batches would change structure
+    mid-stream (a jitted step would retrace, or fail on a missing key)."""
+    for key in list(last) + [k for k in layout if k not in last]:
+        if layout.get(key) != last.get(key):
+            found = f"dtype {layout[key]}" if key in layout else "no such key"
+            expected = f"dtype {last[key]}" if key in last else "no such key"
+            raise ValueError(
+                f"BatchIterDataset: key {key!r} in the window from example {first}: expected "
+                f"{expected}, as in the window before, found {found}; every window must have "
+                f"the same keys and dtypes (pass dtypes= to fix a key's dtype)"
+            )
 
 
 def _keys(example: Any, position: int) -> list[str]:
@@ -183,11 +216,14 @@ class PlannedBatchIterator(grain.DatasetIterator):
         self._key = spec._planner.key
         self._start_state = parent.get_state()  # The parent's, at this window's start.
         self._position = 0  # The stream position of this window's first example.
+        self._layout: dict[str, str] | None = None  # The last window's keys and dtypes.
+        self._expected_fingerprint: str | None = None  # A restored state's, for its window.
         self._reset(next_batch=0)
 
     def _reset(self, next_batch: int) -> None:
         self._data: Dataset | None = None
         self._plan: BatchPlan | None = None
+        self._fingerprint: str | None = None  # The window's layout fingerprint, once read.
         self._next = next_batch
         self._end_state: Any = None  # The parent's, after this window.
         self._window_size = 0
@@ -211,6 +247,12 @@ class PlannedBatchIterator(grain.DatasetIterator):
             raise ValueError(
                 f"BatchIterDataset: the window of examples {self._position} to {last}: {e}"
             ) from e
+        layout = window_layout(self._data)
+        if self._layout is not None:
+            check_same_layout(layout, self._layout, self._position)
+        self._layout = layout
+        self._fingerprint = f"{_core.layout_fingerprint(self._data._core):016x}"
+        self._check_restored_window()
         self._end_state = self._parent.get_state()
         self._window_size = len(examples)
         return True
@@ -237,19 +279,29 @@ class PlannedBatchIterator(grain.DatasetIterator):
         self._next += 1
         return batch
 
-    def get_state(self) -> dict[str, Any]:
-        if self._plan is not None and self._next >= len(self._plan):
-            # The window is done: a restore starts at the next one.
-            return self._state(self._end_state, 0, self._position + self._window_size)
-        return self._state(self._start_state, self._next, self._position)
+    def _check_restored_window(self) -> None:
+        """Refuses a restored state whose window was other data than the
+        window just read again (the parent's state is opaque: this is where
+        the data shows)."""
+        expected, self._expected_fingerprint = self._expected_fingerprint, None
+        if expected is not None and expected != self._fingerprint:
+            raise ValueError(
+                f"BatchIterDataset: the state was saved over other data: its window from "
+                f"example {self._position} had layout fingerprint {expected!r}, this pipeline's "
+                f"has {self._fingerprint!r} (other keys, dtypes or lengths); restore it into "
+                f"the pipeline that saved it"
+            )
 
-    def _state(self, parent: Any, next_batch: int, position: int) -> dict[str, Any]:
+    def get_state(self) -> dict[str, Any]:
+        # A finished window's state is its last batch's: a restore reads it
+        # again, so its fingerprint is checked, and moves on to the next.
         return {
-            "parent": parent,
-            "next_batch": next_batch,
-            "position": position,
+            "parent": self._start_state,
+            "next_batch": self._next,
+            "position": self._position,
             "planner": self._key,
             "window": self._spec._window,
+            _FINGERPRINT_KEY: self._fingerprint,
         }
 
     def set_state(self, state: dict[str, Any]) -> None:
@@ -271,10 +323,20 @@ class PlannedBatchIterator(grain.DatasetIterator):
                 raise ValueError(
                     f"BatchIterDataset: the state's {key} must be an int >= 0, found {value!r}"
                 )
+        fingerprint = state.get(_FINGERPRINT_KEY)
+        if fingerprint is not None and not (
+            isinstance(fingerprint, str) and len(fingerprint) == 16
+        ):
+            raise ValueError(
+                f"BatchIterDataset: the state's fingerprint must be 16 hex digits or None, "
+                f"found {fingerprint!r:.100}"
+            )
         self._parent.set_state(state["parent"])
         self._start_state = state["parent"]
         self._position = state["position"]
+        self._layout = None  # The restored window sets it; its fingerprint covers the dtypes.
         self._reset(next_batch=state["next_batch"])
+        self._expected_fingerprint = fingerprint
 
     def __str__(self) -> str:
         return f"PlannedBatchIterator({self._key}, window={self._spec._window})"
