@@ -4,11 +4,13 @@
 #include <cstring>
 #include <exception>
 #include <limits>
+#include <optional>
 #include <thread>
 
 #include "jaxbatch/base/arena.h"
 #include "jaxbatch/base/checked.h"
 #include "jaxbatch/base/error.h"
+#include "jaxbatch/base/mapped_read.h"
 #include "jaxbatch/base/threads.h"
 #include "jaxbatch/collate/fill_rows.h"
 #include "jaxbatch/collate/internal.h"
@@ -77,10 +79,15 @@ void FillInParallel(int64_t items, int64_t bytes, const CollateOptions& options,
   std::vector<std::exception_ptr> errors(static_cast<size_t>(threads));
   // The fillers only write their own rows, so a failed start leaves the
   // started threads to finish; StartThreads joins them and throws.
+  // The fillers read the dataset, maybe a mapped file's: each in the
+  // caller's scope, so a read past a truncated file's end counts there.
+  MappedReadFaults* const reads = MappedReadScope::Current();
   std::vector<std::thread> pool = StartThreads(
       threads,
       [&](int64_t t) {
         try {
+          std::optional<MappedReadScope> scope;
+          if (reads != nullptr) scope.emplace(reads);
           fill(split(t), split(t + 1));
         } catch (...) {
           errors[static_cast<size_t>(t)] = std::current_exception();
@@ -471,8 +478,11 @@ std::vector<Array> Collate(const Dataset& dataset, const BatchPlan& plan, int64_
 
 std::vector<Array> CollateView(const Dataset& dataset, const BatchView& view,
                                const BatchLayout& layout, const CollateOptions& options) {
-  if (layout.graph) return CollateGraphs(dataset, view, options);
-  return BatchCollator(dataset, view, layout, options).Run();
+  // The values may be a memory-mapped file's, truncated while they are read.
+  return GuardMappedReads("collate", [&] {
+    if (layout.graph) return CollateGraphs(dataset, view, options);
+    return BatchCollator(dataset, view, layout, options).Run();
+  });
 }
 
 }  // namespace jaxbatch

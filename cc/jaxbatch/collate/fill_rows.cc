@@ -24,7 +24,9 @@ struct ContiguousSource {
   const uint8_t* values;
   const int64_t* offsets;
   int64_t row_bytes;
-  int64_t length(int64_t e) const { return offsets[e + 1] - offsets[e]; }
+  // Clamped as RaggedColumn::Reader::length is: offsets read from a
+  // truncated mapping may decrease.
+  int64_t length(int64_t e) const { return std::max<int64_t>(offsets[e + 1] - offsets[e], 0); }
   const uint8_t* data(int64_t e) const { return values + offsets[e] * row_bytes; }
 };
 struct GatheredSource {

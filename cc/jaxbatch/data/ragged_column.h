@@ -25,6 +25,7 @@
 #ifndef JAXBATCH_DATA_RAGGED_COLUMN_H_
 #define JAXBATCH_DATA_RAGGED_COLUMN_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -131,9 +132,14 @@ class RaggedColumn {
     int64_t row_bytes;
     bool fixed;
 
+    // Never negative, even when the offsets are a memory-mapped file's that
+    // was truncated while it was read: its lost bytes read as zeros (see
+    // base/mapped_read.h), and a negative length would move writes outside
+    // their row. Each offset is then its own value or 0, so a clamped length
+    // stays within the values.
     int64_t length(int64_t i) const {
       if (fixed) return 1;
-      return starts != nullptr ? lengths[i] : offsets[i + 1] - offsets[i];
+      return starts != nullptr ? lengths[i] : std::max<int64_t>(offsets[i + 1] - offsets[i], 0);
     }
     const uint8_t* data(int64_t i) const {
       if (starts != nullptr) return starts[i];

@@ -9,6 +9,7 @@
 #include "jaxbatch/base/checked.h"
 #include "jaxbatch/base/error.h"
 #include "jaxbatch/base/file_stamp.h"
+#include "jaxbatch/base/mapped_read.h"
 #include "jaxbatch/base/threads.h"
 #include "jaxbatch/data/fingerprint.h"
 #include "jaxbatch/data/graph.h"
@@ -106,6 +107,11 @@ Loader::Loader(std::shared_ptr<const Dataset> dataset, std::shared_ptr<const Chu
   ValidatePlannerOptions(options_.schedule.planner);
   ValidateLoaderOptions(options_);
   CheckPadValues(*dataset_, options_.collate, "Loader");
+  // Stamped before the first read: a change from here on is seen.
+  for (const std::string& path : options_.mapped_files) {
+    mapped_files_.push_back(MappedFile{path, StampMappedFile(path, "when the loader starts")});
+  }
+  MappedReadScope reads(&mapped_faults_);  // Lengths and bad records read the data.
   if (IsGraphPlanner(options_.schedule.planner)) {
     InitGraphs();
   } else {
@@ -124,12 +130,10 @@ Loader::Loader(std::shared_ptr<const Dataset> dataset, std::shared_ptr<const Chu
                    .block_size = schedule.block_size,
                    .shard_index = schedule.shard_index,
                    .shard_count = schedule.shard_count};
-  for (const std::string& path : options_.mapped_files) {
-    mapped_files_.push_back(MappedFile{path, StampMappedFile(path, "when the loader starts")});
-  }
   const std::vector<BadRecord> bad =
       chunked_ ? chunked_->bad_records : FindBadRecords(*dataset_, options_.schema);
   bad_records_.insert(bad_records_.end(), bad.begin(), bad.end());
+  mapped_faults_.ThrowIfFaulted("Loader");
   // A graph may break the schema and the graph rules: one record, the first reason.
   std::sort(bad_records_.begin(), bad_records_.end(),
             [](const BadRecord& a, const BadRecord& b) { return a.example < b.example; });
@@ -419,6 +423,11 @@ void Loader::CheckMappedFiles() const {
   }
 }
 
+void Loader::CheckMappedReads() const {
+  CheckMappedFiles();
+  mapped_faults_.ThrowIfFaulted("Loader");
+}
+
 void Loader::Close() {
   std::lock_guard<std::mutex> closing(close_mu_);  // One closer joins; others wait for it.
   {
@@ -524,7 +533,7 @@ void Loader::WorkerLoop() {
     result.epoch = epoch;
     result.step = step;
     try {
-      CheckMappedFiles();  // Before reading the mappings: a truncated one is SIGBUS.
+      CheckMappedFiles();  // Before reading: a file changed between batches fails here.
       const BatchView view = schedule->StepBatch(step);
       BatchLayout layout = layout_;
       layout.allow_truncate = schedule->plan.allow_truncate;
@@ -541,11 +550,20 @@ void Loader::WorkerLoop() {
         result.arrays = CollateView(*gathered.dataset, gathered.view(), layout, options_.collate);
         gathered.RestoreExampleIndex(result.arrays);
       } else {
+        MappedReadScope reads(&mapped_faults_);  // Shared by the workers: see CheckMappedReads.
         PrefetchExamples(*dataset_, view.all_examples());  // overlaps the gather's misses
         result.arrays = CollateView(*dataset_, view, layout, options_.collate);
       }
     } catch (...) {
       result.error = std::current_exception();
+    }
+    if (!mapped_files_.empty() || mapped_faults_.faulted()) {
+      try {
+        CheckMappedReads();
+      } catch (...) {
+        result.error = std::current_exception();
+        result.arrays.clear();
+      }
     }
     lock.lock();
     --collating_;

@@ -39,6 +39,7 @@
 
 #include "jaxbatch/base/arena.h"
 #include "jaxbatch/base/file_stamp.h"
+#include "jaxbatch/base/mapped_read.h"
 #include "jaxbatch/collate/collator.h"
 #include "jaxbatch/data/dataset.h"
 #include "jaxbatch/load/chunk_cache.h"
@@ -78,9 +79,11 @@ struct LoaderOptions {
   int64_t host_memory_limit = 0;   // bytes of batches alive at once; 0 = no limit
   std::string quarantine_path;     // JSONL file quarantined records are appended to
   std::string source = "dataset";  // how errors name the data
-  // Files the dataset's memory maps read. Each batch re-checks their size
-  // and modification time first and fails with IoError naming the file if
-  // one changed, instead of dying of SIGBUS reading a truncated mapping.
+  // Files the dataset's memory maps read. Each batch re-checks their stamps
+  // before and after its reads and fails with IoError naming the file if one
+  // changed. A read past the end of a file truncated in between is an
+  // IoError naming the file too, not a SIGBUS (base/mapped_read.h), for any
+  // file mapping the data reads, listed here or not.
   std::vector<std::string> mapped_files;
 };
 
@@ -267,6 +270,12 @@ class Loader {
   // Throws IoError naming a mapped file whose size or modification time
   // differs from when the loader started.
   void CheckMappedFiles() const;
+  // After a batch's reads, whatever they produced or threw: CheckMappedFiles
+  // (a read past a truncated file's end inside its last page finds zeros
+  // with no fault), then IoError naming the file if a read of any worker
+  // faulted past a file's end. The faults are shared and sticky: every batch
+  // after one fails too, as it may read the zeros the fault left.
+  void CheckMappedReads() const;
   // Throws InvalidArgumentError when host_memory_limit cannot hold the
   // batches in flight (which would wait forever); plans the first epoch.
   void CheckMemoryLimit();
@@ -301,6 +310,7 @@ class Loader {
     FileStamp stamp;  // when the loader started
   };
   std::vector<MappedFile> mapped_files_;
+  MappedReadFaults mapped_faults_;  // of reads of the dataset, by any thread
   BatchLayout layout_;
   std::unique_ptr<BufferArena> arena_;
   int64_t arena_limit_ = 0;  // a streaming loader's share of host_memory_limit for batches
