@@ -46,8 +46,9 @@ def test_files_changed_under_a_loader_end_well_or_name_the_file(kind, threads, t
     assert not signals, f"trials killed by a signal: {signals}\n{stderr}"
     assert counts.get("wrong", 0) == 0, f"wrong outcomes:\n{stderr}"
     assert counts.get("complete", 0) + counts.get("error", 0) == TRIALS, counts
-    # Most changes land while batches are read: the test tests something.
-    assert counts.get("error", 0) >= TRIALS // 3, counts
+    # About half the changes land while batches are read (none in 15 is a
+    # chance of about 1e-5): the test tests something.
+    assert counts.get("error", 0) >= 1, counts
 
 
 def test_collate_of_a_truncated_npy_file_raises_naming_it(tmp_path):
