@@ -180,6 +180,23 @@ def test_a_foreign_file_named_like_a_job_file_is_refused_and_left_whole(tmp_path
         assert snapshot(out) == before, f"overwrite={overwrite} changed the folder"
 
 
+@pytest.mark.parametrize("name", ["part-000000.parquet", ".part-000000.parquet.tmp-1-0"])
+def test_a_fifo_named_like_a_shard_is_refused_without_blocking(tmp_path, name):
+    """A FIFO has no bytes to lose by size, but it is not the job's: it is
+    refused (never opened, so nothing blocks on it) and left in place, with
+    and without overwrite=True."""
+    values = tokens(20)
+    out = tmp_path / "out"
+    out.mkdir()
+    run_job(values, out)
+    (out / name).unlink(missing_ok=True)
+    os.mkfifo(out / name)
+    for overwrite in (False, True):
+        with pytest.raises(jb.JobError, match=f"{name} is not a regular file"):
+            run_job(values, out, overwrite=overwrite)
+        assert (out / name).is_fifo()
+
+
 def test_a_file_put_at_the_next_shards_name_while_the_job_runs_is_not_replaced(
     tmp_path, monkeypatch
 ):

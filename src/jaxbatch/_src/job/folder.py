@@ -25,6 +25,7 @@ import json
 import logging
 import os
 import re
+import stat
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -231,7 +232,13 @@ class JobFolder:
         whose hash differs from its record's is the job's, damaged, and is
         redone (shard_problem)."""
         path = self.path / name
-        if not os.path.lexists(path) or (not path.is_symlink() and path.stat().st_size == 0):
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            return None
+        if not (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):
+            return "is not a regular file (a FIFO, a device, a socket or a folder)"
+        if stat.S_ISREG(st.st_mode) and st.st_size == 0:
             return None  # An empty file holds nothing to lose (a write that never began).
         if name == REPORT_NAME:
             return _report_problem(path)
@@ -303,7 +310,7 @@ class JobFolder:
 
 def _leading_bytes(path: Path, count: int) -> bytes:
     """The first `count` bytes of the file at `path`, never through a link."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     try:
         return os.read(fd, count)
     finally:
