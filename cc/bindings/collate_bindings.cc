@@ -15,6 +15,7 @@ void BindCollate(nb::module_& m) {
   m.attr("SEGMENT_IDS_SUFFIX") = std::string(kSegmentIdsSuffix);
   m.attr("POSITIONS_SUFFIX") = std::string(kPositionsSuffix);
   m.attr("EXAMPLE_INDEX") = std::string(kExampleIndexName);
+  m.attr("EXAMPLE_PIECE") = std::string(kExamplePieceName);
   m.attr("NODE_MASK") = std::string(kNodeMaskName);
   m.attr("EDGE_MASK") = std::string(kEdgeMaskName);
   m.attr("GRAPH_MASK") = std::string(kGraphMaskName);

@@ -36,7 +36,8 @@ void BindPlan(nb::module_& m) {
   nb::enum_<TooLong>(m, "TooLong")
       .value("error", TooLong::kError)
       .value("truncate", TooLong::kTruncate)
-      .value("skip", TooLong::kSkip);
+      .value("skip", TooLong::kSkip)
+      .value("split", TooLong::kSplit);
   nb::enum_<PackAlgorithm>(m, "PackAlgorithm")
       .value("first_fit", PackAlgorithm::kFirstFit)
       .value("best_fit", PackAlgorithm::kBestFit);
@@ -148,8 +149,9 @@ void BindPlan(nb::module_& m) {
   // Pickled as its flags, shapes, vectors and stats; unpickling checks
   // that they fit together (CheckPlan) before anything indexes with them.
   using Shapes = std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t>>;
-  using PlanState = std::tuple<bool, bool, bool, std::string, Shapes, Int64Input, Int64Input,
-                               Int64Input, Int64Input, Int64Input, Int64Input, PlanStats>;
+  using PlanState =
+      std::tuple<bool, bool, bool, std::string, Shapes, Int64Input, Int64Input, Int64Input,
+                 Int64Input, Int64Input, Int64Input, PlanStats, bool, Int64Input>;
   nb::class_<BatchPlan>(m, "BatchPlan")
       .def("__getstate__",
            [](const BatchPlan& p) {
@@ -161,7 +163,7 @@ void BindPlan(nb::module_& m) {
                                    ToNumpy(std::move(shape_ids)), ToNumpy(p.batch_row_begin),
                                    ToNumpy(p.row_example_begin), ToNumpy(p.example_ids),
                                    ToNumpy(p.dropped_examples), ToNumpy(p.skipped_examples),
-                                   p.stats);
+                                   p.stats, p.split, ToNumpy(p.example_pieces));
            })
       .def("__setstate__",
            [](BatchPlan& p, const PlanState& t) {
@@ -187,11 +189,14 @@ void BindPlan(nb::module_& m) {
              plan.dropped_examples = vec(std::get<9>(t));
              plan.skipped_examples = vec(std::get<10>(t));
              plan.stats = std::get<11>(t);
+             plan.split = std::get<12>(t);
+             plan.example_pieces = vec(std::get<13>(t));
              CheckPlan(plan);
              new (&p) BatchPlan(std::move(plan));
            })
       .def_ro("packed", &BatchPlan::packed)
       .def_ro("allow_truncate", &BatchPlan::allow_truncate)
+      .def_ro("split", &BatchPlan::split)
       .def_ro("graph", &BatchPlan::graph)
       .def_rw("length_column", &BatchPlan::length_column)
       .def_ro("stats", &BatchPlan::stats)
@@ -214,6 +219,9 @@ void BindPlan(nb::module_& m) {
           nb::rv_policy::reference_internal)
       .def_prop_ro(
           "example_ids", [](const BatchPlan& p) { return View(p.example_ids); },
+          nb::rv_policy::reference_internal)
+      .def_prop_ro(
+          "example_pieces", [](const BatchPlan& p) { return View(p.example_pieces); },
           nb::rv_policy::reference_internal)
       .def_prop_ro(
           "dropped_examples", [](const BatchPlan& p) { return View(p.dropped_examples); },

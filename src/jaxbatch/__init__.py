@@ -20,7 +20,7 @@ from jaxbatch._src.base import interrupt as _interrupt
 _interrupt.import_jax()
 
 from jaxbatch import masked  # a namespace module: jb.masked.sum(...)
-from jaxbatch._src.collate.collate import Batch, collate, unbatch
+from jaxbatch._src.collate.collate import Batch, collate, join_pieces, unbatch
 from jaxbatch._src.data.dataset import Dataset
 from jaxbatch._src.execute.autotune import AutotuneResult, autotune
 from jaxbatch._src.execute.axes import AxisError, check_axes
@@ -80,6 +80,7 @@ __all__ = [
     "estimate_memory",
     "explain_broadcast",
     "global_batches",
+    "join_pieces",
     "map",
     "masked",
     "max_batch_size",

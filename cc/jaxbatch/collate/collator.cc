@@ -315,6 +315,7 @@ class BatchCollator {
                           .item = item,
                           .pad = pad,
                           .truncate = layout_.allow_truncate,
+                          .pieces = view_.pieces.empty() ? nullptr : view_.pieces.data(),
                           .values = values.data,
                           .ids = reinterpret_cast<int32_t*>(segment_ids.data),
                           .positions = reinterpret_cast<int32_t*>(positions.data),
@@ -358,6 +359,7 @@ class BatchCollator {
     auto* index_out = reinterpret_cast<int64_t*>(index.data);
     index_data_ = index_out;
     out.push_back(std::move(index));
+    if (layout_.split) ExamplePiece(shape, out);
     if (index_taken_) return;
     fillers_.push_back([=, this](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {
@@ -365,6 +367,25 @@ class BatchCollator {
         int64_t* row = index_out + r * slots();
         std::copy(examples.begin(), examples.end(), row);
         std::fill(row + examples.size(), row + slots(), -1);
+      }
+    });
+  }
+
+  // Which piece of its example each segment is (-1 for padding).
+  void ExamplePiece(const std::vector<int64_t>& shape, std::vector<Array>& out) {
+    Array piece = Alloc(std::string(kExamplePieceName), DType::kInt64, shape);
+    auto* piece_out = reinterpret_cast<int64_t*>(piece.data);
+    out.push_back(std::move(piece));
+    fillers_.push_back([=, this](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        int64_t* row = piece_out + r * slots();
+        int64_t n = 0;
+        if (r < view_.stored_rows()) {
+          for (int64_t q = view_.row_begin[r]; q < view_.row_begin[r + 1]; ++q) {
+            row[n++] = view_.piece(q);
+          }
+        }
+        std::fill(row + n, row + slots(), -1);
       }
     });
   }
@@ -430,7 +451,8 @@ int64_t CollatedBytes(const Dataset& dataset, const BatchShape& shape, const Bat
     return std::max<int64_t>(bytes, 1);
   };
   auto add = [](int64_t& total, int64_t bytes) { total = SaturatingAdd(total, bytes); };
-  int64_t total = array({rows, slots, 8});  // example_index
+  int64_t total = array({rows, slots, 8});                // example_index
+  if (layout.split) add(total, array({rows, slots, 8}));  // example_piece
   for (const RaggedColumn& column : dataset.columns()) {
     if (column.is_fixed()) {
       add(total, array({rows, slots, column.row_bytes()}));
@@ -471,6 +493,7 @@ std::vector<Array> Collate(const Dataset& dataset, const BatchPlan& plan, int64_
   CheckPadValues(dataset, options, "collate");
   const BatchLayout layout{.packed = plan.packed,
                            .allow_truncate = plan.allow_truncate,
+                           .split = plan.split,
                            .length_column = plan.length_column,
                            .graph = plan.graph};
   return CollateView(dataset, plan.batch(batch_index), layout, options);

@@ -10,6 +10,9 @@
 // position code path serves both; CollateOptions::padded_segments = false
 // leaves these two out: 8 of the 13 bytes an int32 column writes a cell)
 // and for a packed batch (Pack) of shape rows x L with S segments per row
+// (under too_long="split" a segment may be a piece of an example, its
+// elements from piece * L on, positions from 0, and `example_piece`
+// [rows, S] int64 says which piece)
 //   <name>               [rows, L, *inner]
 //   <name>_segment_ids   [rows, L]  int32: 1..n for the row's segments, 0 padding
 //   <name>_positions     [rows, L]  int32: 0.. within each segment, 0 padding
@@ -51,6 +54,9 @@ inline constexpr std::string_view kLengthsSuffix = "_lengths";
 inline constexpr std::string_view kSegmentIdsSuffix = "_segment_ids";
 inline constexpr std::string_view kPositionsSuffix = "_positions";
 inline constexpr std::string_view kExampleIndexName = "example_index";
+// A split plan's (Pack too_long="split"): [rows, S] int64, which piece of
+// its example (example_index) each segment is, from 0; -1 for padding.
+inline constexpr std::string_view kExamplePieceName = "example_piece";
 // A graph batch's (see CollateGraphs).
 inline constexpr std::string_view kNodeMaskName = "node_mask";
 inline constexpr std::string_view kEdgeMaskName = "edge_mask";
@@ -100,6 +106,7 @@ struct CollateOptions {
 struct BatchLayout {
   bool packed = false;
   bool allow_truncate = false;
+  bool split = false;         // segments are pieces: adds example_piece
   std::string length_column;  // "" = the dataset's default length column
   bool graph = false;         // a graph batch (CollateGraphs)
 };

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "jaxbatch/base/error.h"
+#include "jaxbatch/plan/batch_plan.h"
 
 namespace jaxbatch::collate_internal {
 namespace {
@@ -104,13 +105,20 @@ void FillPacked(const PackedFill f, const Source source, int64_t r0, int64_t r1)
     for (int64_t q = q0; q < q1; ++q) {
       const int64_t e = f.examples[q];
       int64_t n = source.length(e);
+      int64_t start = 0;  // A piece is written from its offset within the example.
+      if (f.pieces != nullptr) {
+        const PieceSpan piece = PieceOf(n, f.pieces[q], f.cells);
+        start = piece.start;
+        n = piece.length;
+      }
       if (n > f.cells - used) {
         if (!f.truncate) ThrowTooLong(*f.column, e, n, f.batch, f.cells - used);
         n = f.cells - used;
       }
       // No copy of 0 bytes: a column of zero-sized rows may have no values.
       if (n * f.item_row > 0) {
-        std::memcpy(row + used * f.item_row, source.data(e), static_cast<size_t>(n * f.item_row));
+        std::memcpy(row + used * f.item_row, source.data(e) + start * f.item_row,
+                    static_cast<size_t>(n * f.item_row));
       }
       ++segment;
       int32_t* row_ids = ids + used;

@@ -53,6 +53,7 @@ struct PackedFill {
   size_t item;
   PadValue pad;
   bool truncate;
+  const int64_t* pieces;  // a split plan's piece per segment; null: whole examples
   uint8_t* values;
   int32_t* ids;
   int32_t* positions;

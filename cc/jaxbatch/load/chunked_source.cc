@@ -126,6 +126,11 @@ BatchView GatheredBatch::view() const {
   BatchView v = original;
   v.row_begin = row_begin;
   v.examples = examples;
+  // A split plan's pieces, rebased with the rows (parallel to `examples`).
+  if (!original.pieces.empty() && !original.row_begin.empty()) {
+    v.pieces =
+        original.pieces.subspan(static_cast<size_t>(original.row_begin.front()), examples.size());
+  }
   return v;
 }
 

@@ -537,7 +537,7 @@ void Loader::WorkerLoop() {
       const BatchView view = schedule->StepBatch(step);
       BatchLayout layout = layout_;
       layout.allow_truncate = schedule->plan.allow_truncate;
-      result.examples = static_cast<int64_t>(view.all_examples().size());
+      result.examples = ExamplesStarted(view);
       result.shape = view.shape;
       result.real_elements = RealElements(view, lengths_, layout_.graph);
       if (layout_.graph) {
@@ -775,8 +775,10 @@ void Loader::InitLengths() {
   }
   lengths_ =
       chunked_ ? chunked_->lengths(length_column) : dataset_->column(length_column).Lengths();
-  layout_ = BatchLayout{.packed = std::holds_alternative<PackOptions>(options_.schedule.planner),
+  const auto* pack = std::get_if<PackOptions>(&options_.schedule.planner);
+  layout_ = BatchLayout{.packed = pack != nullptr,
                         .allow_truncate = false,
+                        .split = pack != nullptr && pack->too_long == TooLong::kSplit,
                         .length_column = length_column};
 }
 

@@ -28,6 +28,7 @@ BatchView BatchPlan::batch(int64_t b) const {
   const auto last = static_cast<size_t>(batch_row_begin[static_cast<size_t>(b) + 1]);
   view.row_begin = std::span<const int64_t>(row_example_begin).subspan(first, last - first + 1);
   view.examples = example_ids;
+  view.pieces = example_pieces;
   return view;
 }
 
@@ -95,6 +96,21 @@ void CheckPlan(const BatchPlan& plan) {
       }
     }
   }
+  if (plan.split && plan.example_pieces.size() != plan.example_ids.size()) {
+    throw InvalidArgumentError(StrCat("BatchPlan: example_pieces has ", plan.example_pieces.size(),
+                                      " entries, expected ", plan.example_ids.size(),
+                                      " (one per example id of a split plan)"));
+  }
+  if (!plan.split && !plan.example_pieces.empty()) {
+    throw InvalidArgumentError(StrCat("BatchPlan: example_pieces has ", plan.example_pieces.size(),
+                                      " entries, but the plan is not split"));
+  }
+  for (size_t i = 0; i < plan.example_pieces.size(); ++i) {
+    if (plan.example_pieces[i] < 0) {
+      throw InvalidArgumentError(
+          StrCat("BatchPlan: piece ", plan.example_pieces[i], " at ", i, " is negative"));
+    }
+  }
   for (size_t i = 0; i < plan.example_ids.size(); ++i) {
     if (plan.example_ids[i] < 0) {
       throw InvalidArgumentError(
@@ -126,6 +142,11 @@ void PlanBuilder::AddRow(std::span<const int64_t> examples) {
   ++rows_in_batch_;
 }
 
+void PlanBuilder::AddRow(std::span<const int64_t> examples, std::span<const int64_t> pieces) {
+  plan_.example_pieces.insert(plan_.example_pieces.end(), pieces.begin(), pieces.end());
+  AddRow(examples);
+}
+
 void PlanBuilder::EndBatch() {
   const BatchShape& shape = plan_.shapes[static_cast<size_t>(plan_.batch_shape_ids.back())];
   if (rows_in_batch_ > shape.rows) {
@@ -148,12 +169,24 @@ int64_t PaddedElements(const BatchShape& shape, bool graph) {
   return graph ? shape.length : SaturatingMul(shape.rows, shape.length);
 }
 
+int64_t ExamplesStarted(const BatchView& view) {
+  const std::span<const int64_t> all = view.all_examples();
+  if (view.pieces.empty()) return static_cast<int64_t>(all.size());
+  const auto first = static_cast<size_t>(view.row_begin.front());
+  return std::count(view.pieces.begin() + first, view.pieces.begin() + first + all.size(), 0);
+}
+
+int64_t SegmentLength(const BatchView& view, std::span<const int64_t> lengths, int64_t q) {
+  const int64_t length = lengths[static_cast<size_t>(view.examples[static_cast<size_t>(q)])];
+  return view.pieces.empty() ? length : PieceOf(length, view.piece(q), view.shape.length).length;
+}
+
 int64_t RealElements(const BatchView& view, std::span<const int64_t> lengths, bool graph) {
   int64_t real = 0;
   for (int64_t r = 0; r < view.stored_rows(); ++r) {
     int64_t used = 0;
-    for (int64_t e : view.row_examples(r)) {
-      const int64_t length = lengths[static_cast<size_t>(e)];
+    for (int64_t q = view.row_begin[r]; q < view.row_begin[r + 1]; ++q) {
+      const int64_t length = SegmentLength(view, lengths, q);
       used = SaturatingAdd(used, graph ? length : std::min(length, view.shape.length - used));
     }
     real = SaturatingAdd(real, used);
@@ -202,8 +235,8 @@ BatchPlan PlanBuilder::Finish(std::span<const int64_t> lengths, int64_t num_exam
         SaturatingAdd(stats.padded_elements, SaturatingMul(view.shape.rows, view.shape.length));
     for (int64_t r = 0; r < view.stored_rows(); ++r) {
       int64_t used = 0;
-      for (int64_t e : view.row_examples(r)) {
-        const int64_t length = lengths[static_cast<size_t>(e)];
+      for (int64_t q = view.row_begin[r]; q < view.row_begin[r + 1]; ++q) {
+        const int64_t length = SegmentLength(view, lengths, q);
         const int64_t take = std::min(length, view.shape.length - used);
         if (take < length) ++stats.truncated;
         used += take;

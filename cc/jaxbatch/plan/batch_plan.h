@@ -10,9 +10,15 @@
 // examples are stored: the padding rows after them are implicit, so a plan's
 // size is O(examples + batches) whatever the batch size (a batch of 2^31 rows
 // over 4 examples stores 4 rows).
+// A split plan (Pack with too_long="split") stores pieces, not examples: a
+// segment is piece example_pieces[q] of example example_ids[q], elements
+// [piece * L, min((piece + 1) * L, length)) of it for the plan's row length
+// L (PieceSpan), so a piece is (example, start, length) without storing
+// more than its index.
 #ifndef JAXBATCH_PLAN_BATCH_PLAN_H_
 #define JAXBATCH_PLAN_BATCH_PLAN_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <span>
@@ -78,6 +84,10 @@ struct PlanStats {
 struct BatchView {
   int64_t index = 0;
   BatchShape shape;
+  // Each segment's piece, parallel to `examples`; empty unless the plan is
+  // split (every segment then piece 0, the whole example).
+  std::span<const int64_t> pieces;
+  int64_t piece(int64_t q) const { return pieces.empty() ? 0 : pieces[static_cast<size_t>(q)]; }
   // Row r of this batch holds examples row_examples(r); empty for padding.
   // Only the leading stored_rows() rows are stored; the rest, up to
   // shape.rows, are padding.
@@ -96,11 +106,33 @@ struct BatchView {
   }
 };
 
+// Where piece `piece` of an example of `length` elements starts and how
+// many elements it has, for rows of `row_length`: pieces are cut at
+// multiples of row_length, so every piece but the last is full.
+struct PieceSpan {
+  int64_t start = 0;
+  int64_t length = 0;
+};
+inline PieceSpan PieceOf(int64_t length, int64_t piece, int64_t row_length) {
+  const int64_t start = piece * row_length;
+  return {start, start >= length ? 0 : std::min(row_length, length - start)};
+}
+// The pieces an example of `length` is split into (at least one).
+inline int64_t PieceCount(int64_t length, int64_t row_length) {
+  return length <= row_length ? 1 : (length - 1) / row_length + 1;
+}
+
 // Elements a batch pads to: rows x length, or a graph batch's node slots.
 int64_t PaddedElements(const BatchShape& shape, bool graph);
 // Real elements of `view`: each example's length (from `lengths`, by
 // example id), cut to what its row has room for as a collator cuts it.
 int64_t RealElements(const BatchView& view, std::span<const int64_t> lengths, bool graph);
+// The examples a batch counts: its segments, less a split plan's pieces
+// after the first, so that each example counts once over a plan.
+int64_t ExamplesStarted(const BatchView& view);
+// The elements segment `q` (an index into view.examples) holds: its
+// example's length, or its piece's for a split plan.
+int64_t SegmentLength(const BatchView& view, std::span<const int64_t> lengths, int64_t q);
 
 class BatchPlan {
  public:
@@ -109,6 +141,9 @@ class BatchPlan {
   bool graph = false;
   // True when too_long="truncate": a collator may cut examples to the shape.
   bool allow_truncate = false;
+  // True when too_long="split": segments are pieces (example_pieces), and
+  // collation adds example_piece.
+  bool split = false;
   // The column whose lengths made the plan ("" when planned from lengths).
   std::string length_column;
   std::vector<BatchShape> shapes;
@@ -116,6 +151,8 @@ class BatchPlan {
   std::vector<int64_t> batch_row_begin{0};
   std::vector<int64_t> row_example_begin{0};
   std::vector<int64_t> example_ids;
+  // Parallel to example_ids when split (else empty): each segment's piece.
+  std::vector<int64_t> example_pieces;
   std::vector<int64_t> dropped_examples;
   std::vector<int64_t> skipped_examples;
   PlanStats stats;
@@ -154,12 +191,16 @@ class PlanBuilder {
   }
   void BeginBatch(const BatchShape& shape);
   void AddRow(std::span<const int64_t> examples);
+  // A split plan's row: segment q is piece pieces[q] of examples[q].
+  void AddRow(std::span<const int64_t> examples, std::span<const int64_t> pieces);
   // Ends the batch; the rows not added up to shape.rows are padding (not
   // stored). Throws InvalidArgumentError when more rows were added.
   void EndBatch();
   void Drop(int64_t example) { plan_.dropped_examples.push_back(example); }
   void Skip(int64_t example) { plan_.skipped_examples.push_back(example); }
   void set_allow_truncate(bool allow) { plan_.allow_truncate = allow; }
+  void set_split(bool split) { plan_.split = split; }
+  bool split() const { return plan_.split; }
   // Computes stats from `lengths` (indexed by example id).
   BatchPlan Finish(std::span<const int64_t> lengths, int64_t num_examples) &&;
   // Finish for graph batches, from each graph's node and edge count.

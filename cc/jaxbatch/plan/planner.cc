@@ -129,6 +129,9 @@ bool HandleTooLong(TooLong policy, int64_t id, int64_t length, int64_t limit, co
     case TooLong::kSkip:
       builder.Skip(id);
       return false;
+    case TooLong::kSplit:  // Pack splits its pieces itself (SplitIntoPieces).
+      if (builder.split()) return true;
+      throw InvalidArgumentError(StrCat(planner, ": too_long=\"split\" is for Pack only"));
   }
   return false;
 }
@@ -337,6 +340,11 @@ BatchPlan PlanPadToMax(std::span<const int64_t> lengths, const std::vector<int64
 }
 
 void ValidateFixedBuckets(const FixedBucketsOptions& o) {
+  if (o.too_long == TooLong::kSplit) {
+    throw InvalidArgumentError(
+        "FixedBuckets: too_long=\"split\" is for Pack only (a piece is packed as a segment of its "
+        "own); use too_long=\"truncate\" or \"skip\", or Pack(too_long=\"split\")");
+  }
   if (o.boundaries.empty()) {
     throw InvalidArgumentError("FixedBuckets: expected at least one boundary, found none");
   }
@@ -457,6 +465,11 @@ void ValidatePack(const PackOptions& o) {
     CheckExtent(*o.max_segments_per_row, "Pack", "max_segments_per_row", "segment ids");
   }
   RequirePositiveIfSet(o.lookahead, "Pack", "lookahead");
+  if (o.too_long == TooLong::kSplit && o.remainder == Remainder::kDrop) {
+    throw InvalidArgumentError(
+        "Pack: too_long=\"split\" with remainder=\"drop\" would drop some pieces of an example "
+        "whose other pieces are yielded; use remainder=\"pad\" or \"keep\"");
+  }
   RequirePositiveIfSet(o.open_rows, "Pack", "open_rows");
   if (o.open_rows && o.lookahead) {
     throw InvalidArgumentError(StrCat("Pack: give lookahead (", *o.lookahead, ") or open_rows (",
@@ -470,9 +483,49 @@ void ValidatePack(const PackOptions& o) {
                         o.row_length, " and max_segments_per_row=", max_segments));
 }
 
+// too_long="split"'s packing items: each example cut into pieces of at
+// most row_length (PieceOf), piece i of the list standing for piece
+// `piece[i]` of example `example[i]`, in the examples' order and each
+// example's pieces in order.
+struct Pieces {
+  std::vector<int64_t> lengths, ids, example, piece;
+};
+
+Pieces SplitIntoPieces(std::span<const int64_t> lengths, std::span<const int64_t> ids,
+                       int64_t row_length) {
+  Pieces p;
+  for (int64_t id : ids) {
+    const int64_t length = lengths[static_cast<size_t>(id)];
+    const int64_t count = PieceCount(length, row_length);
+    for (int64_t k = 0; k < count; ++k) {
+      p.ids.push_back(static_cast<int64_t>(p.lengths.size()));
+      p.lengths.push_back(PieceOf(length, k, row_length).length);
+      p.example.push_back(id);
+      p.piece.push_back(k);
+    }
+  }
+  return p;
+}
+
+// Adds packed row `r`: its examples, or for a split plan its pieces' examples and pieces.
+void AddPackedRow(const PackedRows& rows, int64_t r, const Pieces* pieces, PlanBuilder& builder) {
+  const auto begin = static_cast<size_t>(rows.row_begin[static_cast<size_t>(r)]);
+  const auto end = static_cast<size_t>(rows.row_begin[static_cast<size_t>(r) + 1]);
+  const std::span<const int64_t> items =
+      std::span<const int64_t>(rows.example_ids).subspan(begin, end - begin);
+  if (pieces == nullptr) return builder.AddRow(items);
+  std::vector<int64_t> examples, piece;
+  for (int64_t i : items) {
+    examples.push_back(pieces->example[static_cast<size_t>(i)]);
+    piece.push_back(pieces->piece[static_cast<size_t>(i)]);
+  }
+  builder.AddRow(examples, piece);
+}
+
 BatchPlan PlanPack(std::span<const int64_t> lengths, const std::vector<int64_t>& ids,
                    const PackOptions& o) {
   PlanBuilder builder(/*packed=*/true);
+  builder.set_split(o.too_long == TooLong::kSplit);
   std::vector<int64_t> kept;
   kept.reserve(ids.size());
   for (int64_t id : ids) {
@@ -483,12 +536,18 @@ BatchPlan PlanPack(std::span<const int64_t> lengths, const std::vector<int64_t>&
     }
     kept.push_back(id);
   }
-  const int64_t segments = o.max_segments_per_row ? *o.max_segments_per_row
-                                                  : DefaultSegments(lengths, kept, o.row_length);
-  const PackedRows rows =
-      o.open_rows
-          ? PackRowsStreaming(lengths, kept, o.row_length, segments, o.algorithm, *o.open_rows)
-          : PackRows(lengths, kept, o.row_length, segments, o.algorithm, o.lookahead.value_or(0));
+  // Under "split" the packer sees pieces, each of its own id; else examples.
+  const Pieces pieces = builder.split() ? SplitIntoPieces(lengths, kept, o.row_length) : Pieces{};
+  const Pieces* split = builder.split() ? &pieces : nullptr;
+  const std::span<const int64_t> item_lengths = split ? pieces.lengths : lengths;
+  const std::vector<int64_t>& items = split ? pieces.ids : kept;
+  const int64_t segments = o.max_segments_per_row
+                               ? *o.max_segments_per_row
+                               : DefaultSegments(item_lengths, items, o.row_length);
+  const PackedRows rows = o.open_rows ? PackRowsStreaming(item_lengths, items, o.row_length,
+                                                          segments, o.algorithm, *o.open_rows)
+                                      : PackRows(item_lengths, items, o.row_length, segments,
+                                                 o.algorithm, o.lookahead.value_or(0));
   const int64_t num_rows = rows.num_rows();
   for (int64_t first = 0; first < num_rows; first += o.rows_per_batch) {
     const int64_t count = std::min(o.rows_per_batch, num_rows - first);
@@ -501,12 +560,7 @@ BatchPlan PlanPack(std::span<const int64_t> lengths, const std::vector<int64_t>&
     const int64_t batch_rows =
         o.remainder == Remainder::kKeep ? KeptRows(count, o.rows_multiple) : o.rows_per_batch;
     builder.BeginBatch({.rows = batch_rows, .length = o.row_length, .segments = segments});
-    for (int64_t r = first; r < first + count; ++r) {
-      const int64_t begin = rows.row_begin[static_cast<size_t>(r)];
-      const int64_t end = rows.row_begin[static_cast<size_t>(r) + 1];
-      builder.AddRow(std::span<const int64_t>(rows.example_ids)
-                         .subspan(static_cast<size_t>(begin), static_cast<size_t>(end - begin)));
-    }
+    for (int64_t r = first; r < first + count; ++r) AddPackedRow(rows, r, split, builder);
     builder.EndBatch();
   }
   return std::move(builder).Finish(lengths, static_cast<int64_t>(ids.size()));

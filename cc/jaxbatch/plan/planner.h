@@ -54,6 +54,9 @@ enum class TooLong {
   kError,     // InvalidArgumentError naming the example and its length (default)
   kTruncate,  // cut to the shape, counted in stats.truncated
   kSkip,      // left out, counted in stats.skipped
+  // Pack only: cut into pieces of at most row_length, each packed as a
+  // segment of its own (BatchPlan::example_pieces); every element is kept.
+  kSplit,
 };
 
 inline constexpr int64_t kDefaultPadToMultiple = 1;

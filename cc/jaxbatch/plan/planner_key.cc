@@ -23,7 +23,7 @@ struct Value {
 };
 
 constexpr const char* kRemainderNames[] = {"pad", "keep", "drop"};
-constexpr const char* kTooLongNames[] = {"error", "truncate", "skip"};
+constexpr const char* kTooLongNames[] = {"error", "truncate", "skip", "split"};
 constexpr const char* kAlgorithmNames[] = {"first_fit", "best_fit"};
 constexpr const char* kGraphAlgorithmNames[] = {"next_fit", "first_fit", "best_fit"};
 constexpr const char* kTooBigNames[] = {"error", "skip"};

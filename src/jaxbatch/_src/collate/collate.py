@@ -75,7 +75,8 @@ class Batch(dict):
         """The keys collate added beside the columns."""
         if self.graph_layout is not None:
             return tuple(k for k in self if k in keys.GRAPH_KEYS)
-        return tuple(k for k in self if k == keys.EXAMPLE_INDEX or _aux_of(k, self.ragged_columns))
+        own = (keys.EXAMPLE_INDEX, keys.EXAMPLE_PIECE)
+        return tuple(k for k in self if k in own or _aux_of(k, self.ragged_columns))
 
 
 def _aux_of(key: str, ragged: tuple[str, ...]) -> bool:
@@ -198,6 +199,11 @@ def unbatch(
     own extra keys (masks, lengths, ...) are left out, so
     ``unbatch(collate(ds, spec), batch)`` gives back the examples.
 
+    A batch of ``Pack(too_long="split")`` holds pieces of examples (its
+    ``example_piece`` says which): its results are keyed by
+    ``(example, piece)``, and :func:`join_pieces` joins the per-token results
+    of every piece of an example, gathered over the batches that hold them.
+
     For a graph batch, outputs are per node (``[nodes, ...]``), per edge
     (``[edges, ...]``) or per graph (``[graphs, ...]``): each graph gets its
     own nodes, edges or row. Which one is read from the leading axis (a key
@@ -219,7 +225,8 @@ def unbatch(
     if per is not None:
         raise ValueError("unbatch: per= is for graph batches; use per_token= for sequences")
     index = np.asarray(batch[keys.EXAMPLE_INDEX])
-    result: dict[int, Any] = {}
+    piece_ids = np.asarray(batch[keys.EXAMPLE_PIECE]) if keys.EXAMPLE_PIECE in batch else None
+    result: dict[Any, Any] = {}
     for key, value in items.items():
         if not single and key in batch.aux_keys:
             continue
@@ -253,7 +260,10 @@ def unbatch(
                 f"unbatch: output {key!r} of shape {array.shape} is per-token but its second "
                 f"axis is not the batch's padded length {batch.shape.length}"
             )
-        pieces = (_unpack if batch.packed else _unpad)(array, index, lengths, token_level)
+        if batch.packed:
+            pieces = _unpack(array, index, lengths, token_level, piece_ids)
+        else:
+            pieces = _unpad(array, index, lengths, token_level)
         for example, piece in pieces:
             if single:
                 result[example] = piece
@@ -339,11 +349,60 @@ def _unpad(array, index, lengths, per_token):
         yield int(index[r]), array[r, : lengths[r]] if per_token else array[r]
 
 
-def _unpack(array, index, lengths, per_token):
+def _unpack(array, index, lengths, per_token, piece_ids=None):
+    """(key, result) per segment: the example, or (example, piece) for a split batch."""
     starts = np.cumsum(lengths, axis=1) - lengths if per_token else None
     rows, slots = np.nonzero(index >= 0)
     for r, s in zip(rows, slots, strict=True):
+        key = int(index[r, s]) if piece_ids is None else (int(index[r, s]), int(piece_ids[r, s]))
         if per_token:
-            yield int(index[r, s]), array[r, starts[r, s] : starts[r, s] + lengths[r, s]]
+            yield key, array[r, starts[r, s] : starts[r, s] + lengths[r, s]]
         else:
-            yield int(index[r, s]), array[r, s]
+            yield key, array[r, s]
+
+
+def join_pieces(results: Mapping[tuple[int, int], Any]) -> dict[int, Any]:
+    """Per-example results from the per-piece ones :func:`unbatch` gives for
+    ``Pack(too_long="split")`` batches: each example's pieces concatenated in
+    piece order along their first (token) axis, an array or each key of a dict.
+    Gather the pieces of every batch first (an example's pieces may be in
+    several batches, or on several hosts); a missing piece is a ValueError
+    naming the example, since a result joined without it would be short.
+
+    Example::
+
+        pieces = {}
+        for batch in loader:
+            pieces.update(jb.unbatch(model(batch["tokens"]), batch))
+        per_example = jb.join_pieces(pieces)     # {example: [length, ...]}
+    """
+    by_example: dict[int, dict[int, Any]] = {}
+    for key, value in results.items():
+        if not (isinstance(key, tuple) and len(key) == 2):
+            raise ValueError(
+                f"join_pieces: expected (example, piece) keys, as unbatch gives for a "
+                f"Pack(too_long='split') batch, found {key!r}"
+            )
+        by_example.setdefault(int(key[0]), {})[int(key[1])] = value
+    out: dict[int, Any] = {}
+    for example, pieces in sorted(by_example.items()):
+        if sorted(pieces) != list(range(len(pieces))):
+            raise ValueError(
+                f"join_pieces: example {example} has pieces {sorted(pieces)}, expected "
+                f"0..{len(pieces) - 1} with none missing; gather every batch's pieces first"
+            )
+        parts = [pieces[k] for k in range(len(pieces))]
+        out[example] = _join(example, parts)
+    return out
+
+
+def _join(example: int, parts: list) -> Any:
+    if isinstance(parts[0], Mapping):
+        return {k: _join(example, [p[k] for p in parts]) for k in parts[0]}
+    arrays = [np.asarray(p) for p in parts]
+    if any(a.ndim == 0 for a in arrays):
+        raise ValueError(
+            f"join_pieces: example {example} has a per-piece scalar result; only per-token "
+            "results (a leading token axis) join"
+        )
+    return np.concatenate(arrays, axis=0)

@@ -16,6 +16,8 @@ LENGTHS: str = _core.LENGTHS_SUFFIX
 SEGMENT_IDS: str = _core.SEGMENT_IDS_SUFFIX
 POSITIONS: str = _core.POSITIONS_SUFFIX
 EXAMPLE_INDEX: str = _core.EXAMPLE_INDEX
+# Pack(too_long="split")'s: which piece of its example each segment is.
+EXAMPLE_PIECE: str = _core.EXAMPLE_PIECE
 # A graph batch's.
 NODE_MASK: str = _core.NODE_MASK
 EDGE_MASK: str = _core.EDGE_MASK

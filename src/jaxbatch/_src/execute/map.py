@@ -23,7 +23,14 @@ from jaxbatch._src.execute.memory import Auto, max_batch_size_for
 from jaxbatch._src.execute.output_layout import unbatch_layout
 from jaxbatch._src.load.loader import Loader
 from jaxbatch._src.plan.plan import plan
-from jaxbatch._src.plan.planners import GRAPH_PLANNERS, AutoBuckets, Pack, PadToMax, Planner
+from jaxbatch._src.plan.planners import (
+    GRAPH_PLANNERS,
+    AutoBuckets,
+    Pack,
+    PadToMax,
+    Planner,
+    refuse_split,
+)
 
 log = logging.getLogger("jaxbatch")
 
@@ -479,6 +486,7 @@ def _batches(fun, data, planner, batch_size, memory_budget):
             "jb.map: graph batches are not supported yet; iterate jb.Loader(ds, "
             "jb.GraphBudget(...)) and call the jitted function on batch.graphs (docs/graphs.md)"
         )
+    refuse_split(data.planner if isinstance(data, Loader) else planner, "jb.map")
     if isinstance(data, Loader):
         if planner is not None:
             raise ValueError("jb.map: planner= is for a Dataset; the Loader has its own")

@@ -22,7 +22,7 @@ import numpy as np
 from jaxbatch import _core
 
 Remainder = Literal["pad", "keep", "drop"]
-TooLong = Literal["error", "truncate", "skip"]
+TooLong = Literal["error", "truncate", "skip", "split"]
 Algorithm = Literal["first_fit", "best_fit"]
 GraphAlgorithm = Literal["next_fit", "first_fit", "best_fit"]
 TooBig = Literal["error", "skip"]
@@ -188,7 +188,16 @@ class Pack(_Planner):
     is the most examples a row can hold (the smallest lengths that fit one
     row), rounded up to a power of two: it depends on the lengths only, so
     every epoch and host gets the same shape. An example longer than
-    ``row_length`` follows ``too_long``. ``rows_per_batch`` must be a
+    ``row_length`` follows ``too_long``: ``"split"`` cuts it into pieces of
+    ``row_length`` (the last shorter), each packed as a segment of its own
+    with positions from 0, so every token is trained on; ``example_index``
+    names each piece's example and ``example_piece`` which piece (0, 1, ...;
+    -1 padding), and :func:`jaxbatch.unbatch` keys a split batch's results by
+    ``(example, piece)`` (:func:`jaxbatch.join_pieces` joins them). Pieces
+    are what the packer sees: ``lookahead`` counts pieces. ``split`` is for
+    ``Pack`` only and refuses ``remainder="drop"`` (it would drop part of an
+    example), and ``jb.map``/``jb.run``, whose results are per example,
+    refuse it. ``rows_per_batch`` must be a
     multiple of ``rows_multiple`` (for a kept remainder the last batch's rows
     are rounded up to it)."""
 
@@ -254,6 +263,18 @@ class GraphBuckets(_Planner):
 Planner = PadToMax | FixedBuckets | AutoBuckets | Pack | GraphBudget | GraphBuckets
 PLANNERS = (PadToMax, FixedBuckets, AutoBuckets, Pack, GraphBudget, GraphBuckets)
 GRAPH_PLANNERS = (GraphBudget, GraphBuckets)
+
+
+def refuse_split(planner: Planner | None, who: str) -> None:
+    """Raises for ``Pack(too_long="split")`` where results are per example."""
+    if isinstance(planner, Pack) and planner.too_long == "split":
+        raise ValueError(
+            f"{who}: Pack(too_long='split') yields pieces of examples, but {who}'s results are "
+            "per example; iterate jb.Loader(ds, planner) and join per-token outputs with "
+            "jb.unbatch and jb.join_pieces, or use too_long='truncate' or 'skip'"
+        )
+
+
 _BY_NAME = {c.__name__: c for c in PLANNERS}
 
 
