@@ -123,6 +123,7 @@ def test_public_option_defaults_are_the_engines():
                 continue
             value = getattr(defaults, f.name)
             value = value.name if hasattr(value, "name") else value
+            value = tuple(value) if isinstance(value, list) else value  # as _to_python holds it
             assert f.default == value, (planner.__name__, f.name, f.default, value)
     core = _core.LoaderOptions()
     options = jb.LoaderOptions()

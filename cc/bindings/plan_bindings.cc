@@ -63,7 +63,8 @@ void BindPlan(nb::module_& m) {
       .def_rw("token_budget", &FixedBucketsOptions::token_budget)
       .def_rw("remainder", &FixedBucketsOptions::remainder)
       .def_rw("too_long", &FixedBucketsOptions::too_long)
-      .def_rw("rows_multiple", &FixedBucketsOptions::rows_multiple);
+      .def_rw("rows_multiple", &FixedBucketsOptions::rows_multiple)
+      .def_rw("batch_sizes", &FixedBucketsOptions::batch_sizes);
   nb::class_<AutoBucketsOptions>(m, "AutoBucketsOptions")
       .def(nb::init<>())
       .def(nb::self == nb::self)

@@ -246,15 +246,14 @@ void FillBucketRemainders(std::span<const int64_t> lengths, const std::vector<in
 // (`rounded` lengths for AutoBuckets' pad_to_multiple), or with
 // `fill_remainders` (and Remainder::kPad) maybe to a longer one's last
 // batch (FillBucketRemainders).
+// `rows[k]` is bucket k's rows per batch (BucketRows, or FixedBuckets'
+// batch_sizes).
 BatchPlan PlanBuckets(std::span<const int64_t> lengths, const std::vector<int64_t>& ids,
-                      const std::vector<int64_t>& boundaries, int64_t batch_size,
-                      int64_t token_budget, int64_t multiple, int64_t rows_multiple,
-                      Remainder remainder, TooLong too_long, const char* planner,
-                      bool fill_remainders = false) {
+                      const std::vector<int64_t>& boundaries, const std::vector<int64_t>& rows,
+                      int64_t multiple, int64_t rows_multiple, Remainder remainder,
+                      TooLong too_long, const char* planner, bool fill_remainders = false) {
   PlanBuilder builder(/*packed=*/false);
   std::vector<BucketBatcher> buckets;
-  const std::vector<int64_t> rows =
-      BucketRows(boundaries, batch_size, token_budget, multiple, rows_multiple, planner);
   for (size_t k = 0; k < boundaries.size(); ++k) {
     buckets.emplace_back(boundaries[k], rows[k], rows_multiple);
   }
@@ -339,6 +338,48 @@ BatchPlan PlanPadToMax(std::span<const int64_t> lengths, const std::vector<int64
   return std::move(builder).Finish(lengths, static_cast<int64_t>(ids.size()));
 }
 
+// The rows of each bucket from per-bucket batch_sizes (tf.data's
+// bucket_batch_sizes): one per boundary, each > 0, a multiple of
+// rows_multiple, and a batch of it at its boundary within int64.
+std::vector<int64_t> PerBucketRows(const FixedBucketsOptions& o) {
+  if (o.batch_size || o.token_budget) {
+    throw InvalidArgumentError(StrCat("FixedBuckets: give batch_sizes or ",
+                                      o.batch_size ? "batch_size" : "token_budget",
+                                      ", not both; found batch_sizes with ",
+                                      o.batch_size ? StrCat("batch_size=", *o.batch_size)
+                                                   : StrCat("token_budget=", *o.token_budget)));
+  }
+  if (o.batch_sizes.size() != o.boundaries.size()) {
+    throw InvalidArgumentError(StrCat("FixedBuckets: expected one batch size per boundary (",
+                                      o.boundaries.size(),
+                                      "; the last boundary closes the last bucket), found ",
+                                      o.batch_sizes.size(), " batch_sizes"));
+  }
+  for (size_t k = 0; k < o.batch_sizes.size(); ++k) {
+    const std::string option = StrCat("batch_sizes[", k, "]");
+    RequirePositive(o.batch_sizes[k], "FixedBuckets", option.c_str());
+    CheckRowsMultiple(o.batch_sizes[k], o.rows_multiple, "FixedBuckets", option.c_str());
+    CheckBatchSize(o.batch_sizes[k], o.boundaries[k], 0,
+                   StrCat("FixedBuckets: ", option, "=", o.batch_sizes[k], " with boundaries[", k,
+                          "]=", o.boundaries[k]));
+  }
+  return o.batch_sizes;
+}
+
+// Each bucket's rows per batch: batch_sizes, or from batch_size and/or
+// token_budget. Throws what ValidatePlannerOptions throws for them.
+std::vector<int64_t> FixedBucketRows(const FixedBucketsOptions& o) {
+  if (!o.batch_sizes.empty()) return PerBucketRows(o);
+  RequireBatchSizeOrBudget(o.batch_size, o.token_budget, "FixedBuckets");
+  CheckRowsMultiple(o.batch_size.value_or(0), o.rows_multiple, "FixedBuckets", "batch_size");
+  // The longest bucket needs the most: name it first, so that raising the
+  // budget to what the error says is enough.
+  RowsForLength(o.boundaries.back(), o.batch_size.value_or(0), o.token_budget.value_or(0),
+                o.rows_multiple, "FixedBuckets", StrCat("the last boundary ", o.boundaries.back()));
+  return BucketRows(o.boundaries, o.batch_size.value_or(0), o.token_budget.value_or(0), 1,
+                    o.rows_multiple, "FixedBuckets");
+}
+
 void ValidateFixedBuckets(const FixedBucketsOptions& o) {
   if (o.too_long == TooLong::kSplit) {
     throw InvalidArgumentError(
@@ -358,21 +399,13 @@ void ValidateFixedBuckets(const FixedBucketsOptions& o) {
   }
   CheckExtent(o.boundaries.back(), "FixedBuckets",
               StrCat("boundaries[", o.boundaries.size() - 1, "]"), kPaddedInt32);
-  RequireBatchSizeOrBudget(o.batch_size, o.token_budget, "FixedBuckets");
-  CheckRowsMultiple(o.batch_size.value_or(0), o.rows_multiple, "FixedBuckets", "batch_size");
-  // The longest bucket needs the most: name it first, so that raising the
-  // budget to what the error says is enough.
-  RowsForLength(o.boundaries.back(), o.batch_size.value_or(0), o.token_budget.value_or(0),
-                o.rows_multiple, "FixedBuckets", StrCat("the last boundary ", o.boundaries.back()));
-  BucketRows(o.boundaries, o.batch_size.value_or(0), o.token_budget.value_or(0), 1, o.rows_multiple,
-             "FixedBuckets");
+  FixedBucketRows(o);
 }
 
 BatchPlan PlanFixedBuckets(std::span<const int64_t> lengths, const std::vector<int64_t>& ids,
                            const FixedBucketsOptions& o) {
-  return PlanBuckets(lengths, ids, o.boundaries, o.batch_size.value_or(0),
-                     o.token_budget.value_or(0), 1, o.rows_multiple, o.remainder, o.too_long,
-                     "FixedBuckets");
+  return PlanBuckets(lengths, ids, o.boundaries, FixedBucketRows(o), 1, o.rows_multiple,
+                     o.remainder, o.too_long, "FixedBuckets");
 }
 
 void ValidateAutoBuckets(const AutoBucketsOptions& o) {
@@ -426,8 +459,10 @@ BatchPlan PlanAutoBuckets(std::span<const int64_t> lengths, const std::vector<in
   const std::vector<int64_t> boundaries =
       fill ? FilledBoundaries(histogram, o.max_shapes, rows_for_length)
            : OptimalBoundaries(histogram, o.max_shapes, rows_for_length, pad);
-  return PlanBuckets(lengths, ids, boundaries, batch_size, token_budget, o.pad_to_multiple,
-                     o.rows_multiple, o.remainder, TooLong::kError, "AutoBuckets", fill);
+  const std::vector<int64_t> rows = BucketRows(boundaries, batch_size, token_budget,
+                                               o.pad_to_multiple, o.rows_multiple, "AutoBuckets");
+  return PlanBuckets(lengths, ids, boundaries, rows, o.pad_to_multiple, o.rows_multiple,
+                     o.remainder, TooLong::kError, "AutoBuckets", fill);
 }
 
 // The per-segment axis when the user sets none: the most examples any row

@@ -5,7 +5,8 @@
 //   PadToMaxOptions     consecutive batches padded to their longest example
 //                       (rounded up to a multiple): the usual baseline.
 //   FixedBucketsOptions tf.data's bucket_by_sequence_length: an example of
-//                       length l goes to the first boundary >= l.
+//                       length l goes to the first boundary >= l; each
+//                       bucket may have its own batch size (batch_sizes).
 //   AutoBucketsOptions  the boundaries that minimise padded elements with at
 //                       most max_shapes shapes (exact, see buckets.h); with
 //                       Remainder::kPad the empty rows of each bucket's last
@@ -22,7 +23,8 @@
 // `rows_multiple` makes every batch's row count a multiple of it (a global
 // batch split over N local devices needs N | rows): a token budget's rows
 // are rounded down to it, a kept remainder's rows up, and a batch_size or
-// rows_per_batch that is not a multiple is refused.
+// rows_per_batch (or one of FixedBuckets' batch_sizes) that is not a
+// multiple is refused.
 //
 // Example:
 //   BatchPlan plan = Plan(lengths, AutoBucketsOptions{.max_shapes = 8,
@@ -75,6 +77,10 @@ struct PadToMaxOptions {
   bool operator==(const PadToMaxOptions&) const = default;
 };
 
+// Bucket k holds the lengths in (boundaries[k - 1], boundaries[k]]: the last
+// boundary closes the last bucket (a longer example follows too_long), so
+// there are len(boundaries) buckets, where tf.data's open-ended last bucket
+// makes len(bucket_boundaries) + 1.
 struct FixedBucketsOptions {
   std::vector<int64_t> boundaries = {};                // required: strictly increasing, > 0
   std::optional<int64_t> batch_size = std::nullopt;    // rows per batch (or from token_budget)
@@ -82,6 +88,9 @@ struct FixedBucketsOptions {
   Remainder remainder = kDefaultRemainder;
   TooLong too_long = kDefaultTooLong;
   int64_t rows_multiple = kDefaultRowsMultiple;
+  // tf.data's bucket_batch_sizes: batch_sizes[k] rows for bucket k, one per
+  // boundary; excludes batch_size and token_budget. Empty: not used.
+  std::vector<int64_t> batch_sizes = {};
   bool operator==(const FixedBucketsOptions&) const = default;
 };
 

@@ -94,10 +94,13 @@ Field<T> Choice(const char* name, E T::* member, const char* const (&names)[N]) 
           }};
 }
 
+// `added`: a list added after keys were first stored, written only when
+// not empty (its default), so older keys stay the keys of the same options.
 template <typename T>
-Field<T> List(const char* name, std::vector<int64_t> T::* member) {
+Field<T> List(const char* name, std::vector<int64_t> T::* member, bool added = false) {
   return {name,
           [=](const T& o) -> std::optional<std::string> {
+            if (added && (o.*member).empty()) return std::nullopt;
             std::string out = "[";
             for (size_t i = 0; i < (o.*member).size(); ++i) {
               out += StrCat(i ? ", " : "", (o.*member)[i]);
@@ -127,7 +130,8 @@ const std::vector<Field<FixedBucketsOptions>>& FieldsOf(const FixedBucketsOption
       Optional<O>("token_budget", &O::token_budget),
       Choice<O>("remainder", &O::remainder, kRemainderNames),
       Choice<O>("too_long", &O::too_long, kTooLongNames),
-      Count<O>("rows_multiple", &O::rows_multiple, true, kDefaultRowsMultiple)};
+      Count<O>("rows_multiple", &O::rows_multiple, true, kDefaultRowsMultiple),
+      List<O>("batch_sizes", &O::batch_sizes, true)};
   return fields;
 }
 

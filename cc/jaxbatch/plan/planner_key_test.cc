@@ -37,6 +37,9 @@ PlannerOptions RandomOptions(std::mt19937& rng) {
                             .too_long = too_long(),
                             .rows_multiple = rng() % 2 ? 1 : count()};
       for (int k = 0, n = static_cast<int>(rng() % 5); k < n; ++k) o.boundaries.push_back(count());
+      if (rng() % 3 == 0) {
+        for (size_t k = 0; k < o.boundaries.size(); ++k) o.batch_sizes.push_back(count());
+      }
       return o;
     }
     case 2:

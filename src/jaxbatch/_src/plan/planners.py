@@ -134,7 +134,16 @@ class FixedBuckets(_Planner):
     ``rows_multiple`` makes every batch's row count a multiple of it: set
     ``jax.local_device_count()`` so each process's batch splits evenly over
     its devices (:func:`jaxbatch.global_batches`). A token budget's rows are
-    rounded down to it, a kept remainder's rows up."""
+    rounded down to it, a kept remainder's rows up.
+
+    Or give each bucket its own rows with ``batch_sizes`` (tf.data's
+    ``bucket_batch_sizes``), instead of ``batch_size`` and ``token_budget``:
+    bucket ``k`` holds the lengths in ``(boundaries[k-1], boundaries[k]]``
+    and the last boundary closes the last bucket (a longer example follows
+    ``too_long``), so there is one batch size per boundary,
+    ``len(batch_sizes) == len(boundaries)``, where tf.data's open-ended last
+    bucket makes it ``len(bucket_boundaries) + 1``. Each must be a multiple
+    of ``rows_multiple``."""
 
     boundaries: Sequence[int]
     batch_size: int | None = None
@@ -142,6 +151,7 @@ class FixedBuckets(_Planner):
     remainder: Remainder = _default(_FIXED, "remainder")
     too_long: TooLong = _default(_FIXED, "too_long")
     rows_multiple: int = _default(_FIXED, "rows_multiple")
+    batch_sizes: Sequence[int] = _default(_FIXED, "batch_sizes")
     _core_type: ClassVar[Any] = _FIXED
 
 
