@@ -131,6 +131,8 @@ class TooLong(enum.Enum):
 
     skip = 2
 
+    split = 3
+
 class PackAlgorithm(enum.Enum):
     first_fit = 0
 
@@ -217,6 +219,12 @@ class FixedBucketsOptions:
 
     @rows_multiple.setter
     def rows_multiple(self, arg: int, /) -> None: ...
+
+    @property
+    def batch_sizes(self) -> list[int]: ...
+
+    @batch_sizes.setter
+    def batch_sizes(self, arg: Sequence[int], /) -> None: ...
 
 class AutoBucketsOptions:
     def __init__(self) -> None: ...
@@ -467,13 +475,16 @@ class PlanStats:
 class BatchPlan:
     def __getstate__(self) -> tuple: ...
 
-    def __setstate__(self, arg: tuple[bool, bool, bool, str, Sequence[tuple[int, int, int, int]], Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu', writable=False)], Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu', writable=False)], Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu', writable=False)], Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu', writable=False)], Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu', writable=False)], Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu', writable=False)], PlanStats], /) -> None: ...
+    def __setstate__(self, arg: tuple[bool, bool, bool, str, Sequence[tuple[int, int, int, int]], Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu', writable=False)], Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu', writable=False)], Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu', writable=False)], Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu', writable=False)], Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu', writable=False)], Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu', writable=False)], PlanStats, bool, Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu', writable=False)]], /) -> None: ...
 
     @property
     def packed(self) -> bool: ...
 
     @property
     def allow_truncate(self) -> bool: ...
+
+    @property
+    def split(self) -> bool: ...
 
     @property
     def graph(self) -> bool: ...
@@ -506,6 +517,9 @@ class BatchPlan:
     def example_ids(self) -> Annotated[NDArray[numpy.int64], dict(shape=(None,), writable=False)]: ...
 
     @property
+    def example_pieces(self) -> Annotated[NDArray[numpy.int64], dict(shape=(None,), writable=False)]: ...
+
+    @property
     def dropped_examples(self) -> Annotated[NDArray[numpy.int64], dict(shape=(None,), writable=False)]: ...
 
     @property
@@ -524,6 +538,8 @@ SEGMENT_IDS_SUFFIX: str = '_segment_ids'
 POSITIONS_SUFFIX: str = '_positions'
 
 EXAMPLE_INDEX: str = 'example_index'
+
+EXAMPLE_PIECE: str = 'example_piece'
 
 NODE_MASK: str = 'node_mask'
 
