@@ -195,8 +195,12 @@ def test_stream_equals_the_whole_file_for_any_row_groups(
     )
     options = dict(shuffle=shuffle, block_size=16, seed=seed, num_threads=2, prefetch=2)
     whole = batches(jb.Loader(path, jb.AutoBuckets(3, token_budget=128), **options))
-    streamed = jb.Loader(  # Row groups of up to 64 examples: about 10 kB each.
-        path, jb.AutoBuckets(3, token_budget=128), stream=True, host_memory_limit=64_000, **options
+    # Row groups of up to 64 examples: about 10 kB each. The limit must hold
+    # prefetch + 2 batches and 2 gathers: 6 x ~11.4 kB when one short example
+    # makes AutoBuckets' whole 128-token batch (n=1, seed=482 needed 68,472),
+    # plus two row groups.
+    streamed = jb.Loader(
+        path, jb.AutoBuckets(3, token_budget=128), stream=True, host_memory_limit=128_000, **options
     )
     assert_same_stream(whole, batches(streamed))
     streamed.close()
