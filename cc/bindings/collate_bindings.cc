@@ -14,6 +14,7 @@ void BindCollate(nb::module_& m) {
   m.attr("LENGTHS_SUFFIX") = std::string(kLengthsSuffix);
   m.attr("SEGMENT_IDS_SUFFIX") = std::string(kSegmentIdsSuffix);
   m.attr("POSITIONS_SUFFIX") = std::string(kPositionsSuffix);
+  m.attr("SEGMENT_STARTS_SUFFIX") = std::string(kSegmentStartsSuffix);
   m.attr("EXAMPLE_INDEX") = std::string(kExampleIndexName);
   m.attr("EXAMPLE_PIECE") = std::string(kExamplePieceName);
   m.attr("NODE_MASK") = std::string(kNodeMaskName);

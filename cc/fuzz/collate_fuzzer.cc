@@ -210,6 +210,7 @@ std::vector<RefArray> NaiveCollate(const std::vector<Source>& sources, const Bat
                   DType::kInt32,
                   packed ? std::vector<int64_t>{rows, slots} : std::vector<int64_t>{rows},
                   {}};
+    RefArray starts{s.name + "_segment_starts", DType::kInt32, {rows, slots}, {}};
     for (int64_t r = 0; r < rows; ++r) {
       int64_t used = 0;
       int32_t segment = 0;
@@ -226,6 +227,7 @@ std::vector<RefArray> NaiveCollate(const std::vector<Source>& sources, const Bat
           i32(pos.bytes, static_cast<int32_t>(k));
         }
         i32(lens.bytes, static_cast<int32_t>(n));
+        i32(starts.bytes, static_cast<int32_t>(used));
         used += n;
       }
       pad_rows(values.bytes, width - used);
@@ -235,7 +237,10 @@ std::vector<RefArray> NaiveCollate(const std::vector<Source>& sources, const Bat
         i32(pos.bytes, 0);
       }
       if (packed) {
-        for (int64_t k = segment; k < slots; ++k) i32(lens.bytes, 0);
+        for (int64_t k = segment; k < slots; ++k) {
+          i32(lens.bytes, 0);
+          i32(starts.bytes, static_cast<int32_t>(used));
+        }
       } else if (examples.empty()) {
         i32(lens.bytes, 0);
       }
@@ -245,6 +250,7 @@ std::vector<RefArray> NaiveCollate(const std::vector<Source>& sources, const Bat
       out.push_back(std::move(ids));
       out.push_back(std::move(pos));
       out.push_back(std::move(lens));
+      out.push_back(std::move(starts));
     } else {  // A padded row is one segment: its ids and positions, if asked.
       out.push_back(std::move(mask));
       out.push_back(std::move(lens));

@@ -152,6 +152,21 @@ std::vector<int64_t> WithInner(std::vector<int64_t> lead, const RaggedColumn& co
   return lead;
 }
 
+// Rows [r0, r1) of <k>_segment_starts from the lengths FillPackedRows wrote:
+// the exclusive running sum, so a row's segments lie back to back from cell
+// 0 and its unused slots (length 0) start at the row's end. Sums stay within
+// the row length, which CheckInt32 has bounded.
+void FillSegmentStarts(const int32_t* lengths, int32_t* starts, int64_t segments, int64_t r0,
+                       int64_t r1) {
+  for (int64_t r = r0; r < r1; ++r) {
+    int32_t start = 0;
+    for (int64_t s = r * segments; s < (r + 1) * segments; ++s) {
+      starts[s] = start;
+      start += lengths[s];
+    }
+  }
+}
+
 class BatchCollator {
  public:
   BatchCollator(const Dataset& dataset, const BatchView& view, const BatchLayout& layout,
@@ -304,6 +319,8 @@ class BatchCollator {
         Alloc(Suffixed(column.name(), kPositionsSuffix), DType::kInt32, {rows(), length});
     Array lengths =
         Alloc(Suffixed(column.name(), kLengthsSuffix), DType::kInt32, {rows(), segments});
+    Array starts =
+        Alloc(Suffixed(column.name(), kSegmentStartsSuffix), DType::kInt32, {rows(), segments});
     const PackedFill fill{.row_begin = view_.row_begin.data(),
                           .examples = view_.examples.data(),
                           .stored_rows = view_.stored_rows(),
@@ -321,11 +338,16 @@ class BatchCollator {
                           .positions = reinterpret_cast<int32_t*>(positions.data),
                           .lengths = reinterpret_cast<int32_t*>(lengths.data),
                           .column = &column};
-    fillers_.push_back([fill](int64_t r0, int64_t r1) { FillPackedRows(fill, r0, r1); });
+    auto* starts_out = reinterpret_cast<int32_t*>(starts.data);
+    fillers_.push_back([fill, starts_out](int64_t r0, int64_t r1) {
+      FillPackedRows(fill, r0, r1);
+      FillSegmentStarts(fill.lengths, starts_out, fill.segments, r0, r1);
+    });
     out.push_back(std::move(values));
     out.push_back(std::move(segment_ids));
     out.push_back(std::move(positions));
     out.push_back(std::move(lengths));
+    out.push_back(std::move(starts));
   }
 
   void Fixed(const RaggedColumn& column, std::vector<Array>& out) {
@@ -461,6 +483,7 @@ int64_t CollatedBytes(const Dataset& dataset, const BatchShape& shape, const Bat
       add(total, array({rows, shape.length, 4}));
       add(total, array({rows, shape.length, 4}));
       add(total, array({rows, slots, 4}));
+      add(total, array({rows, slots, 4}));  // segment starts
     } else {
       const int64_t length =
           dataset.AreAligned(column.name(), length_column) ? shape.length : column.max_length();

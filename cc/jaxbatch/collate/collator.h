@@ -17,6 +17,13 @@
 //   <name>_segment_ids   [rows, L]  int32: 1..n for the row's segments, 0 padding
 //   <name>_positions     [rows, L]  int32: 0.. within each segment, 0 padding
 //   <name>_lengths       [rows, S]  int32: each segment's length, 0 when unused
+//   <name>_segment_starts [rows, S] int32: each segment's first cell; an
+//                                    unused slot starts at the row's end
+//                                    (starts are the exclusive running sum
+//                                    of lengths, so start + length is the
+//                                    next start: the q/kv offsets of JAX's
+//                                    cuDNN packed attention, and with the
+//                                    row's end flash-attention's cu_seqlens)
 // (Grain's names). Fixed columns are stacked ([rows, *inner], or
 // [rows, S, *inner] packed) and `example_index` ([rows] or [rows, S], int64)
 // maps every row or segment back to its example, -1 for padding.
@@ -53,6 +60,7 @@ inline constexpr std::string_view kMaskSuffix = "_mask";
 inline constexpr std::string_view kLengthsSuffix = "_lengths";
 inline constexpr std::string_view kSegmentIdsSuffix = "_segment_ids";
 inline constexpr std::string_view kPositionsSuffix = "_positions";
+inline constexpr std::string_view kSegmentStartsSuffix = "_segment_starts";  // packed only
 inline constexpr std::string_view kExampleIndexName = "example_index";
 // A split plan's (Pack too_long="split"): [rows, S] int64, which piece of
 // its example (example_index) each segment is, from 0; -1 for padding.

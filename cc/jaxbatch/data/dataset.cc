@@ -16,11 +16,11 @@ std::string JoinNames(const std::vector<RaggedColumn>& columns) {
 }
 
 // Collation names its outputs after the columns (`<k>_lengths`, `<k>_mask`,
-// `<k>_segment_ids`, `<k>_positions` for a ragged column k, and
+// `<k>_segment_ids`, `<k>_positions`, `<k>_segment_starts` for a ragged column k, and
 // `example_index`); a column of one of those names would be overwritten.
 void CheckNoOutputCollision(const std::vector<RaggedColumn>& columns) {
   static constexpr std::string_view kSuffixes[] = {"_lengths", "_mask", "_segment_ids",
-                                                   "_positions"};
+                                                   "_positions", "_segment_starts"};
   for (const RaggedColumn& col : columns) {
     if (col.name() == "example_index") {
       throw InvalidArgumentError(

@@ -15,6 +15,9 @@ MASK: str = _core.MASK_SUFFIX
 LENGTHS: str = _core.LENGTHS_SUFFIX
 SEGMENT_IDS: str = _core.SEGMENT_IDS_SUFFIX
 POSITIONS: str = _core.POSITIONS_SUFFIX
+# Packed batches': [rows, S] int32, each segment's first cell (unused slots:
+# the row's end), beside the per-segment LENGTHS.
+SEGMENT_STARTS: str = _core.SEGMENT_STARTS_SUFFIX
 EXAMPLE_INDEX: str = _core.EXAMPLE_INDEX
 # Pack(too_long="split")'s: which piece of its example each segment is.
 EXAMPLE_PIECE: str = _core.EXAMPLE_PIECE
@@ -26,7 +29,7 @@ NODE_GRAPH: str = _core.NODE_GRAPH
 GRAPH_INDEX: str = _core.GRAPH_INDEX
 GRAPH_KEYS = (NODE_MASK, EDGE_MASK, GRAPH_MASK, NODE_GRAPH, GRAPH_INDEX)
 # What collation adds beside a ragged column's values.
-SUFFIXES = (MASK, LENGTHS, SEGMENT_IDS, POSITIONS)
+SUFFIXES = (MASK, LENGTHS, SEGMENT_IDS, POSITIONS, SEGMENT_STARTS)
 # Keys whose first per-row axis is the column's token axis ("" the values).
 TOKEN_SUFFIXES = ("", MASK, SEGMENT_IDS, POSITIONS)
 
@@ -45,3 +48,7 @@ def segment_ids(column: str) -> str:
 
 def positions(column: str) -> str:
     return column + POSITIONS
+
+
+def segment_starts(column: str) -> str:
+    return column + SEGMENT_STARTS
