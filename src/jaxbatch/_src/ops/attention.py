@@ -1,0 +1,336 @@
+"""Dot-product attention over packed rows, and the layouts fused kernels take.
+
+A packed batch (``jb.Pack``) carries, per ragged column ``k``:
+``<k>_segment_ids [rows, L]`` (1..n, 0 for padding), ``<k>_lengths [rows, S]``
+and ``<k>_segment_starts [rows, S]`` (each segment's first cell; segments lie
+back to back from cell 0, and an unused slot has length 0 and starts at the
+row's end, so ``starts[s] + lengths[s] == starts[s + 1]``). ``S`` is the plan's
+``max_segments_per_row``, static for the epoch, so every layout below has a
+static shape and can be built inside ``jit``.
+
+- JAX's cuDNN attention with sequence packing wants per-row segment lengths
+  ``[rows, S]`` and offsets ``[rows, S + 1]``, ``-1`` in unused slots:
+  :func:`cudnn_packed_layout`.
+- flash-attention's varlen kernels want cumulative lengths over the
+  flattened rows: :func:`cu_seqlens`.
+- :func:`packed_attention` runs attention where every token sees only its
+  own segment: cuDNN's fused kernel on a GPU that takes the shapes, else XLA.
+
+Pure layout functions first, then the attention wrapper.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Literal
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxbatch._src.collate import keys
+
+Implementation = Literal["xla", "cudnn"]
+_LAYOUTS = ("BTNH", "BNTH")
+# cuDNN's flash attention takes 16-bit inputs and head sizes that are
+# multiples of 8 up to 128 (jax/_src/cudnn/fused_attention_stablehlo.py,
+# check_is_flash_attention); anything else stays on XLA.
+_CUDNN_DTYPES = (jnp.float16, jnp.bfloat16)
+_CUDNN_MAX_HEAD = 128
+
+
+# --- Layouts: pure functions of a batch's lengths and starts --------------
+
+
+def _layout_arrays(op: str, lengths: Any, starts: Any) -> tuple[jax.Array, jax.Array]:
+    lengths, starts = jnp.asarray(lengths), jnp.asarray(starts)
+    if lengths.shape != starts.shape or lengths.ndim < 1:
+        raise ValueError(
+            f"jb.masked.{op}: lengths and starts must both be [..., S] (a packed batch's "
+            f"<k>_lengths and <k>_segment_starts), found {tuple(lengths.shape)} and "
+            f"{tuple(starts.shape)}"
+        )
+    return lengths.astype(jnp.int32), starts.astype(jnp.int32)
+
+
+def cudnn_packed_layout(lengths: Any, starts: Any) -> tuple[jax.Array, jax.Array]:
+    """``(seq_lengths [..., S], offsets [..., S + 1])`` int32 for JAX's cuDNN
+    attention with sequence packing (``q_seqlen``/``kv_seqlen`` and
+    ``q_offsets``/``kv_offsets`` of ``jax._src.cudnn.fused_attention_stablehlo
+    .dot_product_attention``): each segment's length and first cell within
+    its row, ``-1`` in unused (empty) slots and in the extra last offset
+    column, as that function documents. An empty segment holds no token, so
+    marking it unused changes nothing.
+
+    Example::
+
+        seqlens, offsets = jb.masked.cudnn_packed_layout(
+            batch["tokens_lengths"], batch["tokens_segment_starts"])
+    """
+    lengths, starts = _layout_arrays("cudnn_packed_layout", lengths, starts)
+    used = lengths > 0
+    seqlens = jnp.where(used, lengths, -1)
+    offsets = jnp.where(used, starts, -1)
+    pad = jnp.full((*offsets.shape[:-1], 1), -1, jnp.int32)
+    return seqlens, jnp.concatenate([offsets, pad], axis=-1)
+
+
+def _row_lengths(batch: Mapping, column: str | None) -> tuple[jax.Array, jax.Array, int]:
+    column = _column_of("cu_seqlens", batch, column)
+    lengths = batch[keys.lengths(column)]
+    starts = batch[keys.segment_starts(column)]
+    return lengths, starts, int(np.shape(batch[keys.segment_ids(column)])[-1])
+
+
+def cu_seqlens(
+    batch_or_lengths: Any,
+    starts: Any = None,
+    row_length: int | None = None,
+    *,
+    column: str | None = None,
+) -> jax.Array:
+    """flash-attention's cumulative sequence lengths for packed rows
+    flattened to ``[rows * L]`` tokens: int32 ``[rows * (S + 1) + 1]``.
+
+    Row ``r`` contributes ``S + 1`` sequences: its ``S`` segment slots (at
+    ``r * L + starts[r, s]``, unused slots empty) and then its padding tail
+    (from the end of its last segment to ``(r + 1) * L``), so padding never
+    joins a real segment; the last entry is ``rows * L``. The shape depends
+    only on the batch shape, so it builds under ``jit``; pass it as
+    ``cu_seqlens_q``/``cu_seqlens_k`` with ``max_seqlen = L`` and ignore the
+    outputs of padding tokens.
+
+    Give a packed batch (``column`` defaults to its length column), or
+    ``lengths [rows, S]``, ``starts [rows, S]`` and ``row_length`` ``L``.
+
+    Example::
+
+        cu = jb.masked.cu_seqlens(batch)  # or (lengths, starts, L)
+        q_flat = q.reshape(-1, heads, head_size)  # [rows * L, heads, head_size]
+    """
+    if isinstance(batch_or_lengths, Mapping):
+        lengths, starts, row_length = _row_lengths(batch_or_lengths, column)
+    elif starts is None or row_length is None:
+        raise ValueError(
+            "jb.masked.cu_seqlens: give a packed batch, or lengths, starts and row_length"
+        )
+    else:
+        lengths = batch_or_lengths
+    lengths, starts = _layout_arrays("cu_seqlens", lengths, starts)
+    rows = lengths.shape[0] if lengths.ndim == 2 else 1
+    lengths, starts = lengths.reshape(rows, -1), starts.reshape(rows, -1)
+    tail = jnp.max(starts + lengths, axis=-1, initial=0, keepdims=True)  # end of real tokens
+    row_base = (jnp.arange(rows, dtype=jnp.int32) * int(row_length))[:, None]
+    bounds = row_base + jnp.concatenate([starts, tail], axis=-1)
+    total = jnp.full((1,), rows * int(row_length), jnp.int32)
+    return jnp.concatenate([bounds.reshape(-1), total])
+
+
+# --- Attention ------------------------------------------------------------
+
+
+def _column_of(op: str, batch: Mapping, column: str | None) -> str:
+    if column is None:
+        column = getattr(batch, "length_column", None)
+    if column is None:
+        found = [k[: -len(keys.SEGMENT_IDS)] for k in batch if k.endswith(keys.SEGMENT_IDS)]
+        if len(found) != 1:
+            raise ValueError(
+                f"jb.masked.{op}: pass column= to say whose segments to use; the rows hold "
+                f"segment ids of {found or 'no column'}"
+            )
+        column = found[0]
+    if keys.segment_ids(column) not in batch:
+        raise KeyError(
+            f"jb.masked.{op}: the batch has no '{keys.segment_ids(column)}' (column {column!r}); "
+            f"its keys are {sorted(batch)}"
+        )
+    return column
+
+
+def _segments_of(segments: Any, column: str | None):
+    """(segment ids, lengths or None, starts or None) from a batch or ids."""
+    if not isinstance(segments, Mapping):
+        return jnp.asarray(segments), None, None
+    column = _column_of("packed_attention", segments, column)
+    lengths = segments.get(keys.lengths(column))
+    starts = segments.get(keys.segment_starts(column))
+    if starts is None and lengths is not None:  # a padded batch: one segment a row, from 0
+        lengths = jnp.asarray(lengths)[..., None]
+        starts = jnp.zeros_like(lengths)
+    return jnp.asarray(segments[keys.segment_ids(column)]), lengths, starts
+
+
+def _check_qkv(query, key, value, ids, layout):
+    if layout not in _LAYOUTS:
+        raise ValueError(
+            f"jb.masked.packed_attention: layout must be one of {_LAYOUTS}, found {layout!r}"
+        )
+    if query.ndim not in (3, 4) or key.shape != value.shape or query.shape != key.shape:
+        raise ValueError(
+            "jb.masked.packed_attention: query, key and value must have one shape, "
+            f"{layout} or {layout[1:]} (self-attention over the packed rows), found "
+            f"{tuple(query.shape)}, {tuple(key.shape)}, {tuple(value.shape)}"
+        )
+    lead = query.shape[:-3]
+    length = query.shape[-3] if layout == "BTNH" else query.shape[-2]
+    if ids.shape != (*lead, length):
+        raise ValueError(
+            f"jb.masked.packed_attention: segment ids of shape {tuple(ids.shape)} do not match "
+            f"query {tuple(query.shape)} in layout {layout}: expected {(*lead, length)}"
+        )
+    if not jnp.issubdtype(ids.dtype, jnp.integer):
+        raise TypeError(
+            "jb.masked.packed_attention: segment ids must be integers (0 = padding, 1..n), "
+            f"found {ids.dtype}"
+        )
+
+
+def _xla_attention(query, key, value, ids, *, scale, is_causal, layout):
+    """Attention under the same-segment mask, in XLA: scores and the
+    weighted sum take their operands in the inputs' dtype and accumulate in
+    float32, the softmax runs in float32, and a query that may see no key
+    (padding) gives zeros."""
+    f32 = jnp.float32
+    if layout == "BTNH":
+        score_spec, out_spec = "...qnh,...knh->...nqk", "...nqk,...knh->...qnh"
+    else:
+        score_spec, out_spec = "...nqh,...nkh->...nqk", "...nqk,...nkh->...nqh"
+    scores = jnp.einsum(score_spec, query, key, preferred_element_type=f32) * scale
+    allowed = ids[..., :, None] == ids[..., None, :]
+    real = ids != 0
+    if is_causal:
+        length = ids.shape[-1]
+        allowed = allowed & jnp.tril(jnp.ones((length, length), jnp.bool_))
+    allowed = allowed[..., None, :, :]  # one mask for every head
+    # A finite floor, not -inf: a padding query's row is all floor, whose
+    # softmax is finite (uniform), and its output is zeroed below.
+    weights = jax.nn.softmax(jnp.where(allowed, scores, jnp.finfo(f32).min), axis=-1)
+    out = jnp.einsum(out_spec, weights.astype(value.dtype), value, preferred_element_type=f32)
+    keep = jnp.expand_dims(real, axis=(-1, -2) if layout == "BTNH" else (-3, -1))
+    return jnp.where(keep, out, 0).astype(query.dtype)
+
+
+def _lengths_from_ids(ids: jax.Array, num_segments: int) -> tuple[jax.Array, jax.Array]:
+    """Per-segment lengths and starts [..., S] from segment ids 1..S laid
+    back to back (as collation writes them)."""
+    slots = jnp.arange(1, num_segments + 1, dtype=ids.dtype)
+    lengths = jnp.sum(ids[..., None, :] == slots[:, None], axis=-1, dtype=jnp.int32)
+    starts = jnp.cumsum(lengths, axis=-1, dtype=jnp.int32) - lengths
+    return lengths, starts
+
+
+def cudnn_supported(query: Any, layout: str = "BTNH") -> bool:
+    """Whether :func:`packed_attention` would run cuDNN's fused kernel for
+    ``query``: the default backend is a GPU and the dtype (float16 or
+    bfloat16) and head size (a multiple of 8, at most 128) are ones it
+    takes."""
+    if jax.default_backend() != "gpu":
+        return False
+    head = np.shape(query)[-1]
+    return jnp.asarray(query).dtype in _CUDNN_DTYPES and head % 8 == 0 and head <= _CUDNN_MAX_HEAD
+
+
+def _cudnn_attention(query, key, value, ids, lengths, starts, *, scale, is_causal, layout):
+    """cuDNN's fused attention with the packed layout (GPU only)."""
+    from jax._src.cudnn.fused_attention_stablehlo import MaskType
+    from jax._src.cudnn.fused_attention_stablehlo import dot_product_attention as cudnn_attention
+
+    single = query.ndim == 3
+    if single:  # cuDNN wants a batch axis
+        query, key, value, ids = query[None], key[None], value[None], ids[None]
+        lengths, starts = lengths[None], starts[None]
+    mask = MaskType.PADDING_CAUSAL if is_causal else MaskType.PADDING
+    if lengths.shape[-1] == 1:  # one segment per row: plain padding lengths
+        seqlens, offsets = lengths[:, 0].astype(jnp.int32), None
+    else:
+        seqlens, offsets = cudnn_packed_layout(lengths, starts)
+    out = cudnn_attention(
+        query,
+        key,
+        value,
+        q_seqlen=seqlens,
+        kv_seqlen=seqlens,
+        q_offsets=offsets,
+        kv_offsets=offsets,
+        scale=scale,
+        mask_type=mask,
+        qkv_layout=layout,
+    )
+    keep = jnp.expand_dims(ids != 0, axis=(-1, -2) if layout == "BTNH" else (-3, -1))
+    out = jnp.where(keep, out, 0).astype(query.dtype)
+    return out[0] if single else out
+
+
+def packed_attention(
+    query: Any,
+    key: Any,
+    value: Any,
+    segments: Any,
+    *,
+    column: str | None = None,
+    scale: float | None = None,
+    is_causal: bool = False,
+    layout: str = "BTNH",
+    implementation: Implementation | None = None,
+    num_segments: int | None = None,
+) -> jax.Array:
+    """Self-attention over packed rows: each token attends only to the
+    tokens of its own segment (and, ``is_causal``, not to later ones);
+    padding tokens (segment 0) attend to nothing and give zeros.
+
+    ``query``, ``key``, ``value``: ``[rows, L, heads, head_size]``
+    (``layout="BTNH"``, ``jax.nn.dot_product_attention``'s) or ``[rows,
+    heads, L, head_size]`` (``"BNTH"``), or the same without ``rows`` for one
+    row (inside ``jax.vmap`` / ``jb.map``). ``segments``: a packed batch or
+    row (its ``<column>_segment_ids``, ``_lengths`` and ``_segment_starts``;
+    ``column`` defaults to the batch's length column) or segment ids ``[rows,
+    L]`` (1..n back to back, 0 for padding; a padded batch's mask as int
+    works too). ``scale`` defaults to ``1 / sqrt(head_size)``.
+
+    ``implementation``: ``None`` picks ``"cudnn"`` where
+    :func:`cudnn_supported` (a GPU, float16/bfloat16, head size a multiple of
+    8 up to 128) and ``"xla"`` elsewhere. ``"cudnn"`` calls JAX's fused cuDNN
+    kernel with the packed layout (:func:`cudnn_packed_layout`), which
+    computes only within segments; segment ids alone are turned into lengths
+    with ``num_segments`` slots (default L). ``"xla"`` is the dense masked
+    form: the same result, computed over whole rows (on CPU, skipping blocks
+    no segment spans did not pay at MiniLM's shapes, 256 tokens and 12
+    heads, so it is not offered).
+
+    Example::
+
+        out = jb.masked.packed_attention(q, k, v, batch)   # q [rows, L, heads, d]
+    """
+    query, key, value = jnp.asarray(query), jnp.asarray(key), jnp.asarray(value)
+    ids, lengths, starts = _segments_of(segments, column)
+    _check_qkv(query, key, value, ids, layout)
+    if scale is None:
+        scale = 1.0 / float(np.sqrt(query.shape[-1]))
+    if implementation is None:
+        implementation = "cudnn" if cudnn_supported(query, layout) else "xla"
+    if implementation == "xla":
+        return _xla_attention(
+            query, key, value, ids, scale=scale, is_causal=is_causal, layout=layout
+        )
+    if implementation != "cudnn":
+        raise ValueError(
+            "jb.masked.packed_attention: implementation must be None, 'xla' or 'cudnn', "
+            f"found {implementation!r}"
+        )
+    if lengths is None:
+        lengths, starts = _lengths_from_ids(ids, num_segments or ids.shape[-1])
+    return _cudnn_attention(
+        query,
+        key,
+        value,
+        ids,
+        jnp.asarray(lengths),
+        jnp.asarray(starts),
+        scale=scale,
+        is_causal=is_causal,
+        layout=layout,
+    )
+
+
+__all__ = ["cu_seqlens", "cudnn_packed_layout", "cudnn_supported", "packed_attention"]

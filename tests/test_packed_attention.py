@@ -1,0 +1,256 @@
+"""Packed batches' <k>_segment_starts, the layouts fused attention kernels take
+(cuDNN's packed offsets, flash-attention's cu_seqlens) and
+jb.masked.packed_attention, each against a NumPy reference."""
+
+from __future__ import annotations
+
+import hypothesis.strategies as st
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+
+import jaxbatch as jb
+
+# --- References -----------------------------------------------------------
+
+
+def reference_starts(lengths: np.ndarray) -> np.ndarray:
+    """Each slot's first cell: segments back to back from 0, so an unused
+    slot (length 0) starts where the row's segments end."""
+    out = np.zeros_like(lengths)
+    for r in range(lengths.shape[0]):
+        at = 0
+        for s in range(lengths.shape[1]):
+            out[r, s] = at
+            at += lengths[r, s]
+    return out
+
+
+def reference_cu_seqlens(lengths, starts, row_length) -> np.ndarray:
+    """Per row, its S slots then its padding tail, over the flattened rows."""
+    bounds = []
+    for r in range(lengths.shape[0]):
+        for s in range(lengths.shape[1]):
+            bounds.append(r * row_length + starts[r, s])
+        bounds.append(r * row_length + int((starts[r] + lengths[r]).max(initial=0)))
+    bounds.append(lengths.shape[0] * row_length)
+    return np.asarray(bounds, np.int32)
+
+
+def reference_attention(q, k, v, ids, scale, causal=False) -> np.ndarray:
+    """[rows, L, heads, d] attention, token by token: softmax over the keys of
+    the query's own segment (not after it, causal); padding queries give 0."""
+    q, k, v = (np.asarray(a, np.float64) for a in (q, k, v))
+    out = np.zeros_like(q)
+    rows, length, heads, _ = q.shape
+    for r in range(rows):
+        for t in range(length):
+            if ids[r, t] == 0:
+                continue
+            keys_ = [u for u in range(length) if ids[r, u] == ids[r, t] and (not causal or u <= t)]
+            for h in range(heads):
+                scores = np.array([q[r, t, h] @ k[r, u, h] for u in keys_]) * scale
+                w = np.exp(scores - scores.max())
+                out[r, t, h] = (w / w.sum()) @ v[r, keys_, h]
+    return out
+
+
+@st.composite
+def packed_rows(draw, max_rows=4, max_length=12, max_segments=4):
+    """Segment lengths [rows, S] laid back to back in rows of L: rows empty,
+    full, or anything between (empty slots only after the used ones)."""
+    rows = draw(st.integers(1, max_rows))
+    length = draw(st.integers(1, max_length))
+    segments = draw(st.integers(1, max_segments))
+    lengths = np.zeros((rows, segments), np.int32)
+    for r in range(rows):
+        kind = draw(st.sampled_from(["empty", "full", "any"]))
+        room, n = length, 0 if kind == "empty" else draw(st.integers(1, segments))
+        for s in range(n):
+            take = draw(st.integers(1, room)) if room else 0
+            if kind == "full" and s == n - 1:
+                take = room
+            lengths[r, s], room = take, room - take
+            if not room:
+                break
+    return lengths, length
+
+
+def ids_of(lengths: np.ndarray, length: int) -> np.ndarray:
+    ids = np.zeros((lengths.shape[0], length), np.int32)
+    for r, row in enumerate(lengths):
+        at = 0
+        for s, n in enumerate(row):
+            ids[r, at : at + n] = s + 1
+            at += n
+    return ids
+
+
+# --- <k>_segment_starts in collated batches --------------------------------
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    lengths=st.lists(st.integers(0, 20), min_size=1, max_size=30),
+    row_length=st.integers(4, 16),
+    too_long=st.sampled_from(["truncate", "split"]),
+)
+def test_segment_starts_are_where_each_segments_ids_begin(lengths, row_length, too_long):
+    ds = jb.Dataset.from_arrays({"tokens": [np.arange(n, dtype=np.int32) for n in lengths]})
+    pack = jb.Pack(row_length=row_length, rows_per_batch=3, too_long=too_long)
+    for spec in jb.plan(ds, pack):
+        batch = jb.collate(ds, spec)
+        seg_lengths = batch["tokens_lengths"]
+        starts = batch["tokens_segment_starts"]
+        assert starts.dtype == np.int32 and starts.shape == seg_lengths.shape
+        np.testing.assert_array_equal(starts, reference_starts(seg_lengths))
+        ids = batch["tokens_segment_ids"]
+        for r in range(ids.shape[0]):
+            for s in range(seg_lengths.shape[1]):
+                cells = np.flatnonzero(ids[r] == s + 1)
+                if seg_lengths[r, s]:
+                    assert cells[0] == starts[r, s] and len(cells) == seg_lengths[r, s]
+
+
+def test_loader_shapes_and_batches_carry_segment_starts_and_unbatch_leaves_them_out():
+    ds = jb.Dataset.from_arrays({"tokens": [np.arange(n, dtype=np.int32) for n in [3, 1, 2, 5]]})
+    pack = jb.Pack(row_length=6, rows_per_batch=2, max_segments_per_row=3)
+    loader = jb.Loader(ds, pack)
+    (shape,) = loader.shapes
+    batch = next(iter(loader))
+    assert batch["tokens_segment_starts"].shape == (shape.rows, shape.segments) == (2, 3)
+    assert "tokens_segment_starts" in batch.aux_keys
+    examples = jb.unbatch(dict(batch), batch)
+    assert all(set(v) == {"tokens"} for v in examples.values())
+
+
+def test_a_column_named_like_segment_starts_is_refused():
+    with pytest.raises(ValueError, match="tokens_segment_starts"):
+        jb.Dataset.from_arrays(
+            {"tokens": [np.arange(3)], "tokens_segment_starts": np.zeros((1,), np.int32)}
+        )
+
+
+# --- Layouts --------------------------------------------------------------
+
+
+@settings(max_examples=60, deadline=None)
+@given(packed_rows())
+def test_cu_seqlens_matches_the_reference(rows):
+    lengths, length = rows
+    starts = reference_starts(lengths)
+    got = np.asarray(jb.masked.cu_seqlens(lengths, starts, length))
+    want = reference_cu_seqlens(lengths, starts, length)
+    np.testing.assert_array_equal(got, want)
+    assert got.dtype == np.int32 and got[-1] == lengths.shape[0] * length
+    assert (np.diff(got) >= 0).all()  # every sequence, padding tails too, has a length
+    # The real segments are exactly the nonzero ones' cells of the flat ids.
+    flat = ids_of(lengths, length).reshape(-1)
+    s = lengths.shape[1] + 1
+    for r in range(lengths.shape[0]):
+        for slot in range(lengths.shape[1]):
+            a, b = got[r * s + slot], got[r * s + slot + 1]
+            assert (flat[a:b] == slot + 1).all() and b - a == lengths[r, slot]
+
+
+def test_cu_seqlens_of_a_batch_and_under_jit():
+    ds = jb.Dataset.from_arrays({"tokens": [np.arange(n, dtype=np.int32) for n in [3, 1, 2, 5]]})
+    batch = jb.collate(ds, next(iter(jb.plan(ds, jb.Pack(row_length=6, rows_per_batch=2)))))
+    want = reference_cu_seqlens(batch["tokens_lengths"], batch["tokens_segment_starts"], 6)
+    np.testing.assert_array_equal(jb.masked.cu_seqlens(batch), want)
+    jitted = jax.jit(jb.masked.cu_seqlens, static_argnums=2)
+    got = jitted(batch["tokens_lengths"], batch["tokens_segment_starts"], 6)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_cudnn_packed_layout_is_jaxs_documented_example():
+    # fused_attention_stablehlo.dot_product_attention's docstring: 2 rows of
+    # 3 and 2 one-token segments -> offsets [[0,1,2,-1],[0,1,-1,-1]].
+    lengths = np.array([[1, 1, 1], [1, 1, 0]], np.int32)
+    seqlens, offsets = jb.masked.cudnn_packed_layout(lengths, reference_starts(lengths))
+    np.testing.assert_array_equal(seqlens, [[1, 1, 1], [1, 1, -1]])
+    np.testing.assert_array_equal(offsets, [[0, 1, 2, -1], [0, 1, -1, -1]])
+
+
+@settings(max_examples=40, deadline=None)
+@given(packed_rows())
+def test_cudnn_packed_layout_matches_the_reference(rows):
+    lengths, _ = rows
+    starts = reference_starts(lengths)
+    seqlens, offsets = (np.asarray(a) for a in jb.masked.cudnn_packed_layout(lengths, starts))
+    for r in range(lengths.shape[0]):
+        for s in range(lengths.shape[1]):
+            used = lengths[r, s] > 0
+            assert seqlens[r, s] == (lengths[r, s] if used else -1)
+            assert offsets[r, s] == (starts[r, s] if used else -1)
+    assert (offsets[:, -1] == -1).all() and offsets.dtype == np.int32
+
+
+def test_layouts_refuse_mismatched_shapes():
+    with pytest.raises(ValueError, match="lengths and starts"):
+        jb.masked.cudnn_packed_layout(np.zeros((2, 3), np.int32), np.zeros((2, 2), np.int32))
+    with pytest.raises(ValueError, match="row_length"):
+        jb.masked.cu_seqlens(np.zeros((2, 3), np.int32))
+
+
+# --- packed_attention -----------------------------------------------------
+
+
+def _qkv(seed, rows, length, heads=2, d=4):
+    rng = np.random.default_rng(seed)
+    return (rng.normal(size=(rows, length, heads, d)).astype(np.float32) for _ in range(3))
+
+
+@settings(max_examples=30, deadline=None)
+@given(packed_rows(max_length=10), st.booleans(), st.integers(0, 2**31))
+def test_packed_attention_matches_the_masked_reference(rows, causal, seed):
+    lengths, length = rows
+    ids = ids_of(lengths, length)
+    q, k, v = _qkv(seed, lengths.shape[0], length)
+    want = reference_attention(q, k, v, ids, 0.5, causal)
+    got = jb.masked.packed_attention(q, k, v, ids, is_causal=causal, implementation="xla")
+    np.testing.assert_allclose(got, want, atol=2e-5, rtol=1e-5)
+    # Heads first, and one row at a time under vmap, agree.
+    bnth = [np.swapaxes(a, 1, 2) for a in (q, k, v)]
+    heads_first = jb.masked.packed_attention(*bnth, ids, is_causal=causal, layout="BNTH")
+    np.testing.assert_allclose(np.swapaxes(heads_first, 1, 2), want, atol=2e-5, rtol=1e-5)
+    per_row = jax.vmap(lambda a, b, c, i: jb.masked.packed_attention(a, b, c, i, is_causal=causal))
+    np.testing.assert_allclose(per_row(q, k, v, ids), want, atol=2e-5, rtol=1e-5)
+
+
+def test_packed_attention_takes_a_batch_and_its_gradient_is_finite():
+    ds = jb.Dataset.from_arrays({"tokens": [np.arange(n, dtype=np.int32) for n in [3, 1, 2, 5]]})
+    batch = jb.collate(ds, next(iter(jb.plan(ds, jb.Pack(row_length=8, rows_per_batch=2)))))
+    q, k, v = _qkv(0, 2, 8)
+    want = reference_attention(q, k, v, batch["tokens_segment_ids"], 0.5)
+    np.testing.assert_allclose(jb.masked.packed_attention(q, k, v, batch), want, atol=2e-5)
+
+    def loss(q):
+        return jnp.sum(jb.masked.packed_attention(q, k, v, batch) ** 2)
+
+    grad = jax.grad(loss)(jnp.asarray(q))
+    assert np.isfinite(grad).all()
+    padding = batch["tokens_segment_ids"] == 0
+    assert padding.any() and (np.asarray(grad)[padding] == 0).all()
+
+
+def test_packed_attention_refuses_what_does_not_line_up():
+    q, k, v = _qkv(0, 2, 8)
+    with pytest.raises(ValueError, match="expected \\(2, 8\\)"):
+        jb.masked.packed_attention(q, k, v, np.ones((2, 7), np.int32))
+    with pytest.raises(ValueError, match="layout must be one of"):
+        jb.masked.packed_attention(q, k, v, np.ones((2, 8), np.int32), layout="TBNH")
+    with pytest.raises(ValueError, match="implementation must be"):
+        jb.masked.packed_attention(q, k, v, np.ones((2, 8), np.int32), implementation="flash")
+    with pytest.raises(TypeError, match="must be integers"):
+        jb.masked.packed_attention(q, k, v, np.ones((2, 8), np.float32))
+
+
+def test_cudnn_is_chosen_only_on_a_gpu_for_the_shapes_it_takes():
+    q = jnp.zeros((2, 8, 2, 64), jnp.bfloat16)
+    on_gpu = jax.default_backend() == "gpu"
+    assert jb.masked.cudnn_supported(q) == on_gpu
+    assert not jb.masked.cudnn_supported(q.astype(jnp.float32))
+    assert not jb.masked.cudnn_supported(jnp.zeros((2, 8, 2, 12), jnp.bfloat16))
