@@ -1,6 +1,7 @@
 import json
 import os
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 settings.register_profile(
@@ -8,6 +9,19 @@ settings.register_profile(
 )
 settings.register_profile("dev", max_examples=25, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _memory_plan_cache(tmp_path_factory):
+    """Memory plans are cached per user (execute/plan_cache.py): the suite,
+    and the processes it starts, keep theirs apart from the user's."""
+    saved = os.environ.get("JAXBATCH_CACHE_DIR")
+    os.environ["JAXBATCH_CACHE_DIR"] = str(tmp_path_factory.mktemp("jaxbatch-cache"))
+    yield
+    if saved is None:
+        os.environ.pop("JAXBATCH_CACHE_DIR", None)
+    else:
+        os.environ["JAXBATCH_CACHE_DIR"] = saved
 
 
 def run_bench_quick(module, name: str, results_dir) -> dict:

