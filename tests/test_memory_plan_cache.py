@@ -103,12 +103,22 @@ def test_another_function_shape_or_dtype_misses(cache, monkeypatch, fun, example
     assert changed != estimate()[0]
 
 
-@pytest.mark.parametrize("change", ["jax version", "jaxlib version", "XLA_FLAGS"])
+@pytest.mark.parametrize(
+    "change", ["jax version", "jaxlib version", "XLA_FLAGS", "jax_memory_fitting_effort"]
+)
 def test_another_compiler_misses(cache, monkeypatch, change):
     estimate()
     new_process(monkeypatch)
     if change == "XLA_FLAGS":  # Read when JAX starts; a new one keys a new process's plans.
         monkeypatch.setenv("XLA_FLAGS", os.environ.get("XLA_FLAGS", "") + " --xla_dump_to=")
+    elif change.startswith("jax_"):  # An option XLA is built with, not in the lowered text.
+        saved = getattr(jax.config, change)
+        jax.config.update(change, 0.5)
+        try:
+            assert estimate()[1].compiled == len(SIZES)
+        finally:
+            jax.config.update(change, saved)
+        return
     else:
         module = jax if change == "jax version" else pytest.importorskip("jaxlib")
         monkeypatch.setattr(module, "__version__", "0.0.0-other")
