@@ -40,7 +40,8 @@ void BindPlan(nb::module_& m) {
       .value("split", TooLong::kSplit);
   nb::enum_<PackAlgorithm>(m, "PackAlgorithm")
       .value("first_fit", PackAlgorithm::kFirstFit)
-      .value("best_fit", PackAlgorithm::kBestFit);
+      .value("best_fit", PackAlgorithm::kBestFit)
+      .value("concat_then_split", PackAlgorithm::kConcatThenSplit);
 
   nb::enum_<GraphAlgorithm>(m, "GraphAlgorithm")
       .value("next_fit", GraphAlgorithm::kNextFit)
@@ -152,7 +153,8 @@ void BindPlan(nb::module_& m) {
   using Shapes = std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t>>;
   using PlanState =
       std::tuple<bool, bool, bool, std::string, Shapes, Int64Input, Int64Input, Int64Input,
-                 Int64Input, Int64Input, Int64Input, PlanStats, bool, Int64Input>;
+                 Int64Input, Int64Input, Int64Input, PlanStats, bool, Int64Input, Int64Input,
+                 Int64Input>;
   nb::class_<BatchPlan>(m, "BatchPlan")
       .def("__getstate__",
            [](const BatchPlan& p) {
@@ -164,7 +166,8 @@ void BindPlan(nb::module_& m) {
                                    ToNumpy(std::move(shape_ids)), ToNumpy(p.batch_row_begin),
                                    ToNumpy(p.row_example_begin), ToNumpy(p.example_ids),
                                    ToNumpy(p.dropped_examples), ToNumpy(p.skipped_examples),
-                                   p.stats, p.split, ToNumpy(p.example_pieces));
+                                   p.stats, p.split, ToNumpy(p.example_pieces),
+                                   ToNumpy(p.piece_starts), ToNumpy(p.piece_lengths));
            })
       .def("__setstate__",
            [](BatchPlan& p, const PlanState& t) {
@@ -192,6 +195,8 @@ void BindPlan(nb::module_& m) {
              plan.stats = std::get<11>(t);
              plan.split = std::get<12>(t);
              plan.example_pieces = vec(std::get<13>(t));
+             plan.piece_starts = vec(std::get<14>(t));
+             plan.piece_lengths = vec(std::get<15>(t));
              CheckPlan(plan);
              new (&p) BatchPlan(std::move(plan));
            })
@@ -223,6 +228,12 @@ void BindPlan(nb::module_& m) {
           nb::rv_policy::reference_internal)
       .def_prop_ro(
           "example_pieces", [](const BatchPlan& p) { return View(p.example_pieces); },
+          nb::rv_policy::reference_internal)
+      .def_prop_ro(
+          "piece_starts", [](const BatchPlan& p) { return View(p.piece_starts); },
+          nb::rv_policy::reference_internal)
+      .def_prop_ro(
+          "piece_lengths", [](const BatchPlan& p) { return View(p.piece_lengths); },
           nb::rv_policy::reference_internal)
       .def_prop_ro(
           "dropped_examples", [](const BatchPlan& p) { return View(p.dropped_examples); },

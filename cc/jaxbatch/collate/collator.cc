@@ -333,6 +333,9 @@ class BatchCollator {
                           .pad = pad,
                           .truncate = layout_.allow_truncate,
                           .pieces = view_.pieces.empty() ? nullptr : view_.pieces.data(),
+                          .starts = view_.starts.empty() ? nullptr : view_.starts.data(),
+                          .piece_lengths =
+                              view_.starts.empty() ? nullptr : view_.piece_lengths.data(),
                           .values = values.data,
                           .ids = reinterpret_cast<int32_t*>(segment_ids.data),
                           .positions = reinterpret_cast<int32_t*>(positions.data),

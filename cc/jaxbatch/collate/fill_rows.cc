@@ -18,6 +18,17 @@ namespace {
                                     room, "; the plan was made from other lengths"));
 }
 
+// A concat_then_split plan's piece that its example does not hold.
+[[noreturn]] __attribute__((noinline, cold)) void ThrowPieceOutside(const RaggedColumn& column,
+                                                                    int64_t example, int64_t length,
+                                                                    int64_t batch, int64_t start,
+                                                                    int64_t count) {
+  throw InvalidArgumentError(StrCat("collate: column '", column.name(), "', example ", example,
+                                    " has length ", length, " but batch ", batch,
+                                    " holds its elements [", start, ", ", start + count,
+                                    "); the plan was made from other lengths"));
+}
+
 // A column's example addressing, one type per layout, so the loops have
 // no branch on it: a contiguous ragged column (one values buffer and its
 // offsets) or a gathered one (each example's first byte and length).
@@ -106,7 +117,13 @@ void FillPacked(const PackedFill f, const Source source, int64_t r0, int64_t r1)
       const int64_t e = f.examples[q];
       int64_t n = source.length(e);
       int64_t start = 0;  // A piece is written from its offset within the example.
-      if (f.pieces != nullptr) {
+      if (f.starts != nullptr) {
+        if (f.starts[q] > n || f.piece_lengths[q] > n - f.starts[q]) {
+          ThrowPieceOutside(*f.column, e, n, f.batch, f.starts[q], f.piece_lengths[q]);
+        }
+        start = f.starts[q];
+        n = f.piece_lengths[q];
+      } else if (f.pieces != nullptr) {
         const PieceSpan piece = PieceOf(n, f.pieces[q], f.cells);
         start = piece.start;
         n = piece.length;

@@ -54,6 +54,10 @@ struct PackedFill {
   PadValue pad;
   bool truncate;
   const int64_t* pieces;  // a split plan's piece per segment; null: whole examples
+  // A concat_then_split plan's span per segment (null otherwise): its first
+  // element within its example and its element count.
+  const int64_t* starts = nullptr;
+  const int64_t* piece_lengths = nullptr;
   uint8_t* values;
   int32_t* ids;
   int32_t* positions;

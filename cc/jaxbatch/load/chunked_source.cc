@@ -128,8 +128,12 @@ BatchView GatheredBatch::view() const {
   v.examples = examples;
   // A split plan's pieces, rebased with the rows (parallel to `examples`).
   if (!original.pieces.empty() && !original.row_begin.empty()) {
-    v.pieces =
-        original.pieces.subspan(static_cast<size_t>(original.row_begin.front()), examples.size());
+    const auto first = static_cast<size_t>(original.row_begin.front());
+    v.pieces = original.pieces.subspan(first, examples.size());
+    if (!original.starts.empty()) {  // concat_then_split's spans, rebased alike
+      v.starts = original.starts.subspan(first, examples.size());
+      v.piece_lengths = original.piece_lengths.subspan(first, examples.size());
+    }
   }
   return v;
 }

@@ -29,6 +29,8 @@ BatchView BatchPlan::batch(int64_t b) const {
   view.row_begin = std::span<const int64_t>(row_example_begin).subspan(first, last - first + 1);
   view.examples = example_ids;
   view.pieces = example_pieces;
+  view.starts = piece_starts;
+  view.piece_lengths = piece_lengths;
   return view;
 }
 
@@ -58,6 +60,42 @@ void CheckBegins(std::span<const int64_t> begin, int64_t end, const char* name, 
   if (begin.back() != end) {
     throw InvalidArgumentError(
         StrCat("BatchPlan: ", name, " ends at ", begin.back(), ", expected ", end));
+  }
+}
+
+// A concat_then_split plan's spans: one start and length per segment of a
+// split plan, each >= 0, and no row holding more elements than its shape.
+// Each span is checked against its example's length where the data is
+// (collate).
+void CheckPieceSpans(const BatchPlan& plan) {
+  if (plan.piece_starts.empty() && plan.piece_lengths.empty()) return;
+  if (!plan.split || plan.piece_starts.size() != plan.example_ids.size() ||
+      plan.piece_lengths.size() != plan.example_ids.size()) {
+    throw InvalidArgumentError(StrCat(
+        "BatchPlan: piece_starts has ", plan.piece_starts.size(), " and piece_lengths ",
+        plan.piece_lengths.size(), " entries, expected ", plan.example_ids.size(),
+        " each (one per example id of a split plan)", plan.split ? "" : "; the plan is not split"));
+  }
+  for (size_t i = 0; i < plan.piece_starts.size(); ++i) {
+    if (plan.piece_starts[i] < 0 || plan.piece_lengths[i] < 0) {
+      throw InvalidArgumentError(StrCat("BatchPlan: piece at ", i, " starts at ",
+                                        plan.piece_starts[i], " with length ",
+                                        plan.piece_lengths[i], "; expected both >= 0"));
+    }
+  }
+  for (int64_t b = 0; b < plan.num_batches(); ++b) {
+    const BatchView view = plan.batch(b);
+    for (int64_t r = 0; r < view.stored_rows(); ++r) {
+      int64_t used = 0;
+      for (int64_t q = view.row_begin[r]; q < view.row_begin[r + 1]; ++q) {
+        used = SaturatingAdd(used, view.piece_lengths[static_cast<size_t>(q)]);
+      }
+      if (used > view.shape.length) {
+        throw InvalidArgumentError(StrCat("BatchPlan: batch ", b, ", row ", r, " holds pieces of ",
+                                          used, " elements, more than its length ",
+                                          view.shape.length));
+      }
+    }
   }
 }
 
@@ -111,6 +149,7 @@ void CheckPlan(const BatchPlan& plan) {
           StrCat("BatchPlan: piece ", plan.example_pieces[i], " at ", i, " is negative"));
     }
   }
+  CheckPieceSpans(plan);
   for (size_t i = 0; i < plan.example_ids.size(); ++i) {
     if (plan.example_ids[i] < 0) {
       throw InvalidArgumentError(
@@ -147,6 +186,13 @@ void PlanBuilder::AddRow(std::span<const int64_t> examples, std::span<const int6
   AddRow(examples);
 }
 
+void PlanBuilder::AddRow(std::span<const int64_t> examples, std::span<const int64_t> pieces,
+                         std::span<const int64_t> starts, std::span<const int64_t> lengths) {
+  plan_.piece_starts.insert(plan_.piece_starts.end(), starts.begin(), starts.end());
+  plan_.piece_lengths.insert(plan_.piece_lengths.end(), lengths.begin(), lengths.end());
+  AddRow(examples, pieces);
+}
+
 void PlanBuilder::EndBatch() {
   const BatchShape& shape = plan_.shapes[static_cast<size_t>(plan_.batch_shape_ids.back())];
   if (rows_in_batch_ > shape.rows) {
@@ -176,9 +222,17 @@ int64_t ExamplesStarted(const BatchView& view) {
   return std::count(view.pieces.begin() + first, view.pieces.begin() + first + all.size(), 0);
 }
 
+PieceSpan SegmentSpan(const BatchView& view, int64_t q, int64_t length) {
+  if (!view.starts.empty()) {
+    return {view.starts[static_cast<size_t>(q)], view.piece_lengths[static_cast<size_t>(q)]};
+  }
+  if (view.pieces.empty()) return {0, length};
+  return PieceOf(length, view.piece(q), view.shape.length);
+}
+
 int64_t SegmentLength(const BatchView& view, std::span<const int64_t> lengths, int64_t q) {
   const int64_t length = lengths[static_cast<size_t>(view.examples[static_cast<size_t>(q)])];
-  return view.pieces.empty() ? length : PieceOf(length, view.piece(q), view.shape.length).length;
+  return SegmentSpan(view, q, length).length;
 }
 
 int64_t RealElements(const BatchView& view, std::span<const int64_t> lengths, bool graph) {

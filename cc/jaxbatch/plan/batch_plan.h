@@ -14,7 +14,9 @@
 // segment is piece example_pieces[q] of example example_ids[q], elements
 // [piece * L, min((piece + 1) * L, length)) of it for the plan's row length
 // L (PieceSpan), so a piece is (example, start, length) without storing
-// more than its index.
+// more than its index. A concat_then_split plan cuts pieces at row ends, at
+// any offset: it stores each segment's start and length as well
+// (piece_starts, piece_lengths, parallel to example_ids), still O(segments).
 #ifndef JAXBATCH_PLAN_BATCH_PLAN_H_
 #define JAXBATCH_PLAN_BATCH_PLAN_H_
 
@@ -88,6 +90,10 @@ struct BatchView {
   // split (every segment then piece 0, the whole example).
   std::span<const int64_t> pieces;
   int64_t piece(int64_t q) const { return pieces.empty() ? 0 : pieces[static_cast<size_t>(q)]; }
+  // A concat_then_split plan's explicit spans, parallel to `examples`;
+  // empty otherwise (a split plan's spans follow from the piece: PieceOf).
+  std::span<const int64_t> starts;
+  std::span<const int64_t> piece_lengths;
   // Row r of this batch holds examples row_examples(r); empty for padding.
   // Only the leading stored_rows() rows are stored; the rest, up to
   // shape.rows, are padding.
@@ -121,6 +127,10 @@ inline PieceSpan PieceOf(int64_t length, int64_t piece, int64_t row_length) {
 inline int64_t PieceCount(int64_t length, int64_t row_length) {
   return length <= row_length ? 1 : (length - 1) / row_length + 1;
 }
+// The elements of its example that segment `q` of `view` (an index into
+// view.examples) holds, for an example of `length`: the whole example, a
+// split plan's piece (PieceOf), or a concat_then_split plan's stored span.
+PieceSpan SegmentSpan(const BatchView& view, int64_t q, int64_t length);
 
 // Elements a batch pads to: rows x length, or a graph batch's node slots.
 int64_t PaddedElements(const BatchShape& shape, bool graph);
@@ -153,6 +163,10 @@ class BatchPlan {
   std::vector<int64_t> example_ids;
   // Parallel to example_ids when split (else empty): each segment's piece.
   std::vector<int64_t> example_pieces;
+  // Parallel to example_ids for a concat_then_split plan (else empty): each
+  // segment's first element within its example and its element count.
+  std::vector<int64_t> piece_starts;
+  std::vector<int64_t> piece_lengths;
   std::vector<int64_t> dropped_examples;
   std::vector<int64_t> skipped_examples;
   PlanStats stats;
@@ -193,6 +207,10 @@ class PlanBuilder {
   void AddRow(std::span<const int64_t> examples);
   // A split plan's row: segment q is piece pieces[q] of examples[q].
   void AddRow(std::span<const int64_t> examples, std::span<const int64_t> pieces);
+  // A concat_then_split row: segment q is elements [starts[q], starts[q] +
+  // lengths[q]) of examples[q], its piece pieces[q].
+  void AddRow(std::span<const int64_t> examples, std::span<const int64_t> pieces,
+              std::span<const int64_t> starts, std::span<const int64_t> lengths);
   // Ends the batch; the rows not added up to shape.rows are padding (not
   // stored). Throws InvalidArgumentError when more rows were added.
   void EndBatch();

@@ -27,7 +27,10 @@
 
 namespace jaxbatch {
 
-enum class PackAlgorithm { kFirstFit, kBestFit };
+// kConcatThenSplit is not a packer of PackRows: Pack plans it by
+// concatenating the examples in order and cutting at row ends
+// (concat_split.h).
+enum class PackAlgorithm { kFirstFit, kBestFit, kConcatThenSplit };
 
 struct PackedRows {
   std::vector<int64_t> row_begin{0};  // row r holds example_ids[row_begin[r], row_begin[r+1])

@@ -6,6 +6,7 @@
 #include "jaxbatch/base/checked.h"
 #include "jaxbatch/base/error.h"
 #include "jaxbatch/plan/buckets.h"
+#include "jaxbatch/plan/concat_split.h"
 #include "jaxbatch/plan/packer.h"
 
 namespace jaxbatch {
@@ -506,6 +507,7 @@ void ValidatePack(const PackOptions& o) {
         "whose other pieces are yielded; use remainder=\"pad\" or \"keep\"");
   }
   RequirePositiveIfSet(o.open_rows, "Pack", "open_rows");
+  if (o.algorithm == PackAlgorithm::kConcatThenSplit) ValidateConcatThenSplit(o);
   if (o.open_rows && o.lookahead) {
     throw InvalidArgumentError(StrCat("Pack: give lookahead (", *o.lookahead, ") or open_rows (",
                                       *o.open_rows, "), not both"));
@@ -559,6 +561,7 @@ void AddPackedRow(const PackedRows& rows, int64_t r, const Pieces* pieces, PlanB
 
 BatchPlan PlanPack(std::span<const int64_t> lengths, const std::vector<int64_t>& ids,
                    const PackOptions& o) {
+  if (o.algorithm == PackAlgorithm::kConcatThenSplit) return PlanConcatThenSplit(lengths, ids, o);
   PlanBuilder builder(/*packed=*/true);
   builder.set_split(o.too_long == TooLong::kSplit);
   std::vector<int64_t> kept;
@@ -664,7 +667,9 @@ void CheckExamplesFit(std::span<const int64_t> lengths, const PlannerOptions& op
         }
         if constexpr (std::is_same_v<T, PackOptions>) {
           const int64_t id = FirstLonger(lengths, o.row_length);
-          if (id >= 0 && o.too_long == TooLong::kError) {
+          // concat_then_split cuts every example at row ends.
+          if (id >= 0 && o.too_long == TooLong::kError &&
+              o.algorithm != PackAlgorithm::kConcatThenSplit) {
             ThrowTooLong(id, lengths[static_cast<size_t>(id)], o.row_length, "Pack", "row_length");
           }
         }

@@ -24,7 +24,7 @@ struct Value {
 
 constexpr const char* kRemainderNames[] = {"pad", "keep", "drop"};
 constexpr const char* kTooLongNames[] = {"error", "truncate", "skip", "split"};
-constexpr const char* kAlgorithmNames[] = {"first_fit", "best_fit"};
+constexpr const char* kAlgorithmNames[] = {"first_fit", "best_fit", "concat_then_split"};
 constexpr const char* kGraphAlgorithmNames[] = {"next_fit", "first_fit", "best_fit"};
 constexpr const char* kTooBigNames[] = {"error", "skip"};
 

@@ -23,7 +23,7 @@ from jaxbatch import _core
 
 Remainder = Literal["pad", "keep", "drop"]
 TooLong = Literal["error", "truncate", "skip", "split"]
-Algorithm = Literal["first_fit", "best_fit"]
+Algorithm = Literal["first_fit", "best_fit", "concat_then_split"]
 GraphAlgorithm = Literal["next_fit", "first_fit", "best_fit"]
 TooBig = Literal["error", "skip"]
 
@@ -209,7 +209,18 @@ class Pack(_Planner):
     example), and ``jb.map``/``jb.run``, whose results are per example,
     refuse it. ``rows_per_batch`` must be a
     multiple of ``rows_multiple`` (for a kept remainder the last batch's rows
-    are rounded up to it)."""
+    are rounded up to it).
+
+    ``algorithm="concat_then_split"`` is Grain's ``ConcatThenSplitIterDataset``
+    (with ``split_full_length_features=True``): the examples, in the loader's
+    (shuffled, sharded) order, are concatenated and cut at row ends, so every
+    row is full but the last; each piece is a segment with positions from 0,
+    keyed by ``example_index`` and ``example_piece`` as for ``"split"``. Every
+    long example is cut, so ``too_long`` does not apply (only its default or
+    ``"split"`` is accepted); ``lookahead``, ``open_rows`` and
+    ``remainder="drop"`` are refused. ``max_segments_per_row`` closes a row
+    early once it holds that many segments; by default it is the most any
+    order of the lengths can put in a row, so no row closes early."""
 
     row_length: int
     rows_per_batch: int
@@ -276,8 +287,17 @@ GRAPH_PLANNERS = (GraphBudget, GraphBuckets)
 
 
 def refuse_split(planner: Planner | None, who: str) -> None:
-    """Raises for ``Pack(too_long="split")`` where results are per example."""
-    if isinstance(planner, Pack) and planner.too_long == "split":
+    """Raises for a Pack that yields pieces of examples (``too_long="split"``,
+    ``algorithm="concat_then_split"``) where results are per example."""
+    if not isinstance(planner, Pack):
+        return
+    if planner.algorithm == "concat_then_split":
+        raise ValueError(
+            f"{who}: Pack(algorithm='concat_then_split') yields pieces of examples, but {who}'s "
+            "results are per example; iterate jb.Loader(ds, planner) and join per-token outputs "
+            "with jb.unbatch and jb.join_pieces, or use algorithm='best_fit' or 'first_fit'"
+        )
+    if planner.too_long == "split":
         raise ValueError(
             f"{who}: Pack(too_long='split') yields pieces of examples, but {who}'s results are "
             "per example; iterate jb.Loader(ds, planner) and join per-token outputs with "
