@@ -199,7 +199,8 @@ def unbatch(
     own extra keys (masks, lengths, ...) are left out, so
     ``unbatch(collate(ds, spec), batch)`` gives back the examples.
 
-    A batch of ``Pack(too_long="split")`` holds pieces of examples (its
+    A batch of ``Pack(too_long="split")`` or ``Pack(algorithm=
+    "concat_then_split")`` holds pieces of examples (its
     ``example_piece`` says which): its results are keyed by
     ``(example, piece)``, and :func:`join_pieces` joins the per-token results
     of every piece of an example, gathered over the batches that hold them.
@@ -363,8 +364,9 @@ def _unpack(array, index, lengths, per_token, piece_ids=None):
 
 def join_pieces(results: Mapping[tuple[int, int], Any]) -> dict[int, Any]:
     """Per-example results from the per-piece ones :func:`unbatch` gives for
-    ``Pack(too_long="split")`` batches: each example's pieces concatenated in
-    piece order along their first (token) axis, an array or each key of a dict.
+    ``Pack(too_long="split")`` and ``Pack(algorithm="concat_then_split")``
+    batches: each example's pieces concatenated in piece order along their
+    first (token) axis, an array or each key of a dict.
     Gather the pieces of every batch first (an example's pieces may be in
     several batches, or on several hosts); a missing piece is a ValueError
     naming the example, since a result joined without it would be short.
