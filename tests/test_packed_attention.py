@@ -254,3 +254,20 @@ def test_cudnn_is_chosen_only_on_a_gpu_for_the_shapes_it_takes():
     assert jb.masked.cudnn_supported(q) == on_gpu
     assert not jb.masked.cudnn_supported(q.astype(jnp.float32))
     assert not jb.masked.cudnn_supported(jnp.zeros((2, 8, 2, 12), jnp.bfloat16))
+    assert not jb.masked.cudnn_supported(q[0])  # one row (under vmap): XLA
+    with pytest.raises(ValueError, match="needs the rows axis"):
+        jb.masked.packed_attention(q[0], q[0], q[0], np.ones(8, np.int32), implementation="cudnn")
+
+
+def test_a_padded_batch_is_one_segment_a_row():
+    ds = jb.Dataset.from_arrays({"tokens": [np.arange(n, dtype=np.int32) for n in [3, 1, 5]]})
+    batch = jb.collate(ds, jb.plan(ds, jb.PadToMax(batch_size=3))[0])
+    lengths = batch["tokens_lengths"][:, None]
+    want = reference_cu_seqlens(lengths, np.zeros_like(lengths), 5)
+    np.testing.assert_array_equal(jb.masked.cu_seqlens(batch), want)
+    q, k, v = _qkv(1, 3, 5)
+    np.testing.assert_allclose(
+        jb.masked.packed_attention(q, k, v, batch),
+        reference_attention(q, k, v, batch["tokens_segment_ids"], 0.5),
+        atol=2e-5,
+    )

@@ -75,13 +75,6 @@ def cudnn_packed_layout(lengths: Any, starts: Any) -> tuple[jax.Array, jax.Array
     return seqlens, jnp.concatenate([offsets, pad], axis=-1)
 
 
-def _row_lengths(batch: Mapping, column: str | None) -> tuple[jax.Array, jax.Array, int]:
-    column = _column_of("cu_seqlens", batch, column)
-    lengths = batch[keys.lengths(column)]
-    starts = batch[keys.segment_starts(column)]
-    return lengths, starts, int(np.shape(batch[keys.segment_ids(column)])[-1])
-
-
 def cu_seqlens(
     batch_or_lengths: Any,
     starts: Any = None,
@@ -109,7 +102,8 @@ def cu_seqlens(
         q_flat = q.reshape(-1, heads, head_size)  # [rows * L, heads, head_size]
     """
     if isinstance(batch_or_lengths, Mapping):
-        lengths, starts, row_length = _row_lengths(batch_or_lengths, column)
+        ids, lengths, starts = _segments_of("cu_seqlens", batch_or_lengths, column)
+        row_length = ids.shape[-1]
     elif starts is None or row_length is None:
         raise ValueError(
             "jb.masked.cu_seqlens: give a packed batch, or lengths, starts and row_length"
@@ -117,6 +111,11 @@ def cu_seqlens(
     else:
         lengths = batch_or_lengths
     lengths, starts = _layout_arrays("cu_seqlens", lengths, starts)
+    if lengths.ndim > 2:
+        raise ValueError(
+            "jb.masked.cu_seqlens: expected lengths [rows, S] or one row's [S], found shape "
+            f"{tuple(lengths.shape)}"
+        )
     rows = lengths.shape[0] if lengths.ndim == 2 else 1
     lengths, starts = lengths.reshape(rows, -1), starts.reshape(rows, -1)
     tail = jnp.max(starts + lengths, axis=-1, initial=0, keepdims=True)  # end of real tokens
@@ -148,11 +147,11 @@ def _column_of(op: str, batch: Mapping, column: str | None) -> str:
     return column
 
 
-def _segments_of(segments: Any, column: str | None):
+def _segments_of(op: str, segments: Any, column: str | None):
     """(segment ids, lengths or None, starts or None) from a batch or ids."""
     if not isinstance(segments, Mapping):
         return jnp.asarray(segments), None, None
-    column = _column_of("packed_attention", segments, column)
+    column = _column_of(op, segments, column)
     lengths = segments.get(keys.lengths(column))
     starts = segments.get(keys.segment_starts(column))
     if starts is None and lengths is not None:  # a padded batch: one segment a row, from 0
@@ -222,24 +221,25 @@ def _lengths_from_ids(ids: jax.Array, num_segments: int) -> tuple[jax.Array, jax
 
 def cudnn_supported(query: Any, layout: str = "BTNH") -> bool:
     """Whether :func:`packed_attention` would run cuDNN's fused kernel for
-    ``query``: the default backend is a GPU and the dtype (float16 or
-    bfloat16) and head size (a multiple of 8, at most 128) are ones it
-    takes."""
-    if jax.default_backend() != "gpu":
+    ``query``: the default backend is a GPU, the query has its rows axis
+    (JAX's vmap rule for cuDNN attention takes per-row lengths only, not the
+    packed layout, so one row inside ``jax.vmap`` stays on XLA), and the
+    dtype (float16 or bfloat16) and head size (a multiple of 8, at most 128)
+    are ones it takes."""
+    if jax.default_backend() != "gpu" or np.ndim(query) != 4:
         return False
     head = np.shape(query)[-1]
     return jnp.asarray(query).dtype in _CUDNN_DTYPES and head % 8 == 0 and head <= _CUDNN_MAX_HEAD
 
 
 def _cudnn_attention(query, key, value, ids, lengths, starts, *, scale, is_causal, layout):
-    """cuDNN's fused attention with the packed layout (GPU only)."""
+    """cuDNN's fused attention with the packed layout (GPU only; rows axis
+    first). jax.nn.dot_product_attention(implementation="cudnn") takes only
+    per-row lengths in this JAX, so the packed layout goes to the cuDNN
+    function it calls, with the arguments that function documents."""
     from jax._src.cudnn.fused_attention_stablehlo import MaskType
     from jax._src.cudnn.fused_attention_stablehlo import dot_product_attention as cudnn_attention
 
-    single = query.ndim == 3
-    if single:  # cuDNN wants a batch axis
-        query, key, value, ids = query[None], key[None], value[None], ids[None]
-        lengths, starts = lengths[None], starts[None]
     mask = MaskType.PADDING_CAUSAL if is_causal else MaskType.PADDING
     if lengths.shape[-1] == 1:  # one segment per row: plain padding lengths
         seqlens, offsets = lengths[:, 0].astype(jnp.int32), None
@@ -258,8 +258,7 @@ def _cudnn_attention(query, key, value, ids, lengths, starts, *, scale, is_causa
         qkv_layout=layout,
     )
     keep = jnp.expand_dims(ids != 0, axis=(-1, -2) if layout == "BTNH" else (-3, -1))
-    out = jnp.where(keep, out, 0).astype(query.dtype)
-    return out[0] if single else out
+    return jnp.where(keep, out, 0).astype(query.dtype)
 
 
 def packed_attention(
@@ -282,11 +281,12 @@ def packed_attention(
     ``query``, ``key``, ``value``: ``[rows, L, heads, head_size]``
     (``layout="BTNH"``, ``jax.nn.dot_product_attention``'s) or ``[rows,
     heads, L, head_size]`` (``"BNTH"``), or the same without ``rows`` for one
-    row (inside ``jax.vmap`` / ``jb.map``). ``segments``: a packed batch or
-    row (its ``<column>_segment_ids``, ``_lengths`` and ``_segment_starts``;
-    ``column`` defaults to the batch's length column) or segment ids ``[rows,
-    L]`` (1..n back to back, 0 for padding; a padded batch's mask as int
-    works too). ``scale`` defaults to ``1 / sqrt(head_size)``.
+    row (inside ``jax.vmap`` / ``jb.map``; XLA then, see
+    :func:`cudnn_supported`). ``segments``: a packed batch or row (its
+    ``<column>_segment_ids``, ``_lengths`` and ``_segment_starts``;
+    ``column`` defaults to the batch's length column) or segment ids
+    ``[rows, L]`` (1..n back to back, 0 for padding; a padded batch's mask
+    as int works too). ``scale`` defaults to ``1 / sqrt(head_size)``.
 
     ``implementation``: ``None`` picks ``"cudnn"`` where
     :func:`cudnn_supported` (a GPU, float16/bfloat16, head size a multiple of
@@ -294,16 +294,18 @@ def packed_attention(
     kernel with the packed layout (:func:`cudnn_packed_layout`), which
     computes only within segments; segment ids alone are turned into lengths
     with ``num_segments`` slots (default L). ``"xla"`` is the dense masked
-    form: the same result, computed over whole rows (on CPU, skipping blocks
-    no segment spans did not pay at MiniLM's shapes, 256 tokens and 12
-    heads, so it is not offered).
+    form: the same result, computed over whole rows. (Skipping the blocks no
+    segment spans did not pay on CPU at MiniLM's shapes, rows of 256 tokens
+    and 12 heads of 32: the demo corpus's packed rows keep 67% of 64-token
+    block pairs, 100% in some batches, so a static cap skips nothing, and
+    gathering the pairs ran 0.54-0.65x the dense form; so it is not offered.)
 
     Example::
 
         out = jb.masked.packed_attention(q, k, v, batch)   # q [rows, L, heads, d]
     """
     query, key, value = jnp.asarray(query), jnp.asarray(key), jnp.asarray(value)
-    ids, lengths, starts = _segments_of(segments, column)
+    ids, lengths, starts = _segments_of("packed_attention", segments, column)
     _check_qkv(query, key, value, ids, layout)
     if scale is None:
         scale = 1.0 / float(np.sqrt(query.shape[-1]))
@@ -317,6 +319,12 @@ def packed_attention(
         raise ValueError(
             "jb.masked.packed_attention: implementation must be None, 'xla' or 'cudnn', "
             f"found {implementation!r}"
+        )
+    if query.ndim != 4:
+        raise ValueError(
+            "jb.masked.packed_attention: implementation='cudnn' needs the rows axis "
+            f"({layout}, found {tuple(query.shape)}): JAX's vmap rule for cuDNN attention takes "
+            "per-row lengths only, not the packed layout; call it on the whole batch"
         )
     if lengths is None:
         lengths, starts = _lengths_from_ids(ids, num_segments or ids.shape[-1])
