@@ -1,5 +1,6 @@
 // Binds plan/: planner options, their validation and keys, Plan() and BatchPlan.
 #include <nanobind/operators.h>
+#include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/string_view.h>
@@ -8,6 +9,7 @@
 #include <nanobind/stl/vector.h>
 
 #include <cstdint>
+#include <map>
 #include <new>
 #include <utility>
 
@@ -78,7 +80,24 @@ void BindPlan(nb::module_& m) {
   nb::class_<PackOptions>(m, "PackOptions")
       .def(nb::init<>())
       .def(nb::self == nb::self)
-      .def_rw("row_length", &PackOptions::row_length)
+      // An int, or a dict of each feature's row length (row_lengths).
+      .def_prop_rw(
+          "row_length",
+          [](const PackOptions& o) -> nb::object {
+            if (o.row_lengths.empty()) return nb::int_(o.row_length);
+            return nb::cast(o.row_lengths);
+          },
+          [](PackOptions& o, nb::handle value) {
+            if (nb::isinstance<nb::dict>(value)) {
+              o.row_length = 0;
+              o.row_lengths = nb::cast<std::map<std::string, int64_t>>(value);
+            } else {
+              o.row_lengths.clear();
+              o.row_length = nb::cast<int64_t>(value);
+            }
+          },
+          nb::for_getter(nb::sig("def row_length(self) -> int | dict[str, int]")),
+          nb::for_setter(nb::sig("def row_length(self, arg: int | dict[str, int], /) -> None")))
       .def_rw("rows_per_batch", &PackOptions::rows_per_batch)
       .def_rw("max_segments_per_row", &PackOptions::max_segments_per_row)
       .def_rw("algorithm", &PackOptions::algorithm)
@@ -154,7 +173,7 @@ void BindPlan(nb::module_& m) {
   using PlanState =
       std::tuple<bool, bool, bool, std::string, Shapes, Int64Input, Int64Input, Int64Input,
                  Int64Input, Int64Input, Int64Input, PlanStats, bool, Int64Input, Int64Input,
-                 Int64Input>;
+                 Int64Input, std::vector<std::string>, std::vector<int64_t>>;
   nb::class_<BatchPlan>(m, "BatchPlan")
       .def("__getstate__",
            [](const BatchPlan& p) {
@@ -167,7 +186,8 @@ void BindPlan(nb::module_& m) {
                                    ToNumpy(p.row_example_begin), ToNumpy(p.example_ids),
                                    ToNumpy(p.dropped_examples), ToNumpy(p.skipped_examples),
                                    p.stats, p.split, ToNumpy(p.example_pieces),
-                                   ToNumpy(p.piece_starts), ToNumpy(p.piece_lengths));
+                                   ToNumpy(p.piece_starts), ToNumpy(p.piece_lengths),
+                                   p.feature_names, p.feature_row_lengths);
            })
       .def("__setstate__",
            [](BatchPlan& p, const PlanState& t) {
@@ -197,6 +217,8 @@ void BindPlan(nb::module_& m) {
              plan.example_pieces = vec(std::get<13>(t));
              plan.piece_starts = vec(std::get<14>(t));
              plan.piece_lengths = vec(std::get<15>(t));
+             plan.feature_names = std::get<16>(t);
+             plan.feature_row_lengths = std::get<17>(t);
              CheckPlan(plan);
              new (&p) BatchPlan(std::move(plan));
            })
@@ -205,6 +227,14 @@ void BindPlan(nb::module_& m) {
       .def_ro("split", &BatchPlan::split)
       .def_ro("graph", &BatchPlan::graph)
       .def_rw("length_column", &BatchPlan::length_column)
+      // Pack with several features: each feature's row length, by name.
+      .def_prop_ro("feature_row_lengths",
+                   [](const BatchPlan& p) {
+                     std::map<std::string, int64_t> out;
+                     for (size_t f = 0; f < p.feature_names.size(); ++f)
+                       out.emplace(p.feature_names[f], p.feature_row_lengths[f]);
+                     return out;
+                   })
       .def_ro("stats", &BatchPlan::stats)
       .def_prop_ro("num_batches", &BatchPlan::num_batches)
       .def_prop_ro("shapes",

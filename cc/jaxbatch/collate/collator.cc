@@ -140,6 +140,30 @@ void CheckInt32(int64_t value, const char* what, const RaggedColumn& column, int
 
 // An output array's name: the column's with a suffix. Not StrCat, whose
 // stream costs ~2,500 instructions a name, on the per-batch path.
+// The row length of a packed column: the shape's, or with several features
+// that of the feature `column` is or is declared aligned with (its own name
+// first). Throws for a column that follows none: its lengths could be any.
+int64_t PackedLength(const Dataset& dataset, const BatchLayout& layout, const RaggedColumn& column,
+                     int64_t shape_length) {
+  if (layout.feature_names.empty()) return shape_length;
+  for (size_t f = 0; f < layout.feature_names.size(); ++f) {
+    if (column.name() == layout.feature_names[f]) return layout.feature_row_lengths[f];
+  }
+  std::string names;
+  for (size_t f = 0; f < layout.feature_names.size(); ++f) {
+    if (dataset.AreAligned(column.name(), layout.feature_names[f])) {
+      return layout.feature_row_lengths[f];
+    }
+    names += StrCat(f ? ", '" : "'", layout.feature_names[f], "'");
+  }
+  throw InvalidArgumentError(StrCat("collate: Pack packs the features ", names,
+                                    ", each to its own row length, but ragged column '",
+                                    column.name(),
+                                    "' is none of them nor declared aligned with one; name it in "
+                                    "row_length, declare it aligned with the feature it follows, "
+                                    "or leave it out"));
+}
+
 std::string Suffixed(const std::string& name, std::string_view suffix) {
   std::string out;
   out.reserve(name.size() + suffix.size());
@@ -300,13 +324,13 @@ class BatchCollator {
   }
 
   void Packed(const RaggedColumn& column, std::vector<Array>& out) {
-    if (!dataset_.AreAligned(column.name(), length_column_)) {
+    if (layout_.feature_names.empty() && !dataset_.AreAligned(column.name(), length_column_)) {
       throw InvalidArgumentError(StrCat(
           "collate: packed batches need every ragged column aligned with the length column '",
           length_column_, "', but column '", column.name(),
           "' is not; declare it aligned or leave it out"));
     }
-    const int64_t length = view_.shape.length;
+    const int64_t length = PackedLength(dataset_, layout_, column, view_.shape.length);
     const int64_t segments = view_.shape.segments;
     CheckInt32(length, "row length", column, view_.index);
     CheckInt32(segments, "segments per row", column, view_.index);
@@ -482,9 +506,10 @@ int64_t CollatedBytes(const Dataset& dataset, const BatchShape& shape, const Bat
     if (column.is_fixed()) {
       add(total, array({rows, slots, column.row_bytes()}));
     } else if (layout.packed) {
-      add(total, array({rows, shape.length, column.row_bytes()}));
-      add(total, array({rows, shape.length, 4}));
-      add(total, array({rows, shape.length, 4}));
+      const int64_t length = PackedLength(dataset, layout, column, shape.length);
+      add(total, array({rows, length, column.row_bytes()}));
+      add(total, array({rows, length, 4}));
+      add(total, array({rows, length, 4}));
       add(total, array({rows, slots, 4}));
       add(total, array({rows, slots, 4}));  // segment starts
     } else {
@@ -521,7 +546,9 @@ std::vector<Array> Collate(const Dataset& dataset, const BatchPlan& plan, int64_
                            .allow_truncate = plan.allow_truncate,
                            .split = plan.split,
                            .length_column = plan.length_column,
-                           .graph = plan.graph};
+                           .graph = plan.graph,
+                           .feature_names = plan.feature_names,
+                           .feature_row_lengths = plan.feature_row_lengths};
   return CollateView(dataset, plan.batch(batch_index), layout, options);
 }
 

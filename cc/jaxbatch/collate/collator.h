@@ -117,6 +117,11 @@ struct BatchLayout {
   bool split = false;         // segments are pieces: adds example_piece
   std::string length_column;  // "" = the dataset's default length column
   bool graph = false;         // a graph batch (CollateGraphs)
+  // Pack with several features (BatchPlan::feature_names): each ragged
+  // column is laid out to the row length of the feature it is (or is
+  // declared aligned with); a column aligned with none is refused.
+  std::vector<std::string> feature_names = {};
+  std::vector<int64_t> feature_row_lengths = {};
 };
 
 // Throws InvalidArgumentError, starting "<who>: ", when options.pad_values

@@ -14,6 +14,7 @@
 #include "jaxbatch/data/fingerprint.h"
 #include "jaxbatch/data/graph.h"
 #include "jaxbatch/load/prefetch.h"
+#include "jaxbatch/plan/pack_features.h"
 #include "jaxbatch/plan/planner_key.h"
 
 namespace jaxbatch {
@@ -146,11 +147,19 @@ Loader::Loader(std::shared_ptr<const Dataset> dataset, std::shared_ptr<const Chu
     excluded_[static_cast<size_t>(r.example)] = 1;
     // A bad graph's counts may be anything: it is never planned.
     lengths_[static_cast<size_t>(r.example)] = 0;
-    if (!edge_lengths_.empty()) edge_lengths_[static_cast<size_t>(r.example)] = 0;
+    // An edge count, or each further feature's length.
+    for (size_t k = static_cast<size_t>(r.example); k < edge_lengths_.size();
+         k += lengths_.size()) {
+      edge_lengths_[k] = 0;
+    }
   }
   // A graph over the budget or a sequence too long for the planner is named
   // now, not when a worker plans the first epoch.
   CheckExamplesFit(lengths_, options_.schedule.planner, edge_lengths_);
+  if (const auto* pack = std::get_if<PackOptions>(&options_.schedule.planner);
+      pack && !pack->row_lengths.empty()) {
+    real_lengths_ = PackFeatureTotals(lengths_, edge_lengths_, *pack);
+  }
 
   state_.seed = options_.schedule.seed;
   state_.key = key_;
@@ -539,7 +548,8 @@ void Loader::WorkerLoop() {
       layout.allow_truncate = schedule->plan.allow_truncate;
       result.examples = ExamplesStarted(view);
       result.shape = view.shape;
-      result.real_elements = RealElements(view, lengths_, layout_.graph);
+      result.real_elements =
+          RealElements(view, real_lengths_.empty() ? lengths_ : real_lengths_, layout_.graph);
       if (layout_.graph) {
         for (int64_t e : view.all_examples()) {
           result.real_edges += edge_lengths_[static_cast<size_t>(e)];
@@ -764,7 +774,39 @@ std::shared_ptr<const EpochSchedule> Loader::PlannedEpoch(int64_t epoch) const {
       MakeEpochSchedule(lengths_, excluded_, options_.schedule, epoch, edge_lengths_));
 }
 
+void Loader::InitFeatureLengths(const PackOptions& pack) {
+  // A chunked source names its own length column (its first ragged one):
+  // the features replace it.
+  if (!chunked_ && !options_.length_column.empty() &&
+      !pack.row_lengths.contains(options_.length_column)) {
+    throw InvalidArgumentError(
+        StrCat("Loader: Pack(row_length={...}) plans by the features it names; length_column='",
+               options_.length_column, "' is not one of them"));
+  }
+  layout_ =
+      BatchLayout{.packed = true, .allow_truncate = false, .split = false, .length_column = ""};
+  for (const auto& [name, row_length] : pack.row_lengths) {
+    if (!dataset_->has_column(name) || dataset_->column(name).is_fixed()) {
+      throw InvalidArgumentError(StrCat("Loader: Pack's row_length names feature '", name,
+                                        "', but the data has no ragged column of that name; ",
+                                        "ragged columns such as '",
+                                        dataset_->default_length_column(), "' can be features"));
+    }
+    std::vector<int64_t> lengths =
+        chunked_ ? chunked_->lengths(name) : dataset_->column(name).Lengths();
+    std::vector<int64_t>& into = layout_.feature_names.empty() ? lengths_ : edge_lengths_;
+    into.insert(into.end(), lengths.begin(), lengths.end());
+    layout_.feature_names.push_back(name);
+    layout_.feature_row_lengths.push_back(row_length);
+  }
+  layout_.length_column = layout_.feature_names.front();
+}
+
 void Loader::InitLengths() {
+  if (const auto* pack = std::get_if<PackOptions>(&options_.schedule.planner);
+      pack && !pack->row_lengths.empty()) {
+    return InitFeatureLengths(*pack);
+  }
   const std::string& length_column =
       options_.length_column.empty() ? dataset_->default_length_column() : options_.length_column;
   if (dataset_->column(length_column).is_fixed()) {

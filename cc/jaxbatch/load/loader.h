@@ -265,6 +265,7 @@ class Loader {
   // lengths_ and layout_ from the length column (sequence planners) or the
   // graphs' node and edge counts, whose bad graphs join bad_records_.
   void InitLengths();
+  void InitFeatureLengths(const PackOptions& pack);
   void InitGraphs();
   void WorkerLoop();
   // Throws IoError naming a mapped file whose size or modification time
@@ -300,8 +301,13 @@ class Loader {
   std::unique_ptr<ChunkCache> cache_;
   LoaderOptions options_;
   int64_t num_examples_ = 0;
-  std::vector<int64_t> lengths_;       // node counts for a graph planner
-  std::vector<int64_t> edge_lengths_;  // edge counts (graph planners only)
+  std::vector<int64_t> lengths_;  // node counts for a graph planner
+  // Edge counts for a graph planner; for a Pack with several features the
+  // features after the first, feature after feature (Plan()'s `edges`).
+  std::vector<int64_t> edge_lengths_;
+  // A Pack with several features: each example's elements over them, cut
+  // to their row lengths (the real elements a batch reports). Else empty.
+  std::vector<int64_t> real_lengths_;
   std::vector<uint8_t> excluded_;
   std::vector<BadRecord> bad_records_;
   StreamKey key_;  // this loader's, in every state()

@@ -106,6 +106,20 @@ void CheckPlan(const BatchPlan& plan) {
   for (size_t s = 0; s < plan.shapes.size(); ++s) {
     CheckShape(plan.shapes[s], StrCat("shape ", s));
   }
+  // A collator sizes each feature's arrays by its row length.
+  if (plan.feature_names.size() != plan.feature_row_lengths.size()) {
+    throw InvalidArgumentError(StrCat("BatchPlan: ", plan.feature_names.size(),
+                                      " feature names but ", plan.feature_row_lengths.size(),
+                                      " feature row lengths"));
+  }
+  for (size_t f = 0; f < plan.feature_row_lengths.size(); ++f) {
+    const int64_t length = plan.feature_row_lengths[f];
+    if (length <= 0 || length > kMaxExtent) {
+      throw InvalidArgumentError(StrCat("BatchPlan: feature '", plan.feature_names[f],
+                                        "' has row length ", length, ", expected 1 to ",
+                                        kMaxExtent));
+    }
+  }
   if (static_cast<int64_t>(plan.batch_row_begin.size()) != batches + 1) {
     throw InvalidArgumentError(StrCat("BatchPlan: batch_row_begin has ",
                                       plan.batch_row_begin.size(), " entries, expected ",

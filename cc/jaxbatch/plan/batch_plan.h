@@ -26,6 +26,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace jaxbatch {
@@ -156,6 +157,11 @@ class BatchPlan {
   bool split = false;
   // The column whose lengths made the plan ("" when planned from lengths).
   std::string length_column;
+  // Pack with several features (pack_features.h): each feature's name and
+  // row length, in name order; the shapes' `length` is their sum. Empty
+  // for one feature.
+  std::vector<std::string> feature_names;
+  std::vector<int64_t> feature_row_lengths;
   std::vector<BatchShape> shapes;
   std::vector<int32_t> batch_shape_ids;
   std::vector<int64_t> batch_row_begin{0};
@@ -218,6 +224,10 @@ class PlanBuilder {
   void Skip(int64_t example) { plan_.skipped_examples.push_back(example); }
   void set_allow_truncate(bool allow) { plan_.allow_truncate = allow; }
   void set_split(bool split) { plan_.split = split; }
+  void set_features(std::vector<std::string> names, std::vector<int64_t> row_lengths) {
+    plan_.feature_names = std::move(names);
+    plan_.feature_row_lengths = std::move(row_lengths);
+  }
   bool split() const { return plan_.split; }
   // Computes stats from `lengths` (indexed by example id).
   BatchPlan Finish(std::span<const int64_t> lengths, int64_t num_examples) &&;

@@ -7,6 +7,7 @@
 #include "jaxbatch/base/error.h"
 #include "jaxbatch/plan/buckets.h"
 #include "jaxbatch/plan/concat_split.h"
+#include "jaxbatch/plan/pack_features.h"
 #include "jaxbatch/plan/packer.h"
 
 namespace jaxbatch {
@@ -492,8 +493,12 @@ int64_t DefaultSegments(std::span<const int64_t> lengths, std::span<const int64_
 }
 
 void ValidatePack(const PackOptions& o) {
-  RequirePositive(o.row_length, "Pack", "row_length");
-  CheckExtent(o.row_length, "Pack", "row_length", "lengths, segment ids and positions");
+  if (!o.row_lengths.empty()) {
+    ValidatePackFeatures(o);
+  } else {
+    RequirePositive(o.row_length, "Pack", "row_length");
+    CheckExtent(o.row_length, "Pack", "row_length", "lengths, segment ids and positions");
+  }
   RequirePositive(o.rows_per_batch, "Pack", "rows_per_batch");
   CheckRowsMultiple(o.rows_per_batch, o.rows_multiple, "Pack", "rows_per_batch");
   RequirePositiveIfSet(o.max_segments_per_row, "Pack", "max_segments_per_row");
@@ -586,21 +591,9 @@ BatchPlan PlanPack(std::span<const int64_t> lengths, const std::vector<int64_t>&
                                                           segments, o.algorithm, *o.open_rows)
                                       : PackRows(item_lengths, items, o.row_length, segments,
                                                  o.algorithm, o.lookahead.value_or(0));
-  const int64_t num_rows = rows.num_rows();
-  for (int64_t first = 0; first < num_rows; first += o.rows_per_batch) {
-    const int64_t count = std::min(o.rows_per_batch, num_rows - first);
-    if (count < o.rows_per_batch && o.remainder == Remainder::kDrop) {
-      for (int64_t k = rows.row_begin[static_cast<size_t>(first)]; k < rows.row_begin.back(); ++k) {
-        builder.Drop(rows.example_ids[static_cast<size_t>(k)]);
-      }
-      break;
-    }
-    const int64_t batch_rows =
-        o.remainder == Remainder::kKeep ? KeptRows(count, o.rows_multiple) : o.rows_per_batch;
-    builder.BeginBatch({.rows = batch_rows, .length = o.row_length, .segments = segments});
-    for (int64_t r = first; r < first + count; ++r) AddPackedRow(rows, r, split, builder);
-    builder.EndBatch();
-  }
+  AddPackedBatches(
+      rows, o, {.rows = o.rows_per_batch, .length = o.row_length, .segments = segments},
+      [&](int64_t r) { AddPackedRow(rows, r, split, builder); }, builder);
   return std::move(builder).Finish(lengths, static_cast<int64_t>(ids.size()));
 }
 
@@ -666,6 +659,7 @@ void CheckExamplesFit(std::span<const int64_t> lengths, const PlannerOptions& op
           CheckLongestFits(lengths, Longest(lengths), o);
         }
         if constexpr (std::is_same_v<T, PackOptions>) {
+          if (!o.row_lengths.empty()) return CheckPackFeaturesFit(lengths, edges, o);
           const int64_t id = FirstLonger(lengths, o.row_length);
           // concat_then_split cuts every example at row ends.
           if (id >= 0 && o.too_long == TooLong::kError &&
@@ -695,7 +689,11 @@ BatchPlan Plan(std::span<const int64_t> lengths, const PlannerOptions& options,
         if constexpr (std::is_same_v<T, AutoBucketsOptions>) {
           return PlanAutoBuckets(lengths, ids, o);
         }
-        if constexpr (std::is_same_v<T, PackOptions>) return PlanPack(lengths, ids, o);
+        if constexpr (std::is_same_v<T, PackOptions>) {
+          // Several features: `edges` holds the features after the first.
+          return o.row_lengths.empty() ? PlanPack(lengths, ids, o)
+                                       : PlanPackFeatures(lengths, edges, ids, o);
+        }
         if constexpr (std::is_same_v<T, GraphBudgetOptions>) {
           return PlanGraphBudget(lengths, edges, ids, o);
         }

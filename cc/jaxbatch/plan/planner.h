@@ -33,8 +33,10 @@
 #define JAXBATCH_PLAN_PLANNER_H_
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <span>
+#include <string>
 #include <variant>
 #include <vector>
 
@@ -109,7 +111,14 @@ struct AutoBucketsOptions {
 };
 
 struct PackOptions {
-  int64_t row_length = 0;      // required
+  int64_t row_length = 0;  // required, unless row_lengths names the features
+  // Several features packed jointly, each to its own row length (T5's
+  // inputs and targets): an example enters a row only if every feature
+  // fits, and example k of a row is segment k in every feature. Excludes
+  // row_length (left 0); empty: one feature, the length column, of
+  // row_length. Ordered by name, so the options (and their key) do not
+  // depend on the order a caller gave them in.
+  std::map<std::string, int64_t> row_lengths = {};
   int64_t rows_per_batch = 0;  // required
   // Unset: the most examples a row can hold, from the lengths (DefaultSegments).
   std::optional<int64_t> max_segments_per_row = std::nullopt;
@@ -156,8 +165,10 @@ void CheckExamplesFit(std::span<const int64_t> lengths, const PlannerOptions& op
 // Plans batches over `lengths` (indexed by example id). `order` lists the
 // example ids to plan, in the order to consider them (a shuffle or a shard);
 // empty means every example in index order. A graph planner reads `lengths`
-// as node counts and needs `edges`, the edge counts; the others ignore
-// `edges`. Throws InvalidArgumentError for bad options or a too-long example
+// as node counts and needs `edges`, the edge counts; a Pack with several
+// features (row_lengths) reads `lengths` as its first feature's lengths (by
+// name) and `edges` as the other features', feature after feature, n each
+// (pack_features.h); the others ignore `edges`. Throws InvalidArgumentError for bad options or a too-long example
 // under TooLong::kError.
 BatchPlan Plan(std::span<const int64_t> lengths, const PlannerOptions& options,
                std::span<const int64_t> order = {}, std::span<const int64_t> edges = {});

@@ -14,12 +14,14 @@
 namespace jaxbatch {
 namespace {
 
-// A parsed value: None, an integer, a quoted string or a list of integers.
+// A parsed value: None, an integer, a quoted string, a list of integers or
+// a dict of quoted names to integers (Pack's per-feature row lengths).
 struct Value {
-  enum class Kind { kNone, kInt, kString, kList } kind = Kind::kNone;
+  enum class Kind { kNone, kInt, kString, kList, kDict } kind = Kind::kNone;
   int64_t integer = 0;
   std::string text;
   std::vector<int64_t> list;
+  std::vector<std::pair<std::string, int64_t>> dict;
 };
 
 constexpr const char* kRemainderNames[] = {"pad", "keep", "drop"};
@@ -147,10 +149,36 @@ const std::vector<Field<AutoBucketsOptions>>& FieldsOf(const AutoBucketsOptions*
   return fields;
 }
 
+// Pack's row_length: an integer, or for several features a dict of each
+// feature's row length, written in name order as Python writes a dict:
+// row_length={'inputs': 512, 'targets': 128}.
+Field<PackOptions> PackRowLength() {
+  return {"row_length",
+          [](const PackOptions& o) -> std::optional<std::string> {
+            if (o.row_lengths.empty()) return StrCat(o.row_length);
+            std::string out = "{";
+            for (const auto& [name, length] : o.row_lengths) {
+              out += StrCat(out.size() > 1 ? ", " : "", "'", name, "': ", length);
+            }
+            return out + "}";
+          },
+          [](PackOptions& o, const Value& v, std::string_view key) {
+            if (v.kind != Value::Kind::kDict) {
+              o.row_length = AsInt(v, key, "row_length");
+              return;
+            }
+            for (const auto& [name, length] : v.dict) {
+              if (!o.row_lengths.emplace(name, length).second) {
+                Refuse(key, StrCat("row_length names feature '", name, "' twice"));
+              }
+            }
+          }};
+}
+
 const std::vector<Field<PackOptions>>& FieldsOf(const PackOptions*) {
   using O = PackOptions;
   static const std::vector<Field<O>> fields = {
-      Count<O>("row_length", &O::row_length),
+      PackRowLength(),
       Count<O>("rows_per_batch", &O::rows_per_batch),
       Optional<O>("max_segments_per_row", &O::max_segments_per_row),
       Choice<O>("algorithm", &O::algorithm, kAlgorithmNames),
@@ -231,6 +259,7 @@ class Reader {
       pos_ = end + 1;
       return v;
     }
+    if (c == '{') return Dict();
     if (c == '[' || c == '(') {
       const char close = c == '[' ? ']' : ')';
       ++pos_;
@@ -266,6 +295,23 @@ class Reader {
   }
 
  private:
+  // {'name': integer, ...}
+  Value Dict() {
+    Expect('{');
+    Value v;
+    v.kind = Value::Kind::kDict;
+    while (!Take('}')) {
+      if (!v.dict.empty()) {
+        Expect(',');
+        if (Take('}')) break;
+      }
+      const Value name = ReadValue();
+      if (name.kind != Value::Kind::kString) Fail("expected a quoted feature name");
+      Expect(':');
+      v.dict.emplace_back(name.text, Integer());
+    }
+    return v;
+  }
   void SkipSpace() {
     while (pos_ < key_.size() && std::isspace(static_cast<unsigned char>(key_[pos_]))) ++pos_;
   }

@@ -377,6 +377,12 @@ class Loader:
         )
         # A graph planner plans by node and edge counts (the engine refuses column=).
         self._length_column = "" if self._graphs else o.column or self.dataset.default_length_column
+        # A Pack of several features: each one's row length, in the engine's order.
+        row_lengths = self._core_options.schedule.planner
+        row_lengths = row_lengths.row_length if isinstance(planner, Pack) else None
+        self._feature_lengths = tuple(row_lengths.items()) if isinstance(row_lengths, dict) else ()
+        if self._feature_lengths:
+            self._length_column = self._feature_lengths[0][0]
         self._start(state)
         if o.shard == "jax":
             try:
@@ -538,7 +544,7 @@ class Loader:
         if self._stream is not None:
             self._stream.note_reads(core.chunk_reads, epoch)
         packed = isinstance(self.planner, Pack)
-        shape = BatchShape(*planned)
+        shape = BatchShape(*planned, self._feature_lengths)
         batch = batch_from_core(
             arrays, step, shape, packed, self._length_column, self._ragged, self._fixed,
             self._graphs,
@@ -576,7 +582,8 @@ class Loader:
         if self._core_loader is None and self._ended:
             return []
         live = self._live()
-        return [BatchShape(*s) for s in live.planned_shapes(live.state().epoch)]
+        planned = live.planned_shapes(live.state().epoch)
+        return [BatchShape(*s, self._feature_lengths) for s in planned]
 
     def close(self) -> None:
         """Stops and joins every worker thread. Idempotent, and safe from

@@ -11,7 +11,7 @@ import numpy as np
 from jaxbatch import _core
 from jaxbatch._src.base.words import counted
 from jaxbatch._src.data.dataset import Dataset
-from jaxbatch._src.plan.planners import GRAPH_PLANNERS, PLANNERS, Planner
+from jaxbatch._src.plan.planners import GRAPH_PLANNERS, PLANNERS, Pack, Planner
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,12 +79,25 @@ class PlanStats:
 class BatchShape:
     """A batch's padded shape: ``rows`` x ``length``; ``segments`` is the most
     examples a packed row holds (0 when not packed). A graph batch has
-    ``rows`` graph slots, ``length`` node slots and ``edges`` edge slots."""
+    ``rows`` graph slots, ``length`` node slots and ``edges`` edge slots.
+    A ``Pack`` with several features gives each its own row length in
+    ``feature_lengths`` (``(("inputs", 512), ("targets", 128))``, by name;
+    ``feature_length(name)`` reads one), and ``length`` is their sum."""
 
     rows: int
     length: int
     segments: int = 0
     edges: int = 0
+    feature_lengths: tuple[tuple[str, int], ...] = ()
+
+    def feature_length(self, name: str) -> int:
+        """The row length of feature `name` (``length`` with one feature)."""
+        if not self.feature_lengths:
+            return self.length
+        lengths = dict(self.feature_lengths)
+        if name not in lengths:
+            raise KeyError(f"BatchShape: no feature {name!r}; features are {sorted(lengths)}")
+        return lengths[name]
 
 
 class BatchSpec:
@@ -93,7 +106,7 @@ class BatchSpec:
     def __init__(self, plan: BatchPlan, index: int):
         self.plan = plan
         self.index = index
-        self.shape = BatchShape(*plan._core.batch_shape(index))
+        self.shape = BatchShape(*plan._core.batch_shape(index), plan._feature_lengths)
 
     @property
     def rows(self) -> list[np.ndarray]:
@@ -149,7 +162,11 @@ class BatchPlan:
 
     @property
     def shapes(self) -> list[BatchShape]:
-        return [BatchShape(*s) for s in self._core.shapes]
+        return [BatchShape(*s, self._feature_lengths) for s in self._core.shapes]
+
+    @property
+    def _feature_lengths(self) -> tuple[tuple[str, int], ...]:
+        return tuple(self._core.feature_row_lengths.items())
 
     @property
     def boundaries(self) -> list[int]:
@@ -224,6 +241,9 @@ def plan(
             )
         nodes, edges = _core.graph_counts(data._core, "plan")
         return BatchPlan(_core.plan(nodes, planner._options(), order, edges), planner)
+    row_lengths = planner._options().row_length if isinstance(planner, Pack) else None
+    if isinstance(row_lengths, dict):
+        return _plan_features(data, planner, list(row_lengths), column, order)
     if isinstance(data, Dataset):
         name = column if column is not None else data.default_length_column
         lengths = data.lengths(name)
@@ -240,6 +260,28 @@ def plan(
         lengths = np.ascontiguousarray(lengths, dtype=np.int64)
     core = _core.plan(lengths, planner._options(), order)
     core.length_column = name
+    return BatchPlan(core, planner)
+
+
+def _plan_features(
+    data: Any, planner: Planner, names: list[str], column: str | None, order: Any
+) -> BatchPlan:
+    """A Pack of several features: the engine takes the first feature's
+    lengths (in its name order) and the others' after one another."""
+    if not isinstance(data, Dataset):
+        raise TypeError(
+            f"plan: Pack(row_length={{...}}) packs the named columns of a Dataset, "
+            f"found {type(data).__name__}"
+        )
+    if column is not None:
+        raise ValueError(
+            f"plan: Pack(row_length={{...}}) plans by its features {names}; "
+            f"column={column!r} does not apply"
+        )
+    lengths = [np.ascontiguousarray(data.lengths(n), dtype=np.int64) for n in names]
+    others = np.concatenate(lengths[1:]) if len(lengths) > 1 else np.zeros(0, np.int64)
+    core = _core.plan(lengths[0], planner._options(), order, others)
+    core.length_column = names[0]
     return BatchPlan(core, planner)
 
 

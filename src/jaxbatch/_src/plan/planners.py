@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Literal
 
 import numpy as np
@@ -57,7 +57,20 @@ def _to_core(planner: str, option: str, value: Any, current: Any) -> Any:
         return [_integer(planner, f"{option}[{k}]", v) for k, v in enumerate(value)]
     if value is None and current is None:  # An option the planner may go without.
         return None
+    if isinstance(value, Mapping):  # Pack's row_length, one per feature
+        return {
+            _feature(planner, option, k): _integer(planner, f"{option}[{k!r}]", v)
+            for k, v in value.items()
+        }
     return _integer(planner, option, value)
+
+
+def _feature(planner: str, option: str, name: Any) -> str:
+    if not isinstance(name, str):
+        raise ValueError(
+            f"{planner}: {option} must map column names (str) to integers, found key {name!r}"
+        )
+    return name
 
 
 def _integer(planner: str, option: str, value: Any) -> int:
@@ -220,9 +233,26 @@ class Pack(_Planner):
     ``"split"`` is accepted); ``lookahead``, ``open_rows`` and
     ``remainder="drop"`` are refused. ``max_segments_per_row`` closes a row
     early once it holds that many segments; by default it is the most any
-    order of the lengths can put in a row, so no row closes early."""
+    order of the lengths can put in a row, so no row closes early.
 
-    row_length: int
+    Several features, each its own row length (a T5-style encoder-decoder):
+    ``row_length={"inputs": 512, "targets": 128}`` packs those ragged
+    columns jointly. An example enters a row only if every feature fits its
+    own row length; each feature gets its own ``<name>_segment_ids`` and
+    ``<name>_positions`` (``[rows, 512]``, ``[rows, 128]``), and example k of
+    a row is segment k in every feature (an example empty in a feature still
+    takes its segment there, of length 0). ``too_long="truncate"`` cuts each
+    feature to its own row length (seqio's ``trim_and_pack``);
+    ``max_segments_per_row`` is Grain's ``max_sequences_per_bin``; best fit
+    picks, as Grain's does, the fitting row with the least room summed over
+    the features (and without ``open_rows`` takes the examples by their
+    total length, longest first). A ragged column not named follows the
+    feature it is declared aligned with, and is refused otherwise.
+    ``too_long="split"`` and ``"concat_then_split"`` are refused with
+    several features: each feature would be cut at its own row ends, so the
+    pieces would not pair up across features."""
+
+    row_length: int | Mapping[str, int]
     rows_per_batch: int
     max_segments_per_row: int | None = None
     algorithm: Algorithm = _default(_PACK, "algorithm")
