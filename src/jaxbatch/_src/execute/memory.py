@@ -70,6 +70,10 @@ def compiled_bytes(compiled: Any) -> int:
     once when the program has fusions the analysis does not count."""
     if _uncounted(compiled):
         _warn_uncounted()
+    return _analysed_bytes(compiled)
+
+
+def _analysed_bytes(compiled: Any) -> int:
     stats = compiled.memory_analysis()
     if stats is None:
         raise RuntimeError("memory planning: this backend reports no compiled memory analysis")
@@ -159,13 +163,13 @@ def program_bytes(lowered: Any) -> int:
     entry = plan_cache.lookup(key)
     if entry is None:
         compiled = lowered.compile()
-        entry = plan_cache.Entry(compiled_bytes(compiled), _uncounted(compiled))
+        entry = plan_cache.Entry(_analysed_bytes(compiled), _uncounted(compiled))
         plan_cache.store(key, entry)
         _count(compiled=1)
     else:
         _count(cached=1)
-        if entry.uncounted:
-            _warn_uncounted()
+    if entry.uncounted:
+        _warn_uncounted()
     return entry.bytes
 
 
