@@ -85,6 +85,10 @@ import harness  # noqa: E402
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Every repetition plans its memory from compilations, as a first run does: a
+# cached plan (~/.cache/jaxbatch) would make later repetitions cheaper than the
+# first and the figures incomparable with runs made before the cache.
+os.environ.setdefault("JAXBATCH_MEMORY_PLAN_CACHE", "0")
 
 CONTENDERS = (
     "naive",
