@@ -32,11 +32,13 @@ from jaxbatch._src.collate import keys
 
 Implementation = Literal["xla", "cudnn"]
 _LAYOUTS = ("BTNH", "BNTH")
-# cuDNN's flash attention takes 16-bit inputs and head sizes that are
-# multiples of 8 up to 128 (jax/_src/cudnn/fused_attention_stablehlo.py,
+# cuDNN's flash attention with the packed layout takes 16-bit inputs, head
+# sizes that are multiples of 8 up to 256, on Hopper (compute capability
+# 9.0) or later (jax/_src/cudnn/fused_attention_stablehlo.py,
 # check_is_flash_attention); anything else stays on XLA.
 _CUDNN_DTYPES = (jnp.float16, jnp.bfloat16)
-_CUDNN_MAX_HEAD = 128
+_CUDNN_MAX_HEAD = 256
+_CUDNN_PACKED_CAPABILITY = "9.0"
 
 
 # --- Layouts: pure functions of a batch's lengths and starts --------------
@@ -223,13 +225,22 @@ def cudnn_supported(query: Any, layout: str = "BTNH") -> bool:
     """Whether :func:`packed_attention` would run cuDNN's fused kernel for
     ``query``: the default backend is a GPU, the query has its rows axis
     (JAX's vmap rule for cuDNN attention takes per-row lengths only, not the
-    packed layout, so one row inside ``jax.vmap`` stays on XLA), and the
-    dtype (float16 or bfloat16) and head size (a multiple of 8, at most 128)
-    are ones it takes."""
+    packed layout, so one row inside ``jax.vmap`` stays on XLA), cuDNN is
+    there on a Hopper or later GPU (the packed layout's need), and the dtype
+    (float16 or bfloat16) and head size (a multiple of 8, at most 256) are
+    ones it takes."""
     if jax.default_backend() != "gpu" or np.ndim(query) != 4:
         return False
     head = np.shape(query)[-1]
-    return jnp.asarray(query).dtype in _CUDNN_DTYPES and head % 8 == 0 and head <= _CUDNN_MAX_HEAD
+    if jnp.asarray(query).dtype not in _CUDNN_DTYPES or head % 8 or head > _CUDNN_MAX_HEAD:
+        return False
+    from jax._src.cudnn import fused_attention_stablehlo as cudnn
+
+    try:
+        cudnn.check_cudnn_version()
+        return bool(cudnn.check_compute_capability(_CUDNN_PACKED_CAPABILITY))
+    except (RuntimeError, ValueError):  # no cuDNN, or no CUDA device to ask
+        return False
 
 
 def _cudnn_attention(query, key, value, ids, lengths, starts, *, scale, is_causal, layout):
@@ -289,11 +300,12 @@ def packed_attention(
     as int works too). ``scale`` defaults to ``1 / sqrt(head_size)``.
 
     ``implementation``: ``None`` picks ``"cudnn"`` where
-    :func:`cudnn_supported` (a GPU, float16/bfloat16, head size a multiple of
-    8 up to 128) and ``"xla"`` elsewhere. ``"cudnn"`` calls JAX's fused cuDNN
-    kernel with the packed layout (:func:`cudnn_packed_layout`), which
-    computes only within segments; segment ids alone are turned into lengths
-    with ``num_segments`` slots (default L). ``"xla"`` is the dense masked
+    :func:`cudnn_supported` (a Hopper or later GPU with cuDNN, float16 or
+    bfloat16, head size a multiple of 8 up to 256) and ``"xla"`` elsewhere.
+    ``"cudnn"`` calls JAX's fused cuDNN kernel with the packed layout
+    (:func:`cudnn_packed_layout`), which computes only within segments;
+    segment ids alone are turned into lengths with ``num_segments`` slots
+    (default L). ``"xla"`` is the dense masked
     form: the same result, computed over whole rows. (Skipping the blocks no
     segment spans did not pay on CPU at MiniLM's shapes, rows of 256 tokens
     and 12 heads of 32: the demo corpus's packed rows keep 67% of 64-token
