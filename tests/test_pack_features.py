@@ -480,3 +480,20 @@ def test_refusals_name_why():
     ds = dataset(inputs=INPUTS, targets=TARGETS)
     with pytest.raises(ValueError, match="example 0 has 3 elements in feature 'inputs'"):
         jb.Loader(ds, jb.Pack({"inputs": 2, "targets": 4}, 2), shuffle="none", epochs=1)
+
+
+def test_jaxbatch_plan_pack_reports_each_feature(tmp_path, capsys):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    from jaxbatch._src.cli.main import main
+
+    path = tmp_path / "t5.parquet"
+    pq.write_table(pa.table({"inputs": INPUTS, "targets": TARGETS, "other": [[1], [2], [3]]}), path)
+    argv = ["plan", str(path), "--pack", "inputs=4", "--pack", "targets=6", "--token-budget", "20"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "row_length={'inputs': 4, 'targets': 6}, rows_per_batch=2" in out
+    assert "shape: inputs [2, 4], targets [2, 6]" in out
+    assert "100.0%" not in out and "12 of 20" in out  # 6 + 6 real elements in 2 rows of 4 + 6
+    assert main(["plan", str(path), "--pack", "labels=4"]) == 2
+    assert "--pack names column 'labels'" in capsys.readouterr().err

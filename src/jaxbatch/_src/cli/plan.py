@@ -3,10 +3,13 @@
 
     jaxbatch plan [FILE | --default] [--column NAME] [--max-shapes K]
                   [--token-budget T] [--plot out.png]
+    jaxbatch plan FILE --pack COLUMN=LENGTH [--pack COLUMN=LENGTH ...]
 
 compares PadToMax, power-of-two FixedBuckets, AutoBuckets and Pack on a data
 set's lengths: padding efficiency, shapes (= compilations), batches and
-planning time.
+planning time. With --pack it plans a Parquet/Arrow file's named list
+columns jointly, each to its own row length (an encoder-decoder's inputs
+and targets), and reports each feature's shape.
 """
 
 from __future__ import annotations
@@ -173,7 +176,54 @@ def plot(lengths: np.ndarray, results, out: str) -> None:
     plt.close(fig)
 
 
+def parse_pack(specs: list[str]) -> dict[str, int]:
+    """{column: row length} from --pack COLUMN=LENGTH arguments."""
+    row_lengths = {}
+    for spec in specs:
+        name, sep, length = spec.rpartition("=")
+        if not sep or not name or not length.isdigit():
+            raise ValueError(f"--pack {spec}: expected COLUMN=LENGTH, such as inputs=512")
+        row_lengths[name] = int(length)
+    return row_lengths
+
+
+def _pack_features_command(args: argparse.Namespace) -> int:
+    """Plans the named columns jointly and prints the plan and each feature's shape."""
+    row_lengths = parse_pack(args.pack)
+    suffix = Path(args.file).suffix.lower() if args.file else ""
+    if suffix not in (".parquet", ".arrow", ".feather", ".ipc"):
+        raise ValueError("--pack plans the list columns of a Parquet/Arrow FILE; give one")
+    names = list(row_lengths)
+    if suffix == ".parquet":
+        pq = require("pyarrow.parquet", f"jaxbatch plan reading {args.file}")
+        with reading(args.file, "Parquet", prefix=""):
+            table = pq.read_table(args.file)
+    else:
+        feather = require("pyarrow.feather", f"jaxbatch plan reading {args.file}")
+        with reading(args.file, "Arrow IPC", prefix=""):
+            table = feather.read_table(args.file)
+    missing = [n for n in names if n not in table.column_names]
+    if missing:
+        raise ValueError(
+            f"--pack names column {missing[0]!r}, which {args.file} does not have; "
+            f"its columns are {', '.join(map(repr, table.column_names))}"
+        )
+    ds = Dataset.from_arrow(table, columns=names)
+    rows = max(1, args.token_budget // sum(row_lengths.values()))
+    planner = Pack(row_lengths, rows, algorithm="best_fit", too_long="truncate")
+    p = plan(ds, planner)
+    print(f"data: {args.file}, columns {', '.join(map(repr, row_lengths))}")
+    print(f"planner: {planner.key}")
+    print(p.stats)
+    for shape in p.shapes:
+        features = ", ".join(f"{n} [{shape.rows}, {n_len}]" for n, n_len in shape.feature_lengths)
+        print(f"shape: {features}; {shape.segments} segments a row")
+    return 0
+
+
 def _plan_command(args: argparse.Namespace) -> int:
+    if args.pack:
+        return _pack_features_command(args)
     if args.file is None and not args.default:
         raise ValueError("give a FILE or --default")
     if args.plot:
@@ -215,6 +265,12 @@ def add_plan_parser(sub) -> None:
     p.add_argument("--max-shapes", type=int, default=DEFAULT_MAX_SHAPES, metavar="K")
     p.add_argument("--token-budget", type=int, default=DEFAULT_TOKEN_BUDGET, metavar="T")
     p.add_argument("--plot", metavar="OUT.png", help="draw the length histogram and boundaries")
+    p.add_argument(
+        "--pack",
+        action="append",
+        metavar="COLUMN=LENGTH",
+        help="pack these columns jointly, each to its own row length (repeat it)",
+    )
     p.set_defaults(handler=plan_command)
 
 
