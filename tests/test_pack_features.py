@@ -497,3 +497,15 @@ def test_jaxbatch_plan_pack_reports_each_feature(tmp_path, capsys):
     assert "100.0%" not in out and "12 of 20" in out  # 6 + 6 real elements in 2 rows of 4 + 6
     assert main(["plan", str(path), "--pack", "labels=4"]) == 2
     assert "--pack names column 'labels'" in capsys.readouterr().err
+
+
+def test_map_and_run_refuse_several_features(tmp_path):
+    ds = dataset(inputs=INPUTS, targets=TARGETS)
+    planner = jb.Pack({"inputs": 4, "targets": 4}, 2)
+    with pytest.raises(ValueError, match=r"jb.map: Pack\(row_length=\{'inputs': 4, 'targets': 4\}"):
+        jb.map(lambda b: b["inputs"], ds, planner=planner)
+    with jb.Loader(ds, planner) as loader, pytest.raises(ValueError, match="jb.map: Pack"):
+        jb.map(lambda b: b["inputs"], loader)
+    with pytest.raises(ValueError, match="jb.run: Pack.*several features"):
+        jb.run(lambda b: b["inputs"], ds, tmp_path / "out", planner=planner)
+    assert not (tmp_path / "out").exists()

@@ -29,6 +29,7 @@ from jaxbatch._src.plan.planners import (
     Pack,
     PadToMax,
     Planner,
+    refuse_several_features,
     refuse_split,
 )
 
@@ -487,6 +488,7 @@ def _batches(fun, data, planner, batch_size, memory_budget):
             "jb.GraphBudget(...)) and call the jitted function on batch.graphs (docs/graphs.md)"
         )
     refuse_split(data.planner if isinstance(data, Loader) else planner, "jb.map")
+    refuse_several_features(data.planner if isinstance(data, Loader) else planner, "jb.map")
     if isinstance(data, Loader):
         if planner is not None:
             raise ValueError("jb.map: planner= is for a Dataset; the Loader has its own")

@@ -89,6 +89,7 @@ from jaxbatch._src.plan.planners import (
     Planner,
     planner_from_key,
     planner_key,
+    refuse_several_features,
     refuse_split,
     same_planner,
 )
@@ -450,6 +451,7 @@ def _planner_record(planner: Planner) -> dict[str, Any]:
     if not isinstance(planner, PLANNERS):
         raise TypeError(f"jb.run: planner must be a jaxbatch planner, found {planner!r}")
     refuse_split(planner, "jb.run")
+    refuse_several_features(planner, "jb.run")
     if isinstance(planner, GRAPH_PLANNERS):
         raise NotImplementedError(
             f"jb.run: {type(planner).__name__}: jobs over graph batches are not supported yet; "

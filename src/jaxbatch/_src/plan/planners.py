@@ -250,7 +250,9 @@ class Pack(_Planner):
     feature it is declared aligned with, and is refused otherwise.
     ``too_long="split"`` and ``"concat_then_split"`` are refused with
     several features: each feature would be cut at its own row ends, so the
-    pieces would not pair up across features."""
+    pieces would not pair up across features; and so are ``jb.map`` and
+    ``jb.run``, whose per-example results follow one row length (iterate
+    the Loader)."""
 
     row_length: int | Mapping[str, int]
     rows_per_batch: int
@@ -355,3 +357,15 @@ def same_planner(key: str, planner: Planner) -> bool:
         return _core.parse_planner_key(key) == planner._options()
     except ValueError:
         return False
+
+
+def refuse_several_features(planner: Planner | None, who: str) -> None:
+    """Raises for a Pack of several features where results are per example:
+    each feature has its own row length, and a per-token output follows one."""
+    if isinstance(planner, Pack) and isinstance(planner.row_length, Mapping):
+        raise ValueError(
+            f"{who}: Pack(row_length={dict(planner.row_length)!r}) packs several features, each "
+            f"to its own row length, but {who}'s per-example results follow one row length; "
+            "iterate jb.Loader(ds, planner) and cut each feature's outputs by its own "
+            "<name>_segment_ids (docs/padding-and-masking.md)"
+        )
