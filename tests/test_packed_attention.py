@@ -126,6 +126,25 @@ def test_loader_shapes_and_batches_carry_segment_starts_and_unbatch_leaves_them_
     assert all(set(v) == {"tokens"} for v in examples.values())
 
 
+def test_each_feature_of_a_joint_pack_has_its_own_segment_starts():
+    # An example empty in one feature keeps its slot there: length 0, starting
+    # where the previous segment ends.
+    ds = jb.Dataset.from_arrays(
+        {
+            "inputs": [np.arange(n, dtype=np.int32) for n in [3, 1, 5, 2]],
+            "targets": [np.arange(n, dtype=np.int32) for n in [1, 2, 0, 3]],
+        }
+    )
+    pack = jb.Pack(row_length={"inputs": 8, "targets": 4}, rows_per_batch=2)
+    batch = jb.collate(ds, jb.plan(ds, pack)[0])
+    for k, width in (("inputs", 8), ("targets", 4)):
+        lengths, starts = batch[f"{k}_lengths"], batch[f"{k}_segment_starts"]
+        np.testing.assert_array_equal(starts, reference_starts(lengths))
+        assert (starts + lengths <= width).all()
+    r, slot = np.argwhere(batch["example_index"] == 2)[0]  # example 2: no targets
+    assert batch["inputs_lengths"][r, slot] == 5 and batch["targets_lengths"][r, slot] == 0
+
+
 def test_a_column_named_like_segment_starts_is_refused():
     with pytest.raises(ValueError, match="tokens_segment_starts"):
         jb.Dataset.from_arrays(
