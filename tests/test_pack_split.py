@@ -1,7 +1,7 @@
 """Pack(too_long="split"): examples longer than a row cut into pieces, each
 packed as a segment of its own, through the Loader (shuffle, shard, restore,
 streaming), Grain and Hugging Face sources, unbatch / join_pieces, and the
-refusals of jb.map, jb.run and FixedBuckets.
+refusals of jb.map, jb.run and remainder="drop".
 
 Every token carries its own address (example * 1000 + position), so a batch
 says by itself which tokens it holds: the reference is the data."""
@@ -99,11 +99,16 @@ def test_every_token_exactly_once_in_order_pieces_fit_positions_restart(
     assert plan.stats.real_elements == sum(lengths)
 
 
-def test_unbatch_keys_pieces_and_join_pieces_gives_back_the_examples():
+@pytest.mark.parametrize(
+    "planner",
+    [jb.Pack(8, 2, too_long="split"), jb.FixedBuckets([4, 8], batch_size=2, too_long="split")],
+    ids=["Pack", "FixedBuckets"],
+)
+def test_unbatch_keys_pieces_and_join_pieces_gives_back_the_examples(planner):
     lengths = [11, 3, 25, 1, 8]
     ds = dataset(lengths)
     pieces: dict = {}
-    for spec in jb.plan(ds, jb.Pack(8, 2, too_long="split")):
+    for spec in jb.plan(ds, planner):
         batch = jb.collate(ds, spec)
         assert "example_piece" in batch.aux_keys
         got = jb.unbatch({"tokens": batch["tokens"], "double": 2 * batch["tokens"]}, batch)
@@ -202,7 +207,8 @@ def test_map_run_and_fixed_buckets_refuse_split(tmp_path):
     with pytest.raises(ValueError, match=r"jb.run: Pack\(too_long='split'\)"):
         jb.run(lambda b: b["tokens"], ds, tmp_path / "out", planner=split)
     assert not (tmp_path / "out").exists()
-    with pytest.raises(ValueError, match="for Pack only"):
-        jb.FixedBuckets([8, 16], batch_size=2, too_long="split")
+    # FixedBuckets splits too (tests/test_bucket_split.py), but not with drop.
+    with pytest.raises(ValueError, match='FixedBuckets: too_long="split" with remainder="drop"'):
+        jb.FixedBuckets([8, 16], batch_size=2, too_long="split", remainder="drop")
     with pytest.raises(ValueError, match='remainder="drop" would drop some pieces'):
         jb.Pack(8, 2, too_long="split", remainder="drop")

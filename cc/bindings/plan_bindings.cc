@@ -128,6 +128,7 @@ void BindPlan(nb::module_& m) {
 
   m.def("validate_planner", &ValidatePlannerOptions, nb::arg("options"));
   m.def("planner_name", &PlannerName, nb::arg("options"));
+  m.def("planner_yields_pieces", &YieldsPieces, nb::arg("options"));
   m.def("planner_key", &PlannerKey, nb::arg("options"));
   m.def("parse_planner_key", &ParsePlannerKey, nb::arg("key"));
 

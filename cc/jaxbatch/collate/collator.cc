@@ -266,6 +266,13 @@ class BatchCollator {
 
   void Padded(const RaggedColumn& column, std::vector<Array>& out) {
     const bool planned = dataset_.AreAligned(column.name(), length_column_);
+    if (!planned && !view_.starts.empty()) {
+      // A piece's span is of the length column; another column has no piece.
+      throw InvalidArgumentError(StrCat(
+          "collate: a FixedBuckets(too_long=\"split\") batch cuts examples by the length column '",
+          length_column_, "', but ragged column '", column.name(),
+          "' has other lengths; drop it from the data or use too_long=\"truncate\" or \"skip\""));
+    }
     const int64_t length = planned ? view_.shape.length : column.max_length();
     CheckInt32(length, "padded length", column, view_.index);
     const PadValue pad = EncodePad(column, options_);
@@ -286,24 +293,27 @@ class BatchCollator {
     // each row costs one memcpy instead of four calls.
     const bool bulk = pad.zero && row_bytes < kBulkClearRowBytes;
     const bool truncate = planned && layout_.allow_truncate;
-    const PaddedFill fill{.row_begin = view_.row_begin.data(),
-                          .examples = view_.examples.data(),
-                          .stored_rows = view_.stored_rows(),
-                          .batch = view_.index,
-                          .cells = length,
-                          .item_row = column.row_bytes(),
-                          .row_bytes = row_bytes,
-                          .inner = column.inner_size(),
-                          .item = item,
-                          .pad = pad,
-                          .bulk = bulk,
-                          .truncate = truncate,
-                          .values = values.data,
-                          .mask = mask.data,
-                          .lengths = reinterpret_cast<int32_t*>(lengths.data),
-                          .ids = reinterpret_cast<int32_t*>(segment_ids.data),
-                          .positions = reinterpret_cast<int32_t*>(positions.data),
-                          .column = &column};
+    const PaddedFill fill{
+        .row_begin = view_.row_begin.data(),
+        .examples = view_.examples.data(),
+        .stored_rows = view_.stored_rows(),
+        .batch = view_.index,
+        .cells = length,
+        .item_row = column.row_bytes(),
+        .row_bytes = row_bytes,
+        .inner = column.inner_size(),
+        .item = item,
+        .pad = pad,
+        .bulk = bulk,
+        .truncate = truncate,
+        .values = values.data,
+        .mask = mask.data,
+        .lengths = reinterpret_cast<int32_t*>(lengths.data),
+        .ids = reinterpret_cast<int32_t*>(segment_ids.data),
+        .positions = reinterpret_cast<int32_t*>(positions.data),
+        .starts = view_.starts.empty() ? nullptr : view_.starts.data(),
+        .piece_lengths = view_.starts.empty() ? nullptr : view_.piece_lengths.data(),
+        .column = &column};
     // The first padded column writes example_index in its own pass (one
     // example per row), saving a pass of its own; index_data_ is allocated
     // by the time the fillers run.

@@ -18,7 +18,7 @@ namespace {
                                     room, "; the plan was made from other lengths"));
 }
 
-// A concat_then_split plan's piece that its example does not hold.
+// A split plan's piece (its stored span) that its example does not hold.
 [[noreturn]] __attribute__((noinline, cold)) void ThrowPieceOutside(const RaggedColumn& column,
                                                                     int64_t example, int64_t length,
                                                                     int64_t batch, int64_t start,
@@ -60,6 +60,15 @@ void FillPadded(const PaddedFill f, const Source source, int64_t r0, int64_t r1)
     const bool real = r < f.stored_rows && f.row_begin[r + 1] > f.row_begin[r];
     const int64_t e = real ? f.examples[f.row_begin[r]] : -1;
     int64_t n = real ? source.length(e) : 0;
+    int64_t start = 0;  // A piece is written from its offset within the example.
+    if (f.starts != nullptr && real) {
+      const int64_t q = f.row_begin[r];
+      if (f.starts[q] > n || f.piece_lengths[q] > n - f.starts[q]) {
+        ThrowPieceOutside(*f.column, e, n, f.batch, f.starts[q], f.piece_lengths[q]);
+      }
+      start = f.starts[q];
+      n = f.piece_lengths[q];
+    }
     if (n > f.cells) {
       if (!f.truncate) ThrowTooLong(*f.column, e, n, f.batch, f.cells);
       n = f.cells;
@@ -67,7 +76,9 @@ void FillPadded(const PaddedFill f, const Source source, int64_t r0, int64_t r1)
     uint8_t* row = f.values + r * f.row_bytes;
     uint8_t* row_mask = f.mask + r * f.cells;
     // No copy of 0 bytes: a column of zero-sized rows may have no values.
-    if (n * f.item_row > 0) std::memcpy(row, source.data(e), static_cast<size_t>(n * f.item_row));
+    if (n * f.item_row > 0) {
+      std::memcpy(row, source.data(e) + start * f.item_row, static_cast<size_t>(n * f.item_row));
+    }
     if (!f.bulk) {
       FillPattern(row + n * f.item_row, (f.cells - n) * f.inner, f.pad.bytes, f.item, f.pad.zero);
       std::memset(row_mask + n, 0, static_cast<size_t>(f.cells - n));

@@ -40,6 +40,10 @@ struct PaddedFill {
   int32_t* ids = nullptr;  // null: no segment ids and positions
   int32_t* positions = nullptr;
   int64_t* index = nullptr;  // null: another pass writes example_index
+  // A split plan's span per row's segment (FixedBuckets' pieces; null:
+  // whole examples): its first element within its example and its count.
+  const int64_t* starts = nullptr;
+  const int64_t* piece_lengths = nullptr;
   const RaggedColumn* column;
 };
 

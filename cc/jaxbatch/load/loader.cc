@@ -820,9 +820,7 @@ void Loader::InitLengths() {
   const auto* pack = std::get_if<PackOptions>(&options_.schedule.planner);
   layout_ = BatchLayout{.packed = pack != nullptr,
                         .allow_truncate = false,
-                        .split = pack != nullptr && (pack->too_long == TooLong::kSplit ||
-                                                     pack->algorithm ==
-                                                         PackAlgorithm::kConcatThenSplit),
+                        .split = YieldsPieces(options_.schedule.planner),
                         .length_column = length_column};
 }
 

@@ -206,10 +206,13 @@ TEST(PackSplitTest, OptionsKeyAndRefusals) {
   drop.remainder = Remainder::kDrop;
   std::string msg = Refusal([&] { ValidatePlannerOptions(drop); });
   EXPECT_TRUE(Contains(msg, "remainder=\"drop\"")) << msg;
-  const FixedBucketsOptions buckets{
-      .boundaries = {4, 8}, .batch_size = 2, .too_long = TooLong::kSplit};
+  // FixedBuckets splits too (bucket_split_test), but not with remainder drop.
+  const FixedBucketsOptions buckets{.boundaries = {4, 8},
+                                    .batch_size = 2,
+                                    .remainder = Remainder::kDrop,
+                                    .too_long = TooLong::kSplit};
   msg = Refusal([&] { ValidatePlannerOptions(buckets); });
-  EXPECT_TRUE(Contains(msg, "for Pack only")) << msg;
+  EXPECT_TRUE(Contains(msg, "FixedBuckets: too_long=\"split\" with remainder=\"drop\"")) << msg;
   // A split plan whose pieces do not line up with its examples is refused.
   BatchPlan plan = Plan(std::vector<int64_t>{9, 2}, split);
   plan.example_pieces.pop_back();

@@ -1,6 +1,7 @@
 #include "jaxbatch/plan/planner.h"
 
 #include <algorithm>
+#include <array>
 #include <numeric>
 
 #include "jaxbatch/base/checked.h"
@@ -131,9 +132,10 @@ bool HandleTooLong(TooLong policy, int64_t id, int64_t length, int64_t limit, co
     case TooLong::kSkip:
       builder.Skip(id);
       return false;
-    case TooLong::kSplit:  // Pack splits its pieces itself (SplitIntoPieces).
+    case TooLong::kSplit:  // Pack and FixedBuckets split their pieces themselves.
       if (builder.split()) return true;
-      throw InvalidArgumentError(StrCat(planner, ": too_long=\"split\" is for Pack only"));
+      throw InvalidArgumentError(
+          StrCat(planner, ": too_long=\"split\" is for Pack and FixedBuckets only"));
   }
   return false;
 }
@@ -149,6 +151,12 @@ class BucketBatcher {
   void Add(int64_t id, PlanBuilder& builder) {
     pending_.push_back(id);
     if (static_cast<int64_t>(pending_.size()) == rows_) Flush(rows_, builder);
+  }
+
+  // Adds piece `piece` of example `id`, elements `span` of it (a split plan).
+  void AddPiece(int64_t id, int64_t piece, PieceSpan span, PlanBuilder& builder) {
+    pending_pieces_.push_back({piece, span.start, span.length});
+    Add(id, builder);
   }
 
   void Finish(Remainder remainder, PlanBuilder& builder) {
@@ -170,15 +178,26 @@ class BucketBatcher {
  private:
   void Flush(int64_t rows, PlanBuilder& builder) {
     builder.BeginBatch({.rows = rows, .length = length_});
-    for (const int64_t& id : pending_) builder.AddRow(std::span<const int64_t>(&id, 1));
+    for (size_t i = 0; i < pending_.size(); ++i) {
+      const std::span<const int64_t> id(&pending_[i], 1);
+      if (pending_pieces_.empty()) {
+        builder.AddRow(id);
+      } else {
+        const std::array<int64_t, 3>& p = pending_pieces_[i];
+        builder.AddRow(id, {&p[0], 1}, {&p[1], 1}, {&p[2], 1});
+      }
+    }
     builder.EndBatch();
     pending_.clear();
+    pending_pieces_.clear();
   }
 
   int64_t length_;
   int64_t rows_;
   int64_t rows_multiple_;
   std::vector<int64_t> pending_;
+  // A split plan's (piece, start, length) per pending id; empty otherwise.
+  std::vector<std::array<int64_t, 3>> pending_pieces_;
 };
 
 // Rows per batch for a bucket of `length` under a batch size and/or budget:
@@ -250,15 +269,47 @@ void FillBucketRemainders(std::span<const int64_t> lengths, const std::vector<in
 // batch (FillBucketRemainders).
 // `rows[k]` is bucket k's rows per batch (BucketRows, or FixedBuckets'
 // batch_sizes).
+std::vector<BucketBatcher> MakeBuckets(const std::vector<int64_t>& boundaries,
+                                       const std::vector<int64_t>& rows, int64_t rows_multiple) {
+  std::vector<BucketBatcher> buckets;
+  for (size_t k = 0; k < boundaries.size(); ++k) {
+    buckets.emplace_back(boundaries[k], rows[k], rows_multiple);
+  }
+  return buckets;
+}
+
+// FixedBuckets(too_long="split"): an example longer than the last boundary
+// L is cut into pieces of L (PieceOf), the last shorter; each piece goes to
+// the first boundary >= its length, padded like an example of that length.
+// Every segment stores its span (piece_starts, piece_lengths): a short last
+// piece's bucket is shorter than L, so its start does not follow from it.
+// remainder="drop" is refused (ValidateFixedBuckets): it would drop pieces.
+BatchPlan PlanSplitBuckets(std::span<const int64_t> lengths, const std::vector<int64_t>& ids,
+                           const std::vector<int64_t>& boundaries, const std::vector<int64_t>& rows,
+                           int64_t rows_multiple, Remainder remainder) {
+  PlanBuilder builder(/*packed=*/false);
+  builder.set_split(true);
+  std::vector<BucketBatcher> buckets = MakeBuckets(boundaries, rows, rows_multiple);
+  const int64_t cut = boundaries.back();
+  for (int64_t id : ids) {
+    const int64_t length = lengths[static_cast<size_t>(id)];
+    for (int64_t k = 0; k < PieceCount(length, cut); ++k) {
+      const PieceSpan span = PieceOf(length, k, cut);
+      const auto bucket =
+          std::lower_bound(boundaries.begin(), boundaries.end(), span.length) - boundaries.begin();
+      buckets[static_cast<size_t>(bucket)].AddPiece(id, k, span, builder);
+    }
+  }
+  for (BucketBatcher& bucket : buckets) bucket.Finish(remainder, builder);
+  return std::move(builder).Finish(lengths, static_cast<int64_t>(ids.size()));
+}
+
 BatchPlan PlanBuckets(std::span<const int64_t> lengths, const std::vector<int64_t>& ids,
                       const std::vector<int64_t>& boundaries, const std::vector<int64_t>& rows,
                       int64_t multiple, int64_t rows_multiple, Remainder remainder,
                       TooLong too_long, const char* planner, bool fill_remainders = false) {
   PlanBuilder builder(/*packed=*/false);
-  std::vector<BucketBatcher> buckets;
-  for (size_t k = 0; k < boundaries.size(); ++k) {
-    buckets.emplace_back(boundaries[k], rows[k], rows_multiple);
-  }
+  std::vector<BucketBatcher> buckets = MakeBuckets(boundaries, rows, rows_multiple);
   std::vector<int64_t> bucket_of(ids.size(), -1);
   for (size_t p = 0; p < ids.size(); ++p) {
     const int64_t id = ids[p];
@@ -383,10 +434,10 @@ std::vector<int64_t> FixedBucketRows(const FixedBucketsOptions& o) {
 }
 
 void ValidateFixedBuckets(const FixedBucketsOptions& o) {
-  if (o.too_long == TooLong::kSplit) {
+  if (o.too_long == TooLong::kSplit && o.remainder == Remainder::kDrop) {
     throw InvalidArgumentError(
-        "FixedBuckets: too_long=\"split\" is for Pack only (a piece is packed as a segment of its "
-        "own); use too_long=\"truncate\" or \"skip\", or Pack(too_long=\"split\")");
+        "FixedBuckets: too_long=\"split\" with remainder=\"drop\" would drop some pieces of an "
+        "example whose other pieces are yielded; use remainder=\"pad\" or \"keep\"");
   }
   if (o.boundaries.empty()) {
     throw InvalidArgumentError("FixedBuckets: expected at least one boundary, found none");
@@ -406,6 +457,10 @@ void ValidateFixedBuckets(const FixedBucketsOptions& o) {
 
 BatchPlan PlanFixedBuckets(std::span<const int64_t> lengths, const std::vector<int64_t>& ids,
                            const FixedBucketsOptions& o) {
+  if (o.too_long == TooLong::kSplit) {
+    return PlanSplitBuckets(lengths, ids, o.boundaries, FixedBucketRows(o), o.rows_multiple,
+                            o.remainder);
+  }
   return PlanBuckets(lengths, ids, o.boundaries, FixedBucketRows(o), 1, o.rows_multiple,
                      o.remainder, o.too_long, "FixedBuckets");
 }
@@ -608,6 +663,14 @@ const char* PlannerName(const PlannerOptions& options) {
 bool IsGraphPlanner(const PlannerOptions& options) {
   return std::holds_alternative<GraphBudgetOptions>(options) ||
          std::holds_alternative<GraphBucketsOptions>(options);
+}
+
+bool YieldsPieces(const PlannerOptions& options) {
+  if (const auto* pack = std::get_if<PackOptions>(&options)) {
+    return pack->too_long == TooLong::kSplit || pack->algorithm == PackAlgorithm::kConcatThenSplit;
+  }
+  const auto* fixed = std::get_if<FixedBucketsOptions>(&options);
+  return fixed != nullptr && fixed->too_long == TooLong::kSplit;
 }
 
 void ValidatePlannerOptions(const PlannerOptions& options) {

@@ -58,8 +58,10 @@ enum class TooLong {
   kError,     // InvalidArgumentError naming the example and its length (default)
   kTruncate,  // cut to the shape, counted in stats.truncated
   kSkip,      // left out, counted in stats.skipped
-  // Pack only: cut into pieces of at most row_length, each packed as a
-  // segment of its own (BatchPlan::example_pieces); every element is kept.
+  // Pack: cut into pieces of at most row_length, each packed as a segment
+  // of its own (BatchPlan::example_pieces); FixedBuckets: into pieces of at
+  // most the last boundary, each padded into the bucket its length falls in
+  // (BatchPlan::piece_starts). Every element is kept.
   kSplit,
 };
 
@@ -142,6 +144,12 @@ const char* PlannerName(const PlannerOptions& options);
 
 // Whether `options` plan graphs (GraphBudget, GraphBuckets).
 bool IsGraphPlanner(const PlannerOptions& options);
+
+// Whether `options` plan pieces of examples (BatchPlan::split): Pack with
+// too_long="split" or algorithm="concat_then_split", FixedBuckets with
+// too_long="split". Their batches carry example_piece, and results per
+// example need the pieces joined.
+bool YieldsPieces(const PlannerOptions& options);
 
 // Throws InvalidArgumentError, naming the planner, the option and the value
 // found, for options that no data could make valid (a count <= 0, an unset

@@ -199,9 +199,9 @@ def unbatch(
     own extra keys (masks, lengths, ...) are left out, so
     ``unbatch(collate(ds, spec), batch)`` gives back the examples.
 
-    A batch of ``Pack(too_long="split")`` or ``Pack(algorithm=
-    "concat_then_split")`` holds pieces of examples (its
-    ``example_piece`` says which): its results are keyed by
+    A batch of ``Pack(too_long="split")``, ``Pack(algorithm=
+    "concat_then_split")`` or ``FixedBuckets(too_long="split")`` holds
+    pieces of examples (its ``example_piece`` says which): its results are keyed by
     ``(example, piece)``, and :func:`join_pieces` joins the per-token results
     of every piece of an example, gathered over the batches that hold them.
 
@@ -264,7 +264,7 @@ def unbatch(
         if batch.packed:
             pieces = _unpack(array, index, lengths, token_level, piece_ids)
         else:
-            pieces = _unpad(array, index, lengths, token_level)
+            pieces = _unpad(array, index, lengths, token_level, piece_ids)
         for example, piece in pieces:
             if single:
                 result[example] = piece
@@ -345,9 +345,11 @@ def _refuse_ambiguous(key, shape, batch_shape) -> None:
         )
 
 
-def _unpad(array, index, lengths, per_token):
+def _unpad(array, index, lengths, per_token, piece_ids=None):
+    """(key, result) per row: the example, or (example, piece) for a split batch."""
     for r in np.flatnonzero(index >= 0):
-        yield int(index[r]), array[r, : lengths[r]] if per_token else array[r]
+        key = int(index[r]) if piece_ids is None else (int(index[r]), int(piece_ids[r]))
+        yield key, array[r, : lengths[r]] if per_token else array[r]
 
 
 def _unpack(array, index, lengths, per_token, piece_ids=None):
@@ -364,9 +366,10 @@ def _unpack(array, index, lengths, per_token, piece_ids=None):
 
 def join_pieces(results: Mapping[tuple[int, int], Any]) -> dict[int, Any]:
     """Per-example results from the per-piece ones :func:`unbatch` gives for
-    ``Pack(too_long="split")`` and ``Pack(algorithm="concat_then_split")``
-    batches: each example's pieces concatenated in piece order along their
-    first (token) axis, an array or each key of a dict.
+    ``Pack(too_long="split")``, ``Pack(algorithm="concat_then_split")`` and
+    ``FixedBuckets(too_long="split")`` batches: each example's pieces
+    concatenated in piece order along their first (token) axis, an array or
+    each key of a dict.
     Gather the pieces of every batch first (an example's pieces may be in
     several batches, or on several hosts); a missing piece is a ValueError
     naming the example, since a result joined without it would be short.

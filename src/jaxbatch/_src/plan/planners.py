@@ -156,7 +156,19 @@ class FixedBuckets(_Planner):
     ``too_long``), so there is one batch size per boundary,
     ``len(batch_sizes) == len(boundaries)``, where tf.data's open-ended last
     bucket makes it ``len(bucket_boundaries) + 1``. Each must be a multiple
-    of ``rows_multiple``."""
+    of ``rows_multiple``.
+
+    An example longer than the last boundary follows ``too_long``:
+    ``"error"`` (the default), ``"truncate"``, ``"skip"``, or ``"split"``,
+    which cuts it into pieces of the last boundary's length (the last piece
+    shorter, padded into the first bucket that holds it), every token in
+    exactly one row. ``example_index`` names each row's example and
+    ``example_piece`` which piece; :func:`jaxbatch.unbatch` keys a split
+    batch's results by ``(example, piece)`` and :func:`jaxbatch.join_pieces`
+    joins them. Every ragged column must share the length column's lengths,
+    and ``remainder="drop"`` is refused (it would drop part of an example).
+    :class:`AutoBuckets` has no ``too_long``: its buckets always cover the
+    longest example."""
 
     boundaries: Sequence[int]
     batch_size: int | None = None
@@ -319,10 +331,17 @@ GRAPH_PLANNERS = (GraphBudget, GraphBuckets)
 
 
 def refuse_split(planner: Planner | None, who: str) -> None:
-    """Raises for a Pack that yields pieces of examples (``too_long="split"``,
-    ``algorithm="concat_then_split"``) where results are per example."""
-    if not isinstance(planner, Pack):
+    """Raises for a planner that yields pieces of examples (the engine says
+    which: Pack's ``too_long="split"`` or ``algorithm="concat_then_split"``,
+    FixedBuckets' ``too_long="split"``) where results are per example."""
+    if planner is None or not _core.planner_yields_pieces(planner._options()):
         return
+    if isinstance(planner, FixedBuckets):
+        raise ValueError(
+            f"{who}: FixedBuckets(too_long='split') yields pieces of examples, but {who}'s "
+            "results are per example; iterate jb.Loader(ds, planner) and join per-token outputs "
+            "with jb.unbatch and jb.join_pieces, or use too_long='truncate' or 'skip'"
+        )
     if planner.algorithm == "concat_then_split":
         raise ValueError(
             f"{who}: Pack(algorithm='concat_then_split') yields pieces of examples, but {who}'s "
