@@ -509,3 +509,107 @@ def test_map_and_run_refuse_several_features(tmp_path):
     with pytest.raises(ValueError, match="jb.run: Pack.*several features"):
         jb.run(lambda b: b["inputs"], ds, tmp_path / "out", planner=planner)
     assert not (tmp_path / "out").exists()
+
+
+# --- the Loader's restore, streaming and the Grain adapter ----------------------------------
+
+
+def two_feature_tokens(n: int, seed: int) -> dict[str, list[np.ndarray]]:
+    """Tokens that say where they come from: example * STRIDE + position
+    (+ 100_000 in targets), lengths 0..9 and 0..5."""
+    rng = np.random.default_rng(seed)
+    return {
+        name: [np.arange(x, dtype=np.int64) + STRIDE * i + offset for i, x in enumerate(lens)]
+        for name, lens, offset in (
+            ("inputs", rng.integers(0, 10, n), 0),
+            ("targets", rng.integers(0, 6, n), 100_000),
+        )
+    }
+
+
+def batches_of(loader) -> list[dict[str, np.ndarray]]:
+    return [{k: np.array(v) for k, v in batch.items()} for batch in loader]
+
+
+def assert_same_batches(expected, got):
+    assert len(expected) == len(got)
+    for a, b in zip(expected, got, strict=True):
+        assert a.keys() == b.keys()
+        for k in a:
+            np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+
+
+FEATURES_PLANNER = jb.Pack({"inputs": 12, "targets": 8}, 2, algorithm="best_fit")
+
+
+@pytest.mark.parametrize("steps", [1, 3, 7])
+def test_restore_mid_epoch_continues_the_same_stream(steps):
+    import json
+
+    ds = jb.Dataset.from_arrays(two_feature_tokens(60, 1))
+    args = dict(shuffle=True, seed=3, epochs=2, num_threads=2)
+    with jb.Loader(ds, FEATURES_PLANNER, **args) as whole:
+        expected = batches_of(whole)
+    with jb.Loader(ds, FEATURES_PLANNER, **args) as first:
+        head = [{k: np.array(v) for k, v in next(first).items()} for _ in range(steps)]
+        state = json.loads(json.dumps(first.get_state()))
+    with jb.Loader(ds, FEATURES_PLANNER, state=state, **args) as resumed:
+        got = head + batches_of(resumed)
+    assert_same_batches(expected, got)
+    # A state saved with other row lengths is another stream: refused, not continued.
+    other = jb.Pack({"inputs": 12, "targets": 9}, 2, algorithm="best_fit")
+    with pytest.raises(ValueError, match="planner"):
+        jb.Loader(ds, other, state=state, **args)
+
+
+def test_streamed_file_matches_the_whole_file(tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    tokens = two_feature_tokens(200, 2)
+    path = tmp_path / "data.parquet"
+    table = pa.table({k: pa.array(v, pa.list_(pa.int64())) for k, v in tokens.items()})
+    pq.write_table(table, path, row_group_size=20)
+    planner = jb.Pack({"inputs": 12, "targets": 8}, 2, open_rows=4)
+    args = dict(shuffle="block", block_size=40, seed=2)
+    with jb.Loader(path, planner, **args) as whole_loader:
+        whole = batches_of(whole_loader)
+    with jb.Loader(path, planner, stream=True, host_memory_limit=64_000, **args) as streamed:
+        got = batches_of(streamed)
+    assert_same_batches(whole, got)
+    seen = sorted(int(e) for b in got for e in b["example_index"].ravel() if e >= 0)
+    assert seen == list(range(200))
+
+
+def test_grain_batch_iter_dataset_packs_every_feature():
+    grain = pytest.importorskip("grain")
+    jbg = pytest.importorskip("jaxbatch.grain")
+    tokens = two_feature_tokens(30, 3)
+    records = [{"inputs": i, "targets": t} for i, t in zip(*tokens.values(), strict=True)]
+    source = grain.MapDataset.source(records)
+    planner = jb.Pack({"inputs": 12, "targets": 8}, 2, algorithm="first_fit")
+    window = 10
+    seen: dict[str, dict[int, np.ndarray]] = {"inputs": {}, "targets": {}}
+    segments = 0
+    for batch in jbg.BatchIterDataset(source, planner, window=window):
+        index = np.asarray(batch["example_index"])
+        segments += int((index >= 0).sum())
+        for name, cap, offset in (("inputs", 12, 0), ("targets", 8, 100_000)):
+            values, lens = np.asarray(batch[name]), np.asarray(batch[f"{name}_lengths"])
+            assert values.shape[1] == cap
+            for r in range(index.shape[0]):
+                start = 0
+                for s in range(index.shape[1]):
+                    n = int(lens[r, s])
+                    part = values[r, start : start + n]
+                    if n:  # Its tokens name the record; example_index is its place in the window.
+                        example = int(part[0] - offset) // STRIDE
+                        assert index[r, s] == example % window
+                        assert example not in seen[name]
+                        seen[name][example] = part
+                    start += n
+    assert segments == len(records)  # every record once, an empty one too
+    for name in ("inputs", "targets"):
+        want = {e: t for e, t in enumerate(tokens[name]) if len(t)}
+        assert sorted(seen[name]) == sorted(want)
+        for e, got in seen[name].items():
+            np.testing.assert_array_equal(got, want[e])
