@@ -80,25 +80,40 @@ void BindPlan(nb::module_& m) {
   nb::class_<PackOptions>(m, "PackOptions")
       .def(nb::init<>())
       .def(nb::self == nb::self)
-      // An int, or a dict of each feature's row length (row_lengths).
+      // An int, a list of a few row lengths (row_length_list; row_length is
+      // its last), or a dict of each feature's row length (row_lengths).
       .def_prop_rw(
           "row_length",
           [](const PackOptions& o) -> nb::object {
+            if (!o.row_length_list.empty()) return nb::cast(o.row_length_list);
             if (o.row_lengths.empty()) return nb::int_(o.row_length);
             return nb::cast(o.row_lengths);
           },
           [](PackOptions& o, nb::handle value) {
+            o.row_lengths.clear();
+            o.row_length_list.clear();
             if (nb::isinstance<nb::dict>(value)) {
               o.row_length = 0;
               o.row_lengths = nb::cast<std::map<std::string, int64_t>>(value);
+            } else if (nb::isinstance<nb::list>(value)) {
+              o.row_length_list = nb::cast<std::vector<int64_t>>(value);
+              o.row_length = o.row_length_list.empty() ? 0 : o.row_length_list.back();
             } else {
-              o.row_lengths.clear();
               o.row_length = nb::cast<int64_t>(value);
             }
           },
-          nb::for_getter(nb::sig("def row_length(self) -> int | dict[str, int]")),
-          nb::for_setter(nb::sig("def row_length(self, arg: int | dict[str, int], /) -> None")))
-      .def_rw("rows_per_batch", &PackOptions::rows_per_batch)
+          nb::for_getter(nb::sig("def row_length(self) -> int | list[int] | dict[str, int]")),
+          nb::for_setter(
+              nb::sig("def row_length(self, arg: int | list[int] | dict[str, int], /) -> None")))
+      // None (0) beside a token_budget.
+      .def_prop_rw(
+          "rows_per_batch",
+          [](const PackOptions& o) -> std::optional<int64_t> {
+            if (o.rows_per_batch == 0) return std::nullopt;
+            return o.rows_per_batch;
+          },
+          [](PackOptions& o, std::optional<int64_t> rows) { o.rows_per_batch = rows.value_or(0); })
+      .def_rw("token_budget", &PackOptions::token_budget)
       .def_rw("max_segments_per_row", &PackOptions::max_segments_per_row)
       .def_rw("algorithm", &PackOptions::algorithm)
       .def_rw("lookahead", &PackOptions::lookahead)

@@ -9,6 +9,7 @@
 #include "jaxbatch/plan/buckets.h"
 #include "jaxbatch/plan/concat_split.h"
 #include "jaxbatch/plan/pack_features.h"
+#include "jaxbatch/plan/pack_lengths.h"
 #include "jaxbatch/plan/packer.h"
 
 namespace jaxbatch {
@@ -119,6 +120,8 @@ std::vector<int64_t> ResolveOrder(std::span<const int64_t> lengths,
                                     "; pass too_long=\"truncate\" or \"skip\" to allow it"));
 }
 
+}  // namespace
+
 // Applies a TooLong policy to example `id` of length `length` > `limit`.
 // Returns true when the example is still planned (truncated).
 bool HandleTooLong(TooLong policy, int64_t id, int64_t length, int64_t limit, const char* planner,
@@ -139,6 +142,8 @@ bool HandleTooLong(TooLong policy, int64_t id, int64_t length, int64_t limit, co
   }
   return false;
 }
+
+namespace {
 
 // Emits the examples of one bucket (or the whole stream) as batches of
 // `rows` rows of `length`, with the last partial batch per `remainder`.
@@ -522,6 +527,8 @@ BatchPlan PlanAutoBuckets(std::span<const int64_t> lengths, const std::vector<in
                      o.remainder, TooLong::kError, "AutoBuckets", fill);
 }
 
+}  // namespace
+
 // The per-segment axis when the user sets none: the most examples any row
 // can hold (the k smallest lengths summing to at most row_length), rounded
 // up to a power of two and capped at row_length. It depends on the lengths
@@ -547,6 +554,8 @@ int64_t DefaultSegments(std::span<const int64_t> lengths, std::span<const int64_
   return std::min(segments, row_length);
 }
 
+namespace {
+
 void ValidatePack(const PackOptions& o) {
   if (!o.row_lengths.empty()) {
     ValidatePackFeatures(o);
@@ -554,8 +563,12 @@ void ValidatePack(const PackOptions& o) {
     RequirePositive(o.row_length, "Pack", "row_length");
     CheckExtent(o.row_length, "Pack", "row_length", "lengths, segment ids and positions");
   }
-  RequirePositive(o.rows_per_batch, "Pack", "rows_per_batch");
-  CheckRowsMultiple(o.rows_per_batch, o.rows_multiple, "Pack", "rows_per_batch");
+  if (PacksSeveralLengths(o)) {
+    ValidatePackLengths(o);  // the list, the budget and each row length's batch
+  } else {
+    RequirePositive(o.rows_per_batch, "Pack", "rows_per_batch");
+    CheckRowsMultiple(o.rows_per_batch, o.rows_multiple, "Pack", "rows_per_batch");
+  }
   RequirePositiveIfSet(o.max_segments_per_row, "Pack", "max_segments_per_row");
   if (o.max_segments_per_row) {
     CheckExtent(*o.max_segments_per_row, "Pack", "max_segments_per_row", "segment ids");
@@ -622,6 +635,7 @@ void AddPackedRow(const PackedRows& rows, int64_t r, const Pieces* pieces, PlanB
 BatchPlan PlanPack(std::span<const int64_t> lengths, const std::vector<int64_t>& ids,
                    const PackOptions& o) {
   if (o.algorithm == PackAlgorithm::kConcatThenSplit) return PlanConcatThenSplit(lengths, ids, o);
+  if (PacksSeveralLengths(o)) return PlanPackLengths(lengths, ids, o);
   PlanBuilder builder(/*packed=*/true);
   builder.set_split(o.too_long == TooLong::kSplit);
   std::vector<int64_t> kept;

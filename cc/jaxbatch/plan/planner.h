@@ -121,7 +121,15 @@ struct PackOptions {
   // row_length. Ordered by name, so the options (and their key) do not
   // depend on the order a caller gave them in.
   std::map<std::string, int64_t> row_lengths = {};
-  int64_t rows_per_batch = 0;  // required
+  // A few row lengths for the one column (row_length=[96, 256]), strictly
+  // increasing: each example packs into rows of the smallest that holds it
+  // (pack_lengths.h), and row_length is the largest. Empty: one row length.
+  std::vector<int64_t> row_length_list = {};
+  int64_t rows_per_batch = 0;  // required, unless token_budget (then left 0)
+  // Elements per batch: rows of length L come token_budget / L to a batch
+  // (rounded down to rows_multiple), so every batch holds at most
+  // token_budget elements; excludes rows_per_batch.
+  std::optional<int64_t> token_budget = std::nullopt;
   // Unset: the most examples a row can hold, from the lengths (DefaultSegments).
   std::optional<int64_t> max_segments_per_row = std::nullopt;
   PackAlgorithm algorithm = kDefaultPackAlgorithm;

@@ -96,6 +96,13 @@ Field<T> Choice(const char* name, E T::* member, const char* const (&names)[N]) 
           }};
 }
 
+// A list of integers as Python writes it: [96, 256].
+std::string ListText(const std::vector<int64_t>& list) {
+  std::string out = "[";
+  for (size_t i = 0; i < list.size(); ++i) out += StrCat(i ? ", " : "", list[i]);
+  return out + "]";
+}
+
 // `added`: a list added after keys were first stored, written only when
 // not empty (its default), so older keys stay the keys of the same options.
 template <typename T>
@@ -103,11 +110,7 @@ Field<T> List(const char* name, std::vector<int64_t> T::* member, bool added = f
   return {name,
           [=](const T& o) -> std::optional<std::string> {
             if (added && (o.*member).empty()) return std::nullopt;
-            std::string out = "[";
-            for (size_t i = 0; i < (o.*member).size(); ++i) {
-              out += StrCat(i ? ", " : "", (o.*member)[i]);
-            }
-            return out + "]";
+            return ListText(o.*member);
           },
           [=](T& o, const Value& v, std::string_view key) {
             if (v.kind != Value::Kind::kList) Refuse(key, StrCat(name, " must be a list"));
@@ -155,6 +158,7 @@ const std::vector<Field<AutoBucketsOptions>>& FieldsOf(const AutoBucketsOptions*
 Field<PackOptions> PackRowLength() {
   return {"row_length",
           [](const PackOptions& o) -> std::optional<std::string> {
+            if (!o.row_length_list.empty()) return ListText(o.row_length_list);
             if (o.row_lengths.empty()) return StrCat(o.row_length);
             std::string out = "{";
             for (const auto& [name, length] : o.row_lengths) {
@@ -163,6 +167,11 @@ Field<PackOptions> PackRowLength() {
             return out + "}";
           },
           [](PackOptions& o, const Value& v, std::string_view key) {
+            if (v.kind == Value::Kind::kList) {  // a few row lengths: row_length the largest
+              o.row_length_list = v.list;
+              o.row_length = v.list.empty() ? 0 : v.list.back();
+              return;
+            }
             if (v.kind != Value::Kind::kDict) {
               o.row_length = AsInt(v, key, "row_length");
               return;
@@ -175,18 +184,36 @@ Field<PackOptions> PackRowLength() {
           }};
 }
 
+// Pack's rows_per_batch: an integer, or None (0) beside a token_budget.
+Field<PackOptions> PackRowsPerBatchField() {
+  Field<PackOptions> count = Count<PackOptions>("rows_per_batch", &PackOptions::rows_per_batch);
+  return {"rows_per_batch",
+          [=](const PackOptions& o) -> std::optional<std::string> {
+            if (o.rows_per_batch == 0 && o.token_budget) return std::string("None");
+            return count.write(o);
+          },
+          [=](PackOptions& o, const Value& v, std::string_view key) {
+            if (v.kind == Value::Kind::kNone) {
+              o.rows_per_batch = 0;
+            } else {
+              count.read(o, v, key);
+            }
+          }};
+}
+
 const std::vector<Field<PackOptions>>& FieldsOf(const PackOptions*) {
   using O = PackOptions;
   static const std::vector<Field<O>> fields = {
       PackRowLength(),
-      Count<O>("rows_per_batch", &O::rows_per_batch),
+      PackRowsPerBatchField(),
       Optional<O>("max_segments_per_row", &O::max_segments_per_row),
       Choice<O>("algorithm", &O::algorithm, kAlgorithmNames),
       Optional<O>("lookahead", &O::lookahead),
       Choice<O>("too_long", &O::too_long, kTooLongNames),
       Choice<O>("remainder", &O::remainder, kRemainderNames),
       Count<O>("rows_multiple", &O::rows_multiple, true, kDefaultRowsMultiple),
-      Optional<O>("open_rows", &O::open_rows, true)};
+      Optional<O>("open_rows", &O::open_rows, true),
+      Optional<O>("token_budget", &O::token_budget, true)};
   return fields;
 }
 

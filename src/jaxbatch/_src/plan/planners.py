@@ -57,6 +57,9 @@ def _to_core(planner: str, option: str, value: Any, current: Any) -> Any:
         return [_integer(planner, f"{option}[{k}]", v) for k, v in enumerate(value)]
     if value is None and current is None:  # An option the planner may go without.
         return None
+    if option == "row_length" and isinstance(value, Sequence | np.ndarray):
+        if not isinstance(value, str | bytes):  # Pack's few row lengths for one column
+            return [_integer(planner, f"{option}[{k}]", v) for k, v in enumerate(value)]
     if isinstance(value, Mapping):  # Pack's row_length, one per feature
         return {
             _feature(planner, option, k): _integer(planner, f"{option}[{k!r}]", v)
@@ -264,10 +267,26 @@ class Pack(_Planner):
     several features: each feature would be cut at its own row ends, so the
     pieces would not pair up across features; and so are ``jb.map`` and
     ``jb.run``, whose per-example results follow one row length (iterate
-    the Loader)."""
+    the Loader).
 
-    row_length: int | Mapping[str, int]
-    rows_per_batch: int
+    A few row lengths for one column (short texts in short rows, so
+    attention pays less): ``row_length=[96, 256]``, strictly increasing. Each
+    example (under ``too_long="split"`` each piece, cut at the largest) packs
+    into rows of the smallest row length that holds it, each group with the
+    chosen algorithm; ``too_long`` applies past the largest. Give
+    ``token_budget`` instead of ``rows_per_batch`` (one or the other) and
+    rows of length ``L`` come ``token_budget // L`` to a batch (rounded down
+    to ``rows_multiple``), so every batch holds at most ``token_budget``
+    tokens; it works with one row length too. One shape per row length
+    (``loader.shapes`` lists them); with ``remainder="pad"`` the empty rows
+    of a row length's last batch take the last rows of the shorter ones,
+    re-packed, where they all fit, so small data does not pad a partial
+    batch per row length. Batches of the row lengths are interleaved in the
+    loader's (shuffled) order. ``concat_then_split`` and several features
+    take one row length per column and no ``token_budget``."""
+
+    row_length: int | Sequence[int] | Mapping[str, int]
+    rows_per_batch: int | None = None
     max_segments_per_row: int | None = None
     algorithm: Algorithm = _default(_PACK, "algorithm")
     lookahead: int | None = None
@@ -275,6 +294,7 @@ class Pack(_Planner):
     remainder: Remainder = _default(_PACK, "remainder")
     rows_multiple: int = _default(_PACK, "rows_multiple")
     open_rows: int | None = None
+    token_budget: int | None = None
     _core_type: ClassVar[Any] = _PACK
 
 
