@@ -183,3 +183,31 @@ def test_the_engine_keeps_the_rules():
         jb.plan([10, 300], jb.Pack([96, 256], 8))
     # A single row length takes a token budget too: 4096 // 512 rows.
     assert jb.plan([500] * 20, jb.Pack(512, token_budget=4096)).shapes[0].rows == 8
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    lengths=st.lists(st.integers(0, 64), min_size=1, max_size=60),
+    max_shapes=st.integers(1, 4),
+    attention=st.sampled_from([0, 34, 90]),
+)
+def test_chosen_row_lengths_pack_like_the_given_list(lengths, max_shapes, attention):
+    chooser = jb.Pack(64, token_budget=256, max_shapes=max_shapes, attention_percent=attention)
+    shapes = jb.plan(lengths, chooser).shapes
+    chosen = sorted({s.length for s in shapes} | {64})
+    assert len(chosen) <= max_shapes and chosen[-1] == 64
+    with jb.Loader(dataset(lengths), chooser, shuffle=True, seed=2) as loader:
+        batches = collected(loader)
+    assert_every_example_once(segments_of(batches, chosen, 256), lengths)
+
+
+def test_the_chooser_prefers_short_rows_for_short_texts_and_is_keyed():
+    # Most texts short, a few long: two row lengths, the short one near them.
+    lengths = [30] * 200 + [250] * 10
+    planner = jb.Pack(256, token_budget=4096, max_shapes=2)
+    assert sorted(s.length for s in jb.plan(lengths, planner).shapes) == [30, 256]
+    assert "max_shapes=2" in planner.key and "attention_percent" not in planner.key
+    with pytest.raises(ValueError, match="not both"):
+        jb.Pack([96, 256], 8, max_shapes=2)
+    with pytest.raises(ValueError, match="attention_percent must be in 0..99"):
+        jb.Pack(256, 8, max_shapes=2, attention_percent=100)

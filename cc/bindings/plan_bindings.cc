@@ -114,6 +114,8 @@ void BindPlan(nb::module_& m) {
           },
           [](PackOptions& o, std::optional<int64_t> rows) { o.rows_per_batch = rows.value_or(0); })
       .def_rw("token_budget", &PackOptions::token_budget)
+      .def_rw("max_shapes", &PackOptions::max_shapes)
+      .def_rw("attention_percent", &PackOptions::attention_percent)
       .def_rw("max_segments_per_row", &PackOptions::max_segments_per_row)
       .def_rw("algorithm", &PackOptions::algorithm)
       .def_rw("lookahead", &PackOptions::lookahead)

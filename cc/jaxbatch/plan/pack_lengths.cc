@@ -1,7 +1,9 @@
 #include "jaxbatch/plan/pack_lengths.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
+#include <map>
 
 #include "jaxbatch/base/checked.h"
 #include "jaxbatch/base/error.h"
@@ -138,12 +140,67 @@ void Require(bool ok, const std::string& what) {
 }  // namespace
 
 bool PacksSeveralLengths(const PackOptions& o) {
-  return !o.row_length_list.empty() || o.token_budget.has_value();
+  return !o.row_length_list.empty() || o.token_budget.has_value() || o.max_shapes.has_value();
 }
 
-std::vector<int64_t> PackRowLengths(const PackOptions& o) {
+std::vector<int64_t> PackRowLengths(const PackOptions& o, std::span<const int64_t> lengths) {
+  if (o.max_shapes) {
+    return ChoosePackRowLengths(lengths, o.row_length, *o.max_shapes, o.attention_percent);
+  }
   if (o.row_length_list.empty()) return {o.row_length};
   return o.row_length_list;
+}
+
+std::vector<int64_t> ChoosePackRowLengths(std::span<const int64_t> lengths, int64_t row_length,
+                                          int64_t max_shapes, int64_t attention_percent) {
+  const int64_t step = (row_length + 1023) / 1024;
+  const auto candidate = [&](int64_t length) {
+    const int64_t l = std::clamp<int64_t>(length, 1, row_length);
+    return std::min(row_length, (l + step - 1) / step * step);
+  };
+  std::map<int64_t, double> tokens{{row_length, 0.0}};  // per candidate
+  for (int64_t length : lengths) {
+    tokens[candidate(length)] += static_cast<double>(std::min(length, row_length));
+  }
+  std::vector<int64_t> cand;
+  std::vector<double> prefix{0.0};  // tokens of the candidates before j
+  for (const auto& [c, t] : tokens) {
+    cand.push_back(c);
+    prefix.push_back(prefix.back() + t);
+  }
+  const auto m = cand.size();
+  const double a = static_cast<double>(attention_percent);
+  const auto cost = [&](double t, int64_t length) {
+    const double l = static_cast<double>(length);
+    return std::ceil(t / l) * l * ((100.0 - a) * static_cast<double>(row_length) + a * l);
+  };
+  // best[k][j]: the least cost of the lengths up to cand[j] with at most k
+  // + 1 row lengths, the largest cand[j]; from[k][j]: the row length before.
+  const auto shapes = static_cast<size_t>(std::min<int64_t>(max_shapes, static_cast<int64_t>(m)));
+  std::vector<std::vector<double>> best(shapes, std::vector<double>(m));
+  std::vector<std::vector<int64_t>> from(shapes, std::vector<int64_t>(m, -1));
+  for (size_t j = 0; j < m; ++j) best[0][j] = cost(prefix[j + 1], cand[j]);
+  for (size_t k = 1; k < shapes; ++k) {
+    for (size_t j = 0; j < m; ++j) {
+      best[k][j] = best[k - 1][j];
+      from[k][j] = from[k - 1][j];
+      for (size_t i = 0; i < j; ++i) {
+        const double c = best[k - 1][i] + cost(prefix[j + 1] - prefix[i + 1], cand[j]);
+        if (c < best[k][j]) {
+          best[k][j] = c;
+          from[k][j] = static_cast<int64_t>(i);
+        }
+      }
+    }
+  }
+  std::vector<int64_t> chosen;
+  for (int64_t j = static_cast<int64_t>(m) - 1, k = static_cast<int64_t>(shapes) - 1; j >= 0; --k) {
+    chosen.push_back(cand[static_cast<size_t>(j)]);
+    // from[k][j] was set at the level that chose it; the levels below still hold it.
+    j = from[static_cast<size_t>(k)][static_cast<size_t>(j)];
+  }
+  std::reverse(chosen.begin(), chosen.end());
+  return chosen;
 }
 
 int64_t PackRowsPerBatch(const PackOptions& o, int64_t row_length) {
@@ -158,6 +215,14 @@ void ValidatePackLengths(const PackOptions& o) {
   Require(o.algorithm != PackAlgorithm::kConcatThenSplit,
           "algorithm=\"concat_then_split\" fills every row to one row_length; it takes no "
           "row_length list or token_budget");
+  if (o.max_shapes) {
+    Require(o.row_length_list.empty(),
+            "give a row_length list or max_shapes (to choose them), not both");
+    Require(*o.max_shapes > 0,
+            StrCat("max_shapes must be a positive integer, found ", *o.max_shapes));
+  }
+  Require(o.attention_percent >= 0 && o.attention_percent < 100,
+          StrCat("attention_percent must be in 0..99, found ", o.attention_percent));
   const std::vector<int64_t>& list = o.row_length_list;
   for (size_t k = 0; k < list.size(); ++k) {
     Require(list[k] > 0 && list[k] <= kMaxExtent,
@@ -181,7 +246,8 @@ void ValidatePackLengths(const PackOptions& o) {
             StrCat("rows_per_batch=", o.rows_per_batch,
                    " must be a multiple of rows_multiple=", o.rows_multiple));
   }
-  for (int64_t row_length : PackRowLengths(o)) {
+  // Chosen row lengths are at most row_length: they hold its rows too.
+  for (int64_t row_length : list.empty() ? std::vector<int64_t>{o.row_length} : list) {
     const int64_t rows = PackRowsPerBatch(o, row_length);
     Require(rows > 0,
             StrCat("token_budget ", o.token_budget.value_or(0), " holds no row of row_length ",
@@ -196,7 +262,7 @@ BatchPlan PlanPackLengths(std::span<const int64_t> lengths, const std::vector<in
   PlanBuilder builder(/*packed=*/true);
   builder.set_split(o.too_long == TooLong::kSplit);
   const Items items = CollectItems(lengths, ids, o, builder);
-  const std::vector<int64_t> row_lengths = PackRowLengths(o);
+  const std::vector<int64_t> row_lengths = PackRowLengths(o, lengths);
   std::vector<std::vector<int64_t>> members(row_lengths.size());
   std::vector<int64_t> all(items.length.size());
   for (size_t i = 0; i < all.size(); ++i) {

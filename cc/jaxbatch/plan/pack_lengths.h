@@ -45,17 +45,33 @@ int64_t DefaultSegments(std::span<const int64_t> lengths, std::span<const int64_
 bool HandleTooLong(TooLong policy, int64_t id, int64_t length, int64_t limit, const char* planner,
                    const char* what, PlanBuilder& builder);
 
-// Whether `o` plans through PlanPackLengths: a row_length list or a token budget.
+// Whether `o` plans through PlanPackLengths: a row_length list, max_shapes
+// or a token budget.
 bool PacksSeveralLengths(const PackOptions& o);
 
-// The row lengths `o` packs into, increasing: the list, or {row_length}.
-std::vector<int64_t> PackRowLengths(const PackOptions& o);
+// The row lengths `o` packs `lengths` (all the examples, by id) into,
+// increasing: the list, those max_shapes chooses, or {row_length}.
+std::vector<int64_t> PackRowLengths(const PackOptions& o, std::span<const int64_t> lengths);
+
+// At most `max_shapes` row lengths, the largest `row_length`, that minimise
+// the estimated cost of packing `lengths` (each cut to row_length): the T
+// tokens of a group of row length L fill ceil(T / L) rows, and a row costs
+// L slots of (100 - a) * row_length + a * L each, a = attention_percent:
+// every slot (padding too) pays its token's work, and attention a cost
+// linear in the row length, a% of a row of row_length's time. Exact dynamic
+// programming over the distinct lengths (for row_length > 1024, each rounded
+// up to a multiple of row_length / 1024, at most 1024 candidates), fewer
+// row lengths on a tie. From the lengths alone, never their order: the same
+// every epoch and shard.
+std::vector<int64_t> ChoosePackRowLengths(std::span<const int64_t> lengths, int64_t row_length,
+                                          int64_t max_shapes, int64_t attention_percent);
 
 // Rows per batch for rows of `row_length`: rows_per_batch, or the token
 // budget's rows rounded down to rows_multiple (0 when none fits).
 int64_t PackRowsPerBatch(const PackOptions& o, int64_t row_length);
 
-// Throws InvalidArgumentError for a list that is not strictly increasing,
+// Throws InvalidArgumentError for max_shapes with a list, max_shapes < 1,
+// attention_percent outside 0..99; a list that is not strictly increasing,
 // positive and within kMaxExtent, whose last is not row_length; for
 // rows_per_batch with token_budget, or neither; a budget without one row
 // of the largest length; several features or concat_then_split. ValidatePack

@@ -3,10 +3,15 @@
 // group (the first row length that holds it, by a linear scan), rows within
 // the row length and the budget, every example (or piece) exactly once, the
 // last batches filled from shorter groups, the options' rules and key.
+#include "jaxbatch/plan/pack_lengths.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
+#include <cmath>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <random>
 #include <set>
@@ -221,6 +226,81 @@ TEST(PackLengthsTest, KeyRoundTripsAndKeepsOlderKeys) {
   const PackOptions one{.row_length = 128, .rows_per_batch = 4};
   EXPECT_FALSE(Contains(PlannerKey(one), "token_budget"));
   EXPECT_EQ(std::get<PackOptions>(ParsePlannerKey(PlannerKey(one))), one);
+}
+
+// The chooser's cost, written out slowly: each example's tokens counted into
+// the first row length that holds it, whole rows of each, each slot
+// weighted by (100 - a) * largest + a * row length.
+double SlowCost(const std::vector<int64_t>& lengths, const std::vector<int64_t>& row_lengths,
+                int64_t a) {
+  std::vector<double> tokens(row_lengths.size(), 0.0);
+  for (int64_t l : lengths) {
+    tokens[SlowGroup(row_lengths, l)] += static_cast<double>(std::min(l, row_lengths.back()));
+  }
+  double cost = 0;
+  for (size_t g = 0; g < row_lengths.size(); ++g) {
+    const auto l = static_cast<double>(row_lengths[g]);
+    const double rows = std::ceil(tokens[g] / l);
+    cost += rows * l * static_cast<double>((100 - a) * row_lengths.back() + a * row_lengths[g]);
+  }
+  return cost;
+}
+
+TEST(PackLengthsTest, ChooserEqualsBruteForceOverSmallHistograms) {
+  std::mt19937_64 rng(99);
+  for (int trial = 0; trial < 150; ++trial) {
+    const int64_t row_length = 8 + trial % 40;
+    const std::vector<int64_t> lengths = RandomLengths(rng, 1 + trial % 16, row_length + 3);
+    const int64_t shapes = 1 + trial % 4;
+    const int64_t a = trial % 3 == 0 ? 0 : (trial % 3 == 1 ? 34 : 90);
+    // Every subset of the distinct lengths (cut to the row) below row_length.
+    std::set<int64_t> distinct;
+    for (int64_t l : lengths) {
+      if (std::clamp<int64_t>(l, 1, row_length) < row_length)
+        distinct.insert(std::max<int64_t>(l, 1));
+    }
+    const std::vector<int64_t> below(distinct.begin(), distinct.end());
+    ASSERT_LT(below.size(), 20u);
+    double best = std::numeric_limits<double>::infinity();
+    for (uint32_t mask = 0; mask < (1u << below.size()); ++mask) {
+      if (std::popcount(mask) + 1 > shapes) continue;
+      std::vector<int64_t> pick;
+      for (size_t i = 0; i < below.size(); ++i) {
+        if (mask & (1u << i)) pick.push_back(below[i]);
+      }
+      pick.push_back(row_length);
+      best = std::min(best, SlowCost(lengths, pick, a));
+    }
+    const std::vector<int64_t> chosen = ChoosePackRowLengths(lengths, row_length, shapes, a);
+    ASSERT_FALSE(chosen.empty());
+    EXPECT_EQ(chosen.back(), row_length);
+    EXPECT_LE(static_cast<int64_t>(chosen.size()), shapes);
+    EXPECT_TRUE(std::is_sorted(chosen.begin(), chosen.end()));
+    EXPECT_DOUBLE_EQ(SlowCost(lengths, chosen, a), best) << "trial " << trial;
+  }
+}
+
+TEST(PackLengthsTest, ChosenRowLengthsPlanLikeTheGivenList) {
+  std::mt19937_64 rng(5);
+  std::vector<int64_t> lengths = RandomLengths(rng, 300, 256);
+  const PackOptions chosen{.row_length = 256, .token_budget = 2048, .max_shapes = 2};
+  const std::vector<int64_t> list = ChoosePackRowLengths(lengths, 256, 2, 34);
+  ASSERT_EQ(list.size(), 2u);
+  const BatchPlan a = Plan(lengths, chosen);
+  const BatchPlan b =
+      Plan(lengths, PackOptions{.row_length = 256, .row_length_list = list, .token_budget = 2048});
+  EXPECT_EQ(a.example_ids, b.example_ids);
+  EXPECT_EQ(a.shapes, b.shapes);
+  CheckInvariants(lengths,
+                  PackOptions{.row_length = 256, .row_length_list = list, .token_budget = 2048}, a);
+  EXPECT_EQ(std::get<PackOptions>(ParsePlannerKey(PlannerKey(chosen))), chosen);
+  EXPECT_TRUE(Contains(PlannerKey(chosen), "max_shapes=2"));
+  EXPECT_TRUE(Contains(
+      ThrownMessage<InvalidArgumentError>([] {
+        ValidatePlannerOptions(PackOptions{
+            .row_length = 256, .row_length_list = {96, 256}, .rows_per_batch = 2, .max_shapes = 2});
+      }),
+      "not both"));
 }
 
 }  // namespace

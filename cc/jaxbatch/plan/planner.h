@@ -70,6 +70,9 @@ inline constexpr int64_t kDefaultRowsMultiple = 1;
 inline constexpr Remainder kDefaultRemainder = Remainder::kPad;
 inline constexpr TooLong kDefaultTooLong = TooLong::kError;
 inline constexpr PackAlgorithm kDefaultPackAlgorithm = PackAlgorithm::kBestFit;
+// Attention's share of a packed batch's time at the demo's 256-token rows,
+// float32 on CPU (issue 27's measurement: 34%).
+inline constexpr int64_t kDefaultAttentionPercent = 34;
 
 // Options a planner needs are plain counts (required, > 0); options it may
 // go without are std::optional (unset = not used; set, > 0).
@@ -130,6 +133,12 @@ struct PackOptions {
   // (rounded down to rows_multiple), so every batch holds at most
   // token_budget elements; excludes rows_per_batch.
   std::optional<int64_t> token_budget = std::nullopt;
+  // Set: the planner chooses at most this many row lengths from all the
+  // lengths, row_length the largest (ChoosePackRowLengths); excludes
+  // row_length_list. attention_percent weighs attention's cost per token,
+  // linear in the row length: its share of a row of row_length's time.
+  std::optional<int64_t> max_shapes = std::nullopt;
+  int64_t attention_percent = kDefaultAttentionPercent;
   // Unset: the most examples a row can hold, from the lengths (DefaultSegments).
   std::optional<int64_t> max_segments_per_row = std::nullopt;
   PackAlgorithm algorithm = kDefaultPackAlgorithm;

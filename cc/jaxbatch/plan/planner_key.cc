@@ -213,7 +213,9 @@ const std::vector<Field<PackOptions>>& FieldsOf(const PackOptions*) {
       Choice<O>("remainder", &O::remainder, kRemainderNames),
       Count<O>("rows_multiple", &O::rows_multiple, true, kDefaultRowsMultiple),
       Optional<O>("open_rows", &O::open_rows, true),
-      Optional<O>("token_budget", &O::token_budget, true)};
+      Optional<O>("token_budget", &O::token_budget, true),
+      Optional<O>("max_shapes", &O::max_shapes, true),
+      Count<O>("attention_percent", &O::attention_percent, true, kDefaultAttentionPercent)};
   return fields;
 }
 
