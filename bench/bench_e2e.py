@@ -1,4 +1,4 @@
-"""End-to-end benchmark: embed a corpus with all-MiniLM-L6-v2, twelve ways.
+"""End-to-end benchmark: embed a corpus with all-MiniLM-L6-v2, thirteen ways.
 
   jaxbatch   what `jaxbatch demo --planner auto` runs: the model in JAX through jb.run
              (AutoBuckets with a token budget planned from XLA's memory
@@ -8,6 +8,10 @@
              what `jaxbatch demo` runs (its default): rows of 256 tokens
              packed with several texts each, block-diagonal attention,
              per-segment pooling (one compilation);
+  jaxbatch-pack2
+             jaxbatch-pack with two row lengths chosen from the data
+             (Pack(row_length=256, max_shapes=2, token_budget=...)): short
+             texts in short rows, so attention pays less (issue 27 item 4);
   naive      the same JAX model, fixed batches of 32 in corpus order padded
              to each batch's longest example, jax.jit(jax.vmap(...)) with
              the weights as an argument (as an expert writes it);
@@ -96,6 +100,7 @@ CONTENDERS = (
     "expert-bf16",
     "jaxbatch",
     "jaxbatch-pack",
+    "jaxbatch-pack2",
     "jaxbatch-bf16",
     "jaxbatch-pack-bf16",
     "sentence-transformers",
@@ -202,7 +207,10 @@ def run_jaxbatch(
         t0 = time.perf_counter()
         dataset = jb.Dataset.from_arrays({"input_ids": model.tokenize(texts)})
         token_budget, _, _ = plan_token_budget(model, None)
-        planner, fun = job_planner(model, dataset, kind, DEMO_MAX_SHAPES, token_budget)
+        if kind == "pack2":
+            planner, fun = two_row_lengths(model, dataset, token_budget)
+        else:
+            planner, fun = job_planner(model, dataset, kind, DEMO_MAX_SHAPES, token_budget)
         report = jb.run(
             fun,
             dataset,
@@ -221,6 +229,25 @@ def run_jaxbatch(
         "compile_seconds": report.seconds.get("compiling"),
         "token_budget": token_budget,
     }
+
+
+def two_row_lengths(model, dataset, token_budget: int):
+    """The demo's Pack with two row lengths chosen from the data
+    (max_shapes=2, 256 the largest) under the same token budget. Every shape
+    keeps the one-row-length plan's segment axis, so one per-row function
+    (and its per-segment outputs) serves both row lengths."""
+    import jaxbatch as jb
+
+    length = model.config.max_seq_length
+    one = jb.Pack(row_length=length, rows_per_batch=max(1, token_budget // length))
+    segments = jb.plan(dataset, one).shapes[0].segments
+    planner = jb.Pack(
+        row_length=length,
+        max_shapes=2,
+        token_budget=token_budget,
+        max_segments_per_row=segments,
+    )
+    return planner, model.embed_packed_fn(segments)
 
 
 def run_sentence_transformers(texts: list[str], bf16: bool = False) -> tuple[np.ndarray, dict]:
@@ -423,6 +450,7 @@ WORKERS = {
     "expert-bf16": lambda texts: run_expert(texts, dtype="bfloat16"),
     "jaxbatch": run_jaxbatch,
     "jaxbatch-pack": lambda texts: run_jaxbatch(texts, "pack"),
+    "jaxbatch-pack2": lambda texts: run_jaxbatch(texts, "pack2"),
     "jaxbatch-bf16": lambda texts: run_jaxbatch(texts, dtype="bfloat16"),
     "jaxbatch-pack-bf16": lambda texts: run_jaxbatch(texts, "pack", dtype="bfloat16"),
     "sentence-transformers": run_sentence_transformers,
@@ -457,7 +485,7 @@ def check_outputs(vectors: dict[str, np.ndarray]) -> dict[str, float]:
     checks = {"naive_vs_st_min_cosine": float(_cosines(naive, st).min())}
     for name in ("sentence-transformers-bf16", "onnxruntime", "openvino", "openvino-bf16"):
         checks[f"{name}_vs_st_min_cosine"] = float(_cosines(vectors[name], st).min())
-    for name in ("expert", "jaxbatch", "jaxbatch-pack"):
+    for name in ("expert", "jaxbatch", "jaxbatch-pack", "jaxbatch-pack2"):
         checks[f"{name}_vs_naive_max_abs_diff"] = float(np.abs(vectors[name] - naive).max())
         checks[f"{name}_vs_st_min_cosine"] = float(_cosines(vectors[name], st).min())
     for name in ("expert-bf16", "jaxbatch-bf16", "jaxbatch-pack-bf16"):  # cosine only
@@ -516,7 +544,7 @@ def main(argv: list[str] | None = None) -> int:
     rates = {k: [n / r["seconds"] for r in v] for k, v in runs.items()}
     # Repetition by repetition, the fastest expert baseline of that repetition.
     best_expert = [max(rates[e][i] for e in EXPERTS) for i in range(args.reps)]
-    ours = ("jaxbatch", "jaxbatch-pack", "jaxbatch-bf16", "jaxbatch-pack-bf16")
+    ours = ("jaxbatch", "jaxbatch-pack", "jaxbatch-pack2", "jaxbatch-bf16", "jaxbatch-pack-bf16")
     result = {
         "examples": n,
         "cores": cores,
@@ -538,6 +566,13 @@ def main(argv: list[str] | None = None) -> int:
                 )
                 for a in ours
             },
+            # Item 4 of issue 27: two chosen row lengths against one.
+            "jaxbatch-pack2/jaxbatch-pack": harness.summary(
+                [
+                    x / y
+                    for x, y in zip(rates["jaxbatch-pack2"], rates["jaxbatch-pack"], strict=True)
+                ]
+            ),
         },
         "checks": checks,
     }
