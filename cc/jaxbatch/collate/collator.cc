@@ -355,26 +355,26 @@ class BatchCollator {
         Alloc(Suffixed(column.name(), kLengthsSuffix), DType::kInt32, {rows(), segments});
     Array starts =
         Alloc(Suffixed(column.name(), kSegmentStartsSuffix), DType::kInt32, {rows(), segments});
-    const PackedFill fill{.row_begin = view_.row_begin.data(),
-                          .examples = view_.examples.data(),
-                          .stored_rows = view_.stored_rows(),
-                          .batch = view_.index,
-                          .cells = length,
-                          .segments = segments,
-                          .item_row = column.row_bytes(),
-                          .inner = column.inner_size(),
-                          .item = item,
-                          .pad = pad,
-                          .truncate = layout_.allow_truncate,
-                          .pieces = view_.pieces.empty() ? nullptr : view_.pieces.data(),
-                          .starts = view_.starts.empty() ? nullptr : view_.starts.data(),
-                          .piece_lengths =
-                              view_.starts.empty() ? nullptr : view_.piece_lengths.data(),
-                          .values = values.data,
-                          .ids = reinterpret_cast<int32_t*>(segment_ids.data),
-                          .positions = reinterpret_cast<int32_t*>(positions.data),
-                          .lengths = reinterpret_cast<int32_t*>(lengths.data),
-                          .column = &column};
+    const PackedFill fill{
+        .row_begin = view_.row_begin.data(),
+        .examples = view_.examples.data(),
+        .stored_rows = view_.stored_rows(),
+        .batch = view_.index,
+        .cells = length,
+        .segments = segments,
+        .item_row = column.row_bytes(),
+        .inner = column.inner_size(),
+        .item = item,
+        .pad = pad,
+        .truncate = layout_.allow_truncate,
+        .pieces = view_.pieces.empty() ? nullptr : view_.pieces.data(),
+        .starts = view_.starts.empty() ? nullptr : view_.starts.data(),
+        .piece_lengths = view_.starts.empty() ? nullptr : view_.piece_lengths.data(),
+        .values = values.data,
+        .ids = reinterpret_cast<int32_t*>(segment_ids.data),
+        .positions = reinterpret_cast<int32_t*>(positions.data),
+        .lengths = reinterpret_cast<int32_t*>(lengths.data),
+        .column = &column};
     auto* starts_out = reinterpret_cast<int32_t*>(starts.data);
     fillers_.push_back([fill, starts_out](int64_t r0, int64_t r1) {
       FillPackedRows(fill, r0, r1);

@@ -193,8 +193,8 @@ void CheckExamplesFit(std::span<const int64_t> lengths, const PlannerOptions& op
 // as node counts and needs `edges`, the edge counts; a Pack with several
 // features (row_lengths) reads `lengths` as its first feature's lengths (by
 // name) and `edges` as the other features', feature after feature, n each
-// (pack_features.h); the others ignore `edges`. Throws InvalidArgumentError for bad options or a too-long example
-// under TooLong::kError.
+// (pack_features.h); the others ignore `edges`. Throws InvalidArgumentError for bad options or a
+// too-long example under TooLong::kError.
 BatchPlan Plan(std::span<const int64_t> lengths, const PlannerOptions& options,
                std::span<const int64_t> order = {}, std::span<const int64_t> edges = {});
 
