@@ -124,13 +124,26 @@ BoundArrays PaddedArrays(int32_t* tokens, uint8_t* mask, int32_t* lengths, int64
 }
 
 // The arrays a packed batch holds: `cells` tokens, `slots` segment slots.
-BoundArrays PackedArrays(int32_t* tokens, int32_t* ids, int32_t* pos, int32_t* lens, int64_t* index,
-                         size_t cells, size_t slots) {
+BoundArrays PackedArrays(int32_t* tokens, int32_t* ids, int32_t* pos, int32_t* lens,
+                         int32_t* starts, int64_t* index, size_t cells, size_t slots) {
   return {{{"tokens", {reinterpret_cast<uint8_t*>(tokens), cells * 4}},
            {"tokens_segment_ids", {reinterpret_cast<uint8_t*>(ids), cells * 4}},
            {"tokens_positions", {reinterpret_cast<uint8_t*>(pos), cells * 4}},
            {"tokens_lengths", {reinterpret_cast<uint8_t*>(lens), slots * 4}},
+           {"tokens_segment_starts", {reinterpret_cast<uint8_t*>(starts), slots * 4}},
            {"example_index", {reinterpret_cast<uint8_t*>(index), slots * 8}}}};
+}
+
+// Rows [r0, r1) of the segment starts: the running sum of the lengths
+// before each slot, as the collator writes them.
+void FillStarts(const int32_t* lens, int32_t* starts, int64_t segs, int64_t r0, int64_t r1) {
+  for (int64_t r = r0; r < r1; ++r) {
+    int32_t start = 0;
+    for (int64_t s = r * segs; s < (r + 1) * segs; ++s) {
+      starts[s] = start;
+      start += lens[s];
+    }
+  }
 }
 
 // The bound: the same arrays as Collate() for a single int32 ragged column,
@@ -178,8 +191,9 @@ class Bound {
     auto* ids = reinterpret_cast<int32_t*>(slab.Take(cells * 4));
     auto* pos = reinterpret_cast<int32_t*>(slab.Take(cells * 4));
     auto* lens = reinterpret_cast<int32_t*>(slab.Take(slots * 4));
+    auto* starts = reinterpret_cast<int32_t*>(slab.Take(slots * 4));
     auto* index = reinterpret_cast<int64_t*>(slab.Take(slots * 8));
-    const int64_t bytes = static_cast<int64_t>(cells * 12 + slots * 12);
+    const int64_t bytes = static_cast<int64_t>(cells * 12 + slots * 16);
     ForRows(rows, ThreadsFor(bytes, rows, max_threads_), [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {
         const std::span<const int64_t> ex = view.row_examples(r);
@@ -207,8 +221,9 @@ class Bound {
         std::fill(lens + r * segs + s, lens + (r + 1) * segs, 0);
         std::fill(index + r * segs + s, index + (r + 1) * segs, -1);
       }
+      FillStarts(lens, starts, segs, r0, r1);
     });
-    return PackedArrays(tokens, ids, pos, lens, index, cells, slots);
+    return PackedArrays(tokens, ids, pos, lens, starts, index, cells, slots);
   }
 
   const int32_t* values_;
@@ -564,13 +579,15 @@ class FastBound {
     auto* ids = reinterpret_cast<int32_t*>(slab.Take(cells * 4));
     auto* pos = reinterpret_cast<int32_t*>(slab.Take(cells * 4));
     auto* lens = reinterpret_cast<int32_t*>(slab.Take(slots * 4));
+    auto* starts = reinterpret_cast<int32_t*>(slab.Take(slots * 4));
     auto* index = reinterpret_cast<int64_t*>(slab.Take(slots * 8));
-    const int64_t bytes = static_cast<int64_t>(cells * 12 + slots * 12);
+    const int64_t bytes = static_cast<int64_t>(cells * 12 + slots * 16);
     const bool nt = bytes >= config_.nt;
     Parallel(rows, bytes, [&](int64_t r0, int64_t r1) {
       if (!nt) {
         const int64_t at = r0 * length;
         PackedRows(view, r0, r1, tokens + at, ids + at, pos + at, lens, index);
+        FillStarts(lens, starts, segs, r0, r1);
         return;
       }
       const int64_t block = std::max<int64_t>(1, static_cast<int64_t>(kBlockBytes) / (length * 4));
@@ -591,9 +608,10 @@ class FastBound {
         StreamCopy(reinterpret_cast<uint8_t*>(pos + at),
                    reinterpret_cast<const uint8_t*>(s_tokens + 2 * block_cells), n);
       }
+      FillStarts(lens, starts, segs, r0, r1);
       StoreFence();
     });
-    return PackedArrays(tokens, ids, pos, lens, index, cells, slots);
+    return PackedArrays(tokens, ids, pos, lens, starts, index, cells, slots);
   }
 
   const int32_t* values_;
