@@ -15,7 +15,7 @@ The cache is one small JSON file, ``$JAXBATCH_CACHE_DIR`` or
 ``$XDG_CACHE_HOME/jaxbatch`` (default ``~/.cache/jaxbatch``), written
 atomically by the engine and only after a compilation (a lookup never
 writes). ``JAXBATCH_MEMORY_PLAN_CACHE=0`` turns it off. A damaged or
-foreign file is ignored with a warning and a folder that cannot be written
+foreign file is ignored with a warning and never written over, and a folder that cannot be written
 is logged and skipped: the cache only ever saves time.
 
 The key's ingredients are JAX objects the engine cannot see; the hash is the
@@ -123,7 +123,7 @@ def lookup(key: str) -> Entry | None:
         return None
     if key in _memo:
         return _memo[key]
-    entry = _read(path).get(key)
+    entry = (_read(path) or {}).get(key)
     if entry is not None:
         _memo[key] = entry
     return entry
@@ -137,6 +137,8 @@ def store(key: str, entry: Entry) -> None:
         return
     _memo[key] = entry
     entries = _read(path)
+    if entries is None:  # A file jaxbatch did not write (warned): left as it is.
+        return
     entries.pop(key, None)
     entries[key] = entry  # Last written last: the oldest are dropped first.
     kept = list(entries.items())[-MAX_ENTRIES:]
@@ -153,18 +155,19 @@ def store(key: str, entry: Entry) -> None:
         _note_once(f"write:{path}", f"memory plan cache: not written ({e}); planning still works")
 
 
-def _read(path: Path) -> dict[str, Entry]:
-    """The file's entries; {} when there is none, and with a warning when
-    it is not one this module wrote (never an exception)."""
+def _read(path: Path) -> dict[str, Entry] | None:
+    """The file's entries; {} when there is none, and None, with a
+    warning, when it is not one this module wrote (never an exception):
+    such a file is never written over."""
     try:
         text = _read_regular(path)
     except (FileNotFoundError, NotADirectoryError):  # No file: nothing was cached.
         return {}
     except OSError as e:
         _ignore(path, f"cannot be read ({e})")
-        return {}
+        return None
     if text is None:
-        return {}
+        return None
     try:
         data = json.loads(text)
         raw = data["entries"] if data.get("format") == FORMAT else None
@@ -173,7 +176,7 @@ def _read(path: Path) -> dict[str, Entry]:
         return {key: _entry(key, value) for key, value in raw.items()}
     except (ValueError, TypeError, KeyError, AttributeError) as e:
         _ignore(path, f"is not a memory plan cache ({e})")
-        return {}
+        return None
 
 
 def _read_regular(path: Path) -> bytes | None:
@@ -208,7 +211,7 @@ def _ignore(path: Path, why: str) -> None:
         return
     _warned.add(str(path))
     warnings.warn(
-        f"memory plan cache {path} {why}: ignored, the plan is compiled "
+        f"memory plan cache {path} {why}: ignored and left as it is, the plan is compiled "
         f"(delete the file, or set {DISABLE_ENV}=0 to turn the cache off)",
         RuntimeWarning,
         stacklevel=4,
