@@ -27,8 +27,15 @@ def test_every_pitfall_has_a_page_with_an_example():
 def test_page_examples_run(page):
     scope: dict = {}
     try:
-        for block in re.findall(r"```python\n(.*?)```", page.read_text(), re.S):
-            exec(compile(block, str(page), "exec"), scope)
+        text = page.read_text()
+        for block in re.finditer(r"```python\n(.*?)```", text, re.S):
+            # Blank lines up to the block's first line: line numbers are the
+            # page's, so a traceback points at the page's line and
+            # inspect.getsource (Grain names its transforms with it) finds
+            # the function's own source, not whatever a block-relative line
+            # number lands on.
+            padded = "\n" * text.count("\n", 0, block.start(1)) + block.group(1)
+            exec(compile(padded, str(page), "exec"), scope)
     finally:
         # A class a page defines can outlive it (jax's pytree registry keeps
         # every Flax NNX Module class, and so its globals, this dict, until

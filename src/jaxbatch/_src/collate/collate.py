@@ -9,7 +9,7 @@ import numpy as np
 
 from jaxbatch import _core
 from jaxbatch._src.base.choices import check_choice, choices
-from jaxbatch._src.collate import keys
+from jaxbatch._src.collate import batch_tree, keys
 from jaxbatch._src.data import graphs
 from jaxbatch._src.data.dataset import Dataset, graph_layout
 from jaxbatch._src.data.dtypes import numpy_dtype
@@ -41,9 +41,16 @@ class Batch(dict):
     ``[graphs, ...]``), plus ``node_mask``, ``edge_mask``, ``graph_mask``,
     ``node_graph`` (each node's graph slot) and ``graph_index`` (each slot's
     example, -1 for padding); ``batch.graphs`` is the GraphsTuple.
+
+    A Batch is a JAX pytree (its arrays the leaves, in sorted key order), so
+    ``jax.jit(step)(batch)``, ``jax.device_put(batch)`` and ``tree_map`` keep
+    it a Batch, ``.graphs`` included. ``index`` (the step) and ``epoch``
+    change every step, so they stay out of the pytree: a Batch JAX rebuilds
+    has them None (:func:`jaxbatch.device_prefetch` keeps them).
     """
 
-    index: int
+    index: int | None = None
+    epoch: int | None = None
     shape: BatchShape
     packed: bool
     length_column: str
@@ -77,6 +84,9 @@ class Batch(dict):
             return tuple(k for k in self if k in keys.GRAPH_KEYS)
         own = (keys.EXAMPLE_INDEX, keys.EXAMPLE_PIECE)
         return tuple(k for k in self if k in own or _aux_of(k, self.ragged_columns))
+
+
+batch_tree.register(Batch)
 
 
 def _aux_of(key: str, ragged: tuple[str, ...]) -> bool:

@@ -91,6 +91,20 @@ class GraphLayout:
     def __init__(self, trees: dict[str, tuple[Any, list[str]] | None]):
         self.trees = trees
 
+    def _key(self) -> tuple:
+        return tuple(
+            (f, None if spec is None else (spec[0], tuple(spec[1])))
+            for f, spec in sorted(self.trees.items())
+        )
+
+    # By value: a Batch carries its layout as static pytree data, and jit
+    # must see two loaders' (or collate calls') equal layouts as one.
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, GraphLayout) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
     @classmethod
     def from_columns(cls, core: Any, who: str) -> GraphLayout:
         """The layout of a core dataset's graph columns, as the engine finds

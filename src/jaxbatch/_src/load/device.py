@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from jaxbatch._src.collate.batch_tree import batch_like
+from jaxbatch._src.collate.collate import Batch
 from jaxbatch._src.load.agree import agree, loader_settings, shard_problem
 from jaxbatch._src.load.loader import Loader, register_prefetcher
 
@@ -27,6 +29,11 @@ def device_prefetch(
     multi-host path: every process runs its own Loader shard; see
     :func:`global_batches`). Without one, arrays go to the default device.
 
+    A :class:`jaxbatch.Batch` comes out a Batch, its arrays on device and
+    its attributes as they were (``.graphs``, ``shape``, ``index``,
+    ``epoch``), so ``jax.jit(step)(batch)`` takes it whole; other dicts come
+    out dicts. ``len()`` is the source's (``len(loader)``).
+
     The prefetch reads the Loader ahead, so checkpoint the returned
     :class:`DevicePrefetcher` (its ``get_state()``, or
     ``jaxbatch.checkpoint.LoaderSave(batches)``), not the Loader.
@@ -45,7 +52,8 @@ def device_prefetch(
 
 class DevicePrefetcher:
     """The iterator :func:`device_prefetch` and :func:`global_batches`
-    return: batches as ``jax.Array`` dicts, `size` of them in flight. It
+    return: batches of ``jax.Array`` values (a Batch stays a Batch), `size` of
+    them in flight, and ``len()`` when the source has one. It
     reads ``size - 1`` batches ahead of the one it yields, so its source
     Loader's own state is ahead too; :meth:`get_state` here is the Loader's
     state right after the last batch yielded, the one to checkpoint, and
@@ -73,6 +81,21 @@ class DevicePrefetcher:
     def __repr__(self) -> str:
         return f"DevicePrefetcher(size={self._size}, source={type(self._source).__name__})"
 
+    def __len__(self) -> int:
+        """The source's length: every batch this yields, counted from the start."""
+        if not hasattr(type(self._source), "__len__"):
+            # TypeError, as len() of an object without one: list() and
+            # length_hint() read it as "no length" and go on.
+            raise TypeError(
+                f"device_prefetch: len() is the source's, and a "
+                f"{type(self._source).__name__} has none; give a Loader (or a list) to know "
+                f"the steps ahead"
+            )
+        return len(self._source)
+
+    def __bool__(self) -> bool:
+        return True  # Not len(): an endless source has none, and an iterator is truthy.
+
     def _put(self, batch: Mapping[str, Any]) -> dict[str, jax.Array]:
         import jax
 
@@ -82,8 +105,11 @@ class DevicePrefetcher:
                 f"{type(batch).__name__}"
             )
         if self._sharding is None:
-            return jax.device_put(dict(batch))
-        return {k: self._global(k, v) for k, v in batch.items()}
+            arrays = jax.device_put(dict(batch))
+        else:
+            arrays = {k: self._global(k, v) for k, v in batch.items()}
+        # A Batch keeps what it is: .graphs, its shape and its step.
+        return batch_like(batch, arrays) if isinstance(batch, Batch) else arrays
 
     def _global(self, key: str, value: Any) -> jax.Array:
         import jax
