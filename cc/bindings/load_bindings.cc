@@ -105,6 +105,8 @@ void BindLoad(nb::module_& m) {
       .def_prop_ro("prototype", [](const ChunkedSource& s) { return s.prototype; })
       .def_prop_ro("chunk_begin", [](const ChunkedSource& s) { return ToNumpy(s.chunk_begin); })
       .def_prop_ro("chunk_bytes", [](const ChunkedSource& s) { return ToNumpy(s.chunk_bytes); })
+      .def_prop_ro("node_counts", [](const ChunkedSource& s) { return ToNumpy(s.node_counts); })
+      .def_prop_ro("edge_counts", [](const ChunkedSource& s) { return ToNumpy(s.edge_counts); })
       .def("lengths", [](const ChunkedSource& s, std::string_view column) {
         return ToNumpy(s.lengths(column));
       });
@@ -113,10 +115,13 @@ void BindLoad(nb::module_& m) {
       .def(
           "__init__",
           [](ChunkedSourceBuilder* self, std::string length_column,
-             std::vector<ColumnSchema> schema) {
-            new (self) ChunkedSourceBuilder(std::move(length_column), Schema{std::move(schema)});
+             std::vector<ColumnSchema> schema, bool graphs) {
+            Schema rules{std::move(schema)};
+            new (self) ChunkedSourceBuilder(
+                graphs ? ChunkedSourceBuilder::ForGraphs(std::move(rules))
+                       : ChunkedSourceBuilder(std::move(length_column), std::move(rules)));
           },
-          nb::arg("length_column"), nb::arg("schema"))
+          nb::arg("length_column"), nb::arg("schema"), nb::arg("graphs") = false)
       .def("add", &ChunkedSourceBuilder::Add, nb::arg("chunk"),
            nb::call_guard<nb::gil_scoped_release>())
       .def("finish", [](ChunkedSourceBuilder& b) {

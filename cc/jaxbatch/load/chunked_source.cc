@@ -28,13 +28,34 @@ const std::vector<int64_t>& ChunkedSource::lengths(std::string_view column) cons
 ChunkedSourceBuilder::ChunkedSourceBuilder(std::string length_column, Schema schema)
     : length_column_(std::move(length_column)), schema_(std::move(schema)) {}
 
+ChunkedSourceBuilder ChunkedSourceBuilder::ForGraphs(Schema schema) {
+  ChunkedSourceBuilder builder("", std::move(schema));
+  builder.graphs_ = true;
+  return builder;
+}
+
+void ChunkedSourceBuilder::AddGraphs(const Dataset& chunk, std::vector<BadRecord>& bad) {
+  // The roles come from the columns alone, so the first chunk's hold for all.
+  if (!source_.graph) source_.graph = FindGraphColumns(chunk, "ChunkedSource");
+  const GraphColumns& graph = *source_.graph;
+  const std::vector<int64_t> nodes = NodeCounts(chunk, graph);
+  const std::vector<int64_t> edges = EdgeCounts(chunk);
+  source_.node_counts.insert(source_.node_counts.end(), nodes.begin(), nodes.end());
+  source_.edge_counts.insert(source_.edge_counts.end(), edges.begin(), edges.end());
+  // Before the schema's records: a graph both rules refuse is recorded with
+  // its graph reason, as a Loader over the whole data records it.
+  for (GraphProblem& p : FindBadGraphs(chunk, graph)) {
+    bad.push_back(BadRecord{p.example, std::move(p.reason)});
+  }
+}
+
 void ChunkedSourceBuilder::Add(const Dataset& chunk) {
   const int64_t index = source_.num_chunks();
   const uint64_t chunk_fingerprint = DatasetFingerprint(chunk);
   source_.fingerprint = Hash64(&chunk_fingerprint, sizeof(chunk_fingerprint), source_.fingerprint);
   if (!first_) {
-    if (length_column_.empty()) length_column_ = chunk.default_length_column();
-    if (chunk.column(length_column_).is_fixed()) {
+    if (length_column_.empty() && !graphs_) length_column_ = chunk.default_length_column();
+    if (!graphs_ && chunk.column(length_column_).is_fixed()) {
       throw InvalidArgumentError(StrCat("ChunkedSource: column '", length_column_,
                                         "' is fixed-shape; batching by length needs a ragged "
                                         "column, such as '",
@@ -54,7 +75,16 @@ void ChunkedSourceBuilder::Add(const Dataset& chunk) {
     }
   }
   const int64_t base = source_.num_examples();
-  for (BadRecord& r : FindBadRecords(chunk, schema_)) {
+  std::vector<BadRecord> bad;
+  if (graphs_) AddGraphs(chunk, bad);
+  for (BadRecord& r : FindBadRecords(chunk, schema_)) bad.push_back(std::move(r));
+  // In example order, one record per example (its first reason).
+  std::stable_sort(bad.begin(), bad.end(),
+                   [](const BadRecord& a, const BadRecord& b) { return a.example < b.example; });
+  for (BadRecord& r : bad) {
+    if (!source_.bad_records.empty() && source_.bad_records.back().example == base + r.example) {
+      continue;
+    }
     r.example += base;
     source_.bad_records.push_back(std::move(r));
   }
@@ -76,7 +106,10 @@ ChunkedSource ChunkedSourceBuilder::Finish() && {
   for (const RaggedColumn& c : first_->columns()) {
     int64_t rows = 1;
     if (!c.is_fixed()) {
-      rows = first_->AreAligned(c.name(), length_column_) ? 0 : max_lengths_[ragged];
+      // Graph collation pads to the budget, never to a column's longest:
+      // the prototype of graphs is an empty graph.
+      const bool empty = graphs_ || first_->AreAligned(c.name(), length_column_);
+      rows = empty ? 0 : max_lengths_[ragged];
       ++ragged;
     }
     const std::vector<uint8_t> zeros(static_cast<size_t>(rows * c.row_bytes()));
@@ -90,6 +123,36 @@ ChunkedSource ChunkedSourceBuilder::Finish() && {
   source_.length_column = length_column_;
   return std::move(source_);
 }
+
+namespace {
+
+// A graph chunk read again has the node counts it had, and no malformed
+// graph that was not a bad record when the source was built.
+void CheckGraphsUnchanged(const ChunkedSource& source, int64_t chunk, const Dataset& decoded,
+                          const std::string& where, const std::string& changed) {
+  const int64_t begin = source.chunk_begin[static_cast<size_t>(chunk)];
+  const std::vector<int64_t> nodes = NodeCounts(decoded, *source.graph);
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const int64_t want = source.node_counts[static_cast<size_t>(begin) + i];
+    if (nodes[i] != want) {
+      throw IoError(StrCat(where, ", chunk ", chunk, ", graph ", begin + static_cast<int64_t>(i),
+                           ": expected ", want, " nodes, found ", nodes[i], changed));
+    }
+  }
+  const auto is_bad = [&](int64_t example) {
+    return std::binary_search(
+        source.bad_records.begin(), source.bad_records.end(), BadRecord{example, ""},
+        [](const BadRecord& a, const BadRecord& b) { return a.example < b.example; });
+  };
+  for (const GraphProblem& p : FindBadGraphs(decoded, *source.graph)) {
+    if (!is_bad(begin + p.example)) {
+      throw IoError(StrCat(where, ", chunk ", chunk, ", example ", begin + p.example, ": ",
+                           p.reason, changed));
+    }
+  }
+}
+
+}  // namespace
 
 std::shared_ptr<const Dataset> CheckedChunkCopy(const ChunkedSource& source, int64_t chunk,
                                                 const Dataset& decoded, const std::string& where) {
@@ -119,6 +182,7 @@ std::shared_ptr<const Dataset> CheckedChunkCopy(const ChunkedSource& source, int
       }
     }
   }
+  if (source.graph) CheckGraphsUnchanged(source, chunk, decoded, where, changed);
   return std::make_shared<const Dataset>(OwnedCopy(decoded));
 }
 
@@ -146,7 +210,7 @@ void GatheredBatch::RestoreExampleIndex(std::vector<Array>& arrays) const {
     original_of[static_cast<size_t>(examples[k])] = all[k];
   }
   for (Array& a : arrays) {
-    if (a.name != kExampleIndexName) continue;
+    if (a.name != kExampleIndexName && a.name != kGraphIndexName) continue;
     auto* ids = reinterpret_cast<int64_t*>(a.data);
     const int64_t n = a.num_bytes() / static_cast<int64_t>(sizeof(int64_t));
     for (int64_t i = 0; i < n; ++i) {

@@ -14,6 +14,12 @@
 //   ChunkedSourceBuilder builder("tokens", schema);
 //   for (int64_t g = 0; g < row_groups; ++g) builder.Add(DecodeRowGroup(g));
 //   auto source = std::make_shared<const ChunkedSource>(std::move(builder).Finish());
+//
+// A source of graphs (ChunkedSourceBuilder::ForGraphs, for GraphBudget and
+// GraphBuckets) also keeps each graph's node and edge count, taken from
+// the list columns' lengths (or n_node / n_edge) of each chunk as it is
+// added, and counts every malformed graph (FindBadGraphs) among the bad
+// records, so a plan over the counts is the plan over the whole data.
 #ifndef JAXBATCH_LOAD_CHUNKED_SOURCE_H_
 #define JAXBATCH_LOAD_CHUNKED_SOURCE_H_
 
@@ -27,6 +33,7 @@
 
 #include "jaxbatch/collate/collator.h"
 #include "jaxbatch/data/dataset.h"
+#include "jaxbatch/data/graph.h"
 #include "jaxbatch/load/chunk_cache.h"
 #include "jaxbatch/load/schema.h"
 #include "jaxbatch/plan/batch_plan.h"
@@ -48,6 +55,11 @@ struct ChunkedSource {
   // Every value's fingerprint: DatasetFingerprint of each chunk, chained in
   // chunk order (what a job keys a streamed input on).
   uint64_t fingerprint = 0;
+  // A source of graphs: its columns' roles, and each graph's node and edge
+  // count over the whole data (NodeCounts, EdgeCounts). Empty otherwise.
+  std::optional<GraphColumns> graph;
+  std::vector<int64_t> node_counts;
+  std::vector<int64_t> edge_counts;
 
   int64_t num_examples() const { return chunk_begin.back(); }
   int64_t num_chunks() const { return static_cast<int64_t>(chunk_bytes.size()); }
@@ -62,6 +74,10 @@ class ChunkedSourceBuilder {
   // `length_column` "" = the first chunk's default length column. The schema
   // is applied to each chunk as it is added (FindBadRecords).
   ChunkedSourceBuilder(std::string length_column, Schema schema);
+  // A source of graphs, planned by node and edge counts (no length column).
+  // Add throws InvalidArgumentError when the first chunk's columns do not
+  // name a graph (FindGraphColumns).
+  static ChunkedSourceBuilder ForGraphs(Schema schema);
 
   // Adds the next chunk. Throws InvalidArgumentError naming the chunk when
   // its columns differ from the first chunk's, or what FindBadRecords throws.
@@ -75,12 +91,17 @@ class ChunkedSourceBuilder {
   ChunkedSource source_;
   std::optional<Dataset> first_;  // the first chunk's columns (no examples kept)
   std::vector<int64_t> max_lengths_;
+  bool graphs_ = false;
+
+  void AddGraphs(const Dataset& chunk, std::vector<BadRecord>& bad);
 };
 
 // Checks a chunk decoded again against what the source recorded for it (the
-// number of examples, the columns, every ragged column's lengths) and
-// returns a copy that owns its memory. Throws IoError naming `where` and the
-// chunk when they differ (the file changed since it was opened).
+// number of examples, the columns, every ragged column's lengths; for
+// graphs also each graph's node and edge count, and that no graph is
+// malformed that was not a bad record) and returns a copy that owns its
+// memory. Throws IoError naming `where` and the chunk when they differ (the
+// file changed since it was opened).
 std::shared_ptr<const Dataset> CheckedChunkCopy(const ChunkedSource& source, int64_t chunk,
                                                 const Dataset& decoded, const std::string& where);
 
@@ -94,8 +115,9 @@ struct GatheredBatch {
   std::vector<int64_t> examples;   // the view's examples, renumbered
   std::vector<int64_t> row_begin;  // the view's row_begin, from 0
   BatchView view() const;
-  // Collation numbers `example_index` within `dataset`: this maps it back
-  // to the whole data's example indices (-1, padding, stays).
+  // Collation numbers `example_index` (`graph_index` for graphs) within
+  // `dataset`: this maps it back to the whole data's example indices (-1,
+  // padding, stays).
   void RestoreExampleIndex(std::vector<Array>& arrays) const;
 };
 

@@ -41,17 +41,6 @@ Dataset ThreeColumns(size_t n, uint32_t seed) {
                   RaggedColumn::FromPieces("label", DType::kInt64, {}, true, l)});
 }
 
-// The data split into chunks of `size` examples (the last one shorter).
-std::vector<Dataset> Split(const Dataset& data, int64_t size) {
-  std::vector<Dataset> chunks;
-  for (int64_t b = 0; b < data.num_examples(); b += size) {
-    DatasetBuilder builder(data);
-    builder.AppendRange(data, b, std::min(b + size, data.num_examples()));
-    chunks.push_back(std::move(builder).Finish());
-  }
-  return chunks;
-}
-
 std::shared_ptr<const ChunkedSource> Build(const std::vector<Dataset>& chunks, Schema schema = {}) {
   ChunkedSourceBuilder builder("tokens", std::move(schema));
   for (const Dataset& c : chunks) builder.Add(c);
@@ -60,34 +49,9 @@ std::shared_ptr<const ChunkedSource> Build(const std::vector<Dataset>& chunks, S
 
 using testing::Drain;
 using testing::Fingerprint;
-
-constexpr char kReaderStopped[] = "data.parquet: the reader stopped";
-
-// Serves a streaming loader's chunk requests from `chunks` until it closes.
-// `serve(chunk)`, when given, runs before each chunk is handed over (to
-// pause, say); when it returns false the reader stops instead, as a feeder
-// that dies does: FailChunk(-1, kReaderStopped), and the feeder ends.
-class Feeder {
- public:
-  Feeder(Loader& loader, const std::vector<Dataset>& chunks,
-         std::function<bool(int64_t chunk)> serve = {})
-      : thread_([&loader, &chunks, serve = std::move(serve)] {
-          while (true) {
-            const int64_t c = loader.NextChunkRequest(std::chrono::milliseconds(5));
-            if (c == ChunkCache::kClosed) return;
-            if (c < 0) continue;
-            if (serve && !serve(c)) {
-              loader.FailChunk(-1, kReaderStopped);
-              return;
-            }
-            loader.ProvideChunk(c, chunks[static_cast<size_t>(c)]);
-          }
-        }) {}
-  ~Feeder() { thread_.join(); }
-
- private:
-  std::thread thread_;
-};
+using testing::kReaderStopped;
+using testing::Split;
+using Feeder = testing::ChunkFeeder;
 
 TEST(ChunkedSourceTest, KeepsLengthsBoundariesAndBadRecordsOfEveryChunk) {
   const Dataset data = ThreeColumns(23, 3);

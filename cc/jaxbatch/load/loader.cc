@@ -92,12 +92,14 @@ Loader::Loader(std::shared_ptr<const Dataset> dataset, std::shared_ptr<const Chu
           "Loader: a chunked source's schema is applied when it is built "
           "(ChunkedSourceBuilder); expected an empty LoaderOptions::schema");
     }
-    if (!options_.length_column.empty() && options_.length_column != chunked_->length_column) {
+    // Graphs have no length column: InitGraphs refuses one as it does for a dataset.
+    if (!options_.length_column.empty() && options_.length_column != chunked_->length_column &&
+        !chunked_->graph) {
       throw InvalidArgumentError(StrCat("Loader: length_column '", options_.length_column,
                                         "' differs from the chunked source's '",
                                         chunked_->length_column, "'"));
     }
-    options_.length_column = chunked_->length_column;
+    if (!chunked_->graph) options_.length_column = chunked_->length_column;
     if (options_.host_memory_limit <= 0) {
       throw InvalidArgumentError(
           StrCat("Loader: streaming ", options_.source,
@@ -115,6 +117,10 @@ Loader::Loader(std::shared_ptr<const Dataset> dataset, std::shared_ptr<const Chu
   MappedReadScope reads(&mapped_faults_);  // Lengths and bad records read the data.
   if (IsGraphPlanner(options_.schedule.planner)) {
     InitGraphs();
+  } else if (chunked_ && chunked_->graph) {
+    throw InvalidArgumentError(StrCat("Loader: a chunked source built for graphs is planned by ",
+                                      "GraphBudget or GraphBuckets, found ",
+                                      PlannerName(options_.schedule.planner)));
   } else {
     InitLengths();
   }
@@ -136,8 +142,8 @@ Loader::Loader(std::shared_ptr<const Dataset> dataset, std::shared_ptr<const Chu
   bad_records_.insert(bad_records_.end(), bad.begin(), bad.end());
   mapped_faults_.ThrowIfFaulted("Loader");
   // A graph may break the schema and the graph rules: one record, the first reason.
-  std::sort(bad_records_.begin(), bad_records_.end(),
-            [](const BadRecord& a, const BadRecord& b) { return a.example < b.example; });
+  std::stable_sort(bad_records_.begin(), bad_records_.end(),
+                   [](const BadRecord& a, const BadRecord& b) { return a.example < b.example; });
   bad_records_.erase(
       std::unique(bad_records_.begin(), bad_records_.end(),
                   [](const BadRecord& a, const BadRecord& b) { return a.example == b.example; }),
@@ -826,15 +832,22 @@ void Loader::InitLengths() {
 
 void Loader::InitGraphs() {
   const char* planner = PlannerName(options_.schedule.planner);
-  if (chunked_) {
-    throw InvalidArgumentError(StrCat("Loader: ", planner, " needs the graphs in memory; ",
-                                      "streaming graphs chunk by chunk is not supported yet: ",
-                                      "load the file whole (stream=False)"));
+  if (chunked_ && !chunked_->graph) {
+    throw InvalidArgumentError(StrCat("Loader: ", planner, " plans by node and edge counts, ",
+                                      "which a chunked source keeps only when built for graphs ",
+                                      "(ChunkedSourceBuilder::ForGraphs)"));
   }
   if (!options_.length_column.empty()) {
     throw InvalidArgumentError(StrCat("Loader: ", planner, " plans by node and edge counts; ",
                                       "length_column='", options_.length_column,
                                       "' does not apply"));
+  }
+  layout_ =
+      BatchLayout{.packed = false, .allow_truncate = false, .length_column = "", .graph = true};
+  if (chunked_) {  // Counted, and bad graphs found, chunk by chunk as the source was built.
+    lengths_ = chunked_->node_counts;
+    edge_lengths_ = chunked_->edge_counts;
+    return;
   }
   const GraphColumns graph = FindGraphColumns(*dataset_, "Loader");
   lengths_ = NodeCounts(*dataset_, graph);
@@ -842,8 +855,6 @@ void Loader::InitGraphs() {
   for (GraphProblem& p : FindBadGraphs(*dataset_, graph)) {
     bad_records_.push_back(BadRecord{p.example, std::move(p.reason)});
   }
-  layout_ =
-      BatchLayout{.packed = false, .allow_truncate = false, .length_column = "", .graph = true};
 }
 
 bool Loader::EpochsMayDiffer() const {

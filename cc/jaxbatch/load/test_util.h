@@ -3,15 +3,19 @@
 #define JAXBATCH_LOAD_TEST_UTIL_H_
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <random>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
 #include "jaxbatch/data/dataset.h"
+#include "jaxbatch/data/dataset_builder.h"
 #include "jaxbatch/load/loader.h"
 
 namespace jaxbatch::testing {
@@ -96,6 +100,45 @@ inline std::vector<std::string> Drain(Loader& loader, int64_t limit = -1) {
   }
   return out;
 }
+
+// The data split into chunks of `size` examples (the last one shorter).
+inline std::vector<Dataset> Split(const Dataset& data, int64_t size) {
+  std::vector<Dataset> chunks;
+  for (int64_t b = 0; b < data.num_examples(); b += size) {
+    DatasetBuilder builder(data);
+    builder.AppendRange(data, b, std::min(b + size, data.num_examples()));
+    chunks.push_back(std::move(builder).Finish());
+  }
+  return chunks;
+}
+
+inline constexpr char kReaderStopped[] = "data.parquet: the reader stopped";
+
+// Serves a streaming loader's chunk requests from `chunks` until it closes.
+// `serve(chunk)`, when given, runs before each chunk is handed over (to
+// pause, say); when it returns false the reader stops instead, as a feeder
+// that dies does: FailChunk(-1, kReaderStopped), and the feeder ends.
+class ChunkFeeder {
+ public:
+  ChunkFeeder(Loader& loader, const std::vector<Dataset>& chunks,
+              std::function<bool(int64_t chunk)> serve = {})
+      : thread_([&loader, &chunks, serve = std::move(serve)] {
+          while (true) {
+            const int64_t c = loader.NextChunkRequest(std::chrono::milliseconds(5));
+            if (c == ChunkCache::kClosed) return;
+            if (c < 0) continue;
+            if (serve && !serve(c)) {
+              loader.FailChunk(-1, kReaderStopped);
+              return;
+            }
+            loader.ProvideChunk(c, chunks[static_cast<size_t>(c)]);
+          }
+        }) {}
+  ~ChunkFeeder() { thread_.join(); }
+
+ private:
+  std::thread thread_;
+};
 
 }  // namespace jaxbatch::testing
 

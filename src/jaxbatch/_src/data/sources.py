@@ -272,14 +272,15 @@ class StreamedParquet(Columns):
 
     Opening reads every row group once (only `columns`) and keeps what
     planning needs: every ragged column's lengths, the row groups' example
-    boundaries and decoded sizes, and the bad records `schema` finds. Each
+    boundaries and decoded sizes, and the bad records `schema` finds (with
+    `graphs`, each graph's node and edge count and every malformed graph). Each
     row group is checked by the core as a whole (``ChunkedSourceBuilder``),
     with no loop over examples here; memory holds one row group at a time.
     The Loader's feeder thread reads row groups again (:meth:`read_chunk`)
     as batches need them.
     """
 
-    def __init__(self, path, columns, length_column, aligned, schema: list):
+    def __init__(self, path, columns, length_column, aligned, schema: list, graphs=False):
         pa = require("pyarrow", f"Loader: streaming {path}")
         pq = require("pyarrow.parquet", f"Loader: streaming {path}")
 
@@ -297,7 +298,11 @@ class StreamedParquet(Columns):
         if self.num_row_groups == 0:
             raise ValueError(f"Loader: {self.path} has no row groups to stream; it holds no data")
         self.schema_rules = schema  # Applied below, to every row group.
-        builder = _core.ChunkedSourceBuilder(length_column or "", schema)
+        # Graphs: the engine counts each graph's nodes and edges and checks it
+        # as its row group is added; a column= is refused by the Loader.
+        builder = _core.ChunkedSourceBuilder(
+            "" if graphs else length_column or "", schema, graphs=graphs
+        )
         for g in range(self.num_row_groups):
             chunk = self.read_chunk(reader, g)
             try:

@@ -300,8 +300,10 @@ class Loader:
         None (default) streams a ``.parquet`` path when ``host_memory_limit``
         is set and the file's columns decode to more bytes than it; True
         always streams (it needs ``host_memory_limit``), False never. Opening
-        reads the file once for lengths and bad records, keeping one row
-        group at a time; batches then read the row groups they touch, and
+        reads the file once for lengths and bad records (for a graph
+        planner: each graph's node and edge count, and every malformed
+        graph), keeping one row group at a time; batches then read the row
+        groups they touch, and
         the stream is identical to reading the file whole. ``shuffle=False``,
         or ``"block"`` with ``block_size`` the row-group size, reads each row
         group about once per epoch, except with ``Pack`` without a window:
@@ -336,7 +338,8 @@ class Loader:
         self._feeder: threading.Thread | None = None
         self._stream = None
         if isinstance(source, str | os.PathLike):
-            source = open_streamed(source, o) or source
+            graphs = isinstance(planner, GRAPH_PLANNERS)
+            source = open_streamed(source, o, graphs=graphs) or source
         elif is_huggingface_dataset(source):
             source = Dataset.from_huggingface(source, columns=o.columns, aligned=o.aligned)
             o = dataclasses.replace(o, columns=None, aligned=None)
@@ -639,9 +642,11 @@ def schema_rules(schema: Mapping[str, ColumnSchema], names: list[str]) -> list:
     return out
 
 
-def open_streamed(source, options: LoaderOptions) -> StreamedParquet | None:
+def open_streamed(source, options: LoaderOptions, graphs: bool = False) -> StreamedParquet | None:
     """The Parquet file at `source` opened to be read by row group, when
-    `options` say so (``stream``; see the Loader), else None."""
+    `options` say so (``stream``; see the Loader), else None. `graphs`: for
+    a graph planner, which plans by each graph's node and edge count (the
+    engine counts and checks the graphs row group by row group)."""
     if not _should_stream(source, options.stream, options.host_memory_limit, options.columns):
         return None
     if not options.host_memory_limit:
@@ -650,7 +655,9 @@ def open_streamed(source, options: LoaderOptions) -> StreamedParquet | None:
         )
     names = parquet_column_names(source, options.columns)
     rules = schema_rules(options.schema or {}, names)
-    return StreamedParquet(source, options.columns, options.column, options.aligned, rules)
+    return StreamedParquet(
+        source, options.columns, options.column, options.aligned, rules, graphs=graphs
+    )
 
 
 def _should_stream(source, stream, host_memory_limit, columns) -> bool:
