@@ -23,7 +23,6 @@ were inserted in; a rebuilt Batch holds its keys in that order.
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Mapping
 from typing import Any
 
@@ -38,19 +37,23 @@ PER_STEP = ("index", "epoch")
 
 def _static(batch: Any) -> tuple[tuple[str, Any], ...]:
     """The attributes that describe the batch's layout, by name."""
-    items = (kv for kv in vars(batch).items() if kv[0] not in PER_STEP)
-    return tuple(sorted(items, key=operator.itemgetter(0)))
+    # jit flattens its arguments on every call, so this is a dict copy and
+    # one sort by name (names are unique: values are never compared).
+    attributes = vars(batch).copy()
+    for name in PER_STEP:
+        attributes.pop(name, None)
+    return tuple(sorted(attributes.items()))
 
 
 def _flatten_with_keys(batch: Any) -> tuple[list[tuple[Any, Any]], Any]:
     names = tuple(sorted(batch))
-    children = [(jax.tree_util.DictKey(k), dict.__getitem__(batch, k)) for k in names]
+    children = [(jax.tree_util.DictKey(k), batch[k]) for k in names]
     return children, (names, _static(batch))
 
 
 def _flatten(batch: Any) -> tuple[list[Any], Any]:
-    names = tuple(sorted(batch))
-    return [dict.__getitem__(batch, k) for k in names], (names, _static(batch))
+    names = sorted(batch)
+    return list(map(batch.__getitem__, names)), (tuple(names), _static(batch))
 
 
 def _unflattener(cls: type) -> Any:

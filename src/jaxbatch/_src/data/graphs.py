@@ -9,6 +9,7 @@ and checks every graph. Python only turns pytrees into columns and back.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -91,6 +92,7 @@ class GraphLayout:
     def __init__(self, trees: dict[str, tuple[Any, list[str]] | None]):
         self.trees = trees
 
+    @functools.cached_property
     def _key(self) -> tuple:
         return tuple(
             (f, None if spec is None else (spec[0], tuple(spec[1])))
@@ -98,12 +100,13 @@ class GraphLayout:
         )
 
     # By value: a Batch carries its layout as static pytree data, and jit
-    # must see two loaders' (or collate calls') equal layouts as one.
+    # must see two loaders' (or collate calls') equal layouts as one. jit
+    # hashes it on every call, so the key is made once (trees never change).
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, GraphLayout) and self._key() == other._key()
+        return isinstance(other, GraphLayout) and self._key == other._key
 
     def __hash__(self) -> int:
-        return hash(self._key())
+        return hash(self._key)
 
     @classmethod
     def from_columns(cls, core: Any, who: str) -> GraphLayout:
