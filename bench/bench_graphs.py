@@ -63,6 +63,12 @@ Checks: with jaxbatch's graph planners, jb.GraphBudget(algorithm="next_fit")
 must give exactly jraph.dynamically_batch's batches, field by field, for the
 same graphs in the same order (file order and a seeded shuffle).
 
+Graph job (bench_graph_job.py, with jaxbatch's graph planners): every
+molecule (train and validation) embedded by the GNN through jb.run with
+GraphBudget(Flax budget), killed with SIGKILL mid-run and resumed; the
+output must hold each molecule exactly once and be byte-identical to an
+uninterrupted run's; the row gives its time and the CPU's name.
+
 Figures are medians of alternating repetitions with their min-max
 (bench/harness.py); every training repetition recompiles (jax.clear_caches()).
 
@@ -931,6 +937,11 @@ def main(argv: list[str] | None = None) -> int:
         f"validation MSEs agree within {checks['loss_max_relative_gap']:.1%} of their median "
         f"(tolerance {tolerance:.0%}); every variant trained on every graph once an epoch"
     )
+    if available:  # The graph-job row (bench_graph_job.py): jb.run, killed and resumed.
+        import bench_graph_job
+
+        result["graph_job"] = bench_graph_job.graph_job_row(args.quick)
+        print(bench_graph_job.describe(result["graph_job"]))
     path = harness.write_json("bench_graphs", result)
     print(f"wrote {path}")
     return 0

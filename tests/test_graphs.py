@@ -290,14 +290,31 @@ def test_scatter_ops_leave_padding_out_even_when_it_holds_nan():
         jb.masked.scatter_sum(messages, receivers, n, batch["node_mask"])
 
 
-def test_map_and_run_refuse_graph_batches_clearly(tmp_path):
-    ds = jb.Dataset.from_graphs(random_graphs(5))
+@pytest.mark.parametrize("per_example", [False, True])
+def test_map_gives_each_graph_its_own_columns_back(tmp_path, per_example):
+    """Empty graphs and graphs without edges included: every graph's nodes,
+    edges and globals come back as they went in (graph jobs: test_graph_jobs.py)."""
+    graphs = random_graphs(40, seed=2)
+    ds = jb.Dataset.from_graphs(graphs)
     planner = jb.GraphBudget(nodes=40, edges=60, graphs=6)
-    with pytest.raises(NotImplementedError, match="jb.map: graph batches are not supported yet"):
-        jb.map(lambda b: b, jb.Loader(ds, planner))
-    with pytest.raises(NotImplementedError, match="jb.run: GraphBudget"):
-        jb.run(lambda b: b, ds, tmp_path / "out", planner=planner)
-    assert not (tmp_path / "out").exists()
+
+    def columns(b):
+        g = b.graphs
+        one = (lambda x: x[0]) if per_example else (lambda x: x)
+        return {"x": g.nodes["x"], "e": g.edges, "y": one(g.globals), "k": g.nodes["kind"][1]}
+
+    result = jb.map(columns, jb.Loader(ds, planner, shuffle=True, seed=3), per_example=per_example)
+    assert sorted(result.outputs) == list(range(40))
+    for i, g in enumerate(graphs):
+        out = result.outputs[i]
+        np.testing.assert_array_equal(out["x"], g["nodes"]["x"])
+        np.testing.assert_array_equal(out["k"], g["nodes"]["kind"][1])
+        np.testing.assert_array_equal(out["e"], g["edges"])
+        np.testing.assert_array_equal(out["y"], g["globals"][0])
+    jb.run(columns, ds, tmp_path / "out", planner=planner, per_example=per_example, progress=False)
+    written = jb.read_output(tmp_path / "out")
+    for r, i in enumerate(written["example_index"]):
+        np.testing.assert_array_equal(written["x"][r], graphs[i]["nodes"]["x"])
 
 
 @settings(max_examples=40, deadline=None)

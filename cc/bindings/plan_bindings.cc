@@ -16,6 +16,7 @@
 #include "bindings.h"
 #include "jaxbatch/base/error.h"
 #include "jaxbatch/plan/batch_plan.h"
+#include "jaxbatch/plan/graph_replan.h"
 #include "jaxbatch/plan/planner.h"
 #include "jaxbatch/plan/planner_key.h"
 
@@ -308,6 +309,19 @@ void BindPlan(nb::module_& m) {
       },
       nb::arg("lengths"), nb::arg("options"), nb::arg("order").none() = nb::none(),
       nb::arg("edges").none() = nb::none());
+  m.def(
+      "replan_graphs_halved",
+      [](Int64Input nodes, Int64Input edges, Int64Input ids, int64_t graphs, int64_t node_slots,
+         int64_t edge_slots) {
+        const std::span<const int64_t> n(nodes.data(), nodes.shape(0));
+        const std::span<const int64_t> e(edges.data(), edges.shape(0));
+        const std::vector<int64_t> i(ids.data(), ids.data() + ids.shape(0));
+        nb::gil_scoped_release release;
+        return ReplanGraphsHalved(
+            n, e, i, BatchShape{.rows = graphs, .length = node_slots, .edges = edge_slots});
+      },
+      nb::arg("nodes"), nb::arg("edges"), nb::arg("ids"), nb::arg("graphs"),
+      nb::arg("node_slots"), nb::arg("edge_slots"));
 }
 
 }  // namespace jaxbatch::bindings

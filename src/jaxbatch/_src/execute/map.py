@@ -7,7 +7,7 @@ import dataclasses
 import logging
 import time
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal
 
 import numpy as np
@@ -16,8 +16,13 @@ from jaxbatch._src.base.choices import check_choice
 from jaxbatch._src.base.optional import install_hint, optional
 from jaxbatch._src.base.words import counted
 from jaxbatch._src.collate import keys
-from jaxbatch._src.collate.collate import Batch, collate, unbatch
+from jaxbatch._src.collate.collate import Batch, GraphRole, collate, unbatch
 from jaxbatch._src.data.dataset import Dataset
+from jaxbatch._src.execute.graph_batches import (
+    GraphOomSplitter,
+    example_index,
+    per_example_outputs,
+)
 from jaxbatch._src.execute.hoist import hoisted
 from jaxbatch._src.execute.memory import Auto, max_batch_size_for
 from jaxbatch._src.execute.output_layout import unbatch_layout
@@ -102,6 +107,7 @@ class Executor:
         self.compiled: dict[Any, Any] = {}
         self.stats = MapStats()
         self.fun = fun
+        self.check_finite, self.check = check_finite, check
 
         def per_example(example):
             out = fun(example)
@@ -254,6 +260,8 @@ def map(  # noqa: A001 - the name users expect, as jax.lax.map
     on_error: MapOnError = "raise",
     memory_budget: int | Auto | None = None,
     progress: bool = False,
+    per_example: bool | None = None,
+    per: GraphRole | Mapping[str, GraphRole] | None = None,
 ) -> MapResult:
     """Runs a per-example function over every batch, safely.
 
@@ -282,6 +290,19 @@ def map(  # noqa: A001 - the name users expect, as jax.lax.map
     * Compile accounting: ``stats`` holds compilations (distinct shapes),
       compile and run time; a warning is issued when compilations exceed the
       planner's shape count (times one plus the number of OOM back-offs).
+    * Graphs (a Loader or ``planner`` of :class:`GraphBudget` /
+      :class:`GraphBuckets`): ``fun(batch)`` gets the whole padded batch
+      (``batch.graphs``, ``batch["node_mask"]``, ...) and returns per-node
+      ``[nodes, ...]``, per-edge ``[edges, ...]`` or per-graph
+      ``[graphs, ...]`` outputs; with ``per_example=True`` ``fun(graph)``
+      gets one graph at a time under vmap, padded as
+      ``jraph.pad_with_graphs`` pads it to the data's largest graph.
+      Which leaf is per what is found from the function (the leaves that
+      grow with one more node, edge or graph slot); ``per=`` declares it
+      (``"node"``, ``"edge"``, ``"graph"``, or a dict by output name).
+      ``result.outputs[graph]`` holds the graph's own nodes or edges only.
+      An OOM re-plans the batch's graphs under half its budget; checks
+      quarantine single graphs (docs/graphs.md).
     """
     check_choice("jb.map", "on_oom", on_oom, OnOom)
     check_choice("jb.map", "on_error", on_error, MapOnError)
@@ -296,28 +317,24 @@ def map(  # noqa: A001 - the name users expect, as jax.lax.map
 
     batches, shapes, length_column = _batches(fun, data, planner, batch_size, memory_budget)
     executor = Executor(fun, check_finite, check, length_column)
+    graph = isinstance(getattr(batches, "planner", None), GRAPH_PLANNERS)
+    run = (
+        GraphOomSplitter(executor, on_oom, batches, per_example, per)
+        if graph
+        else OomSplitter(executor, on_oom, backoff, min_batch_size, per_example, per)
+    )
     expected_shapes = None
     if shapes is not None:
         expected_shapes = len(shapes)
-        executor.compile_ahead(shapes, isinstance(batches.planner, Pack))
+        if not graph:
+            executor.compile_ahead(shapes, isinstance(batches.planner, Pack))
     stats = executor.stats
     stats.expected_shapes = expected_shapes
     outputs: dict[int, Any] = {}
     quarantine: list[dict[str, Any]] = []
     bar = _progress_bar(progress)
     try:
-        _run_batches(
-            batches,
-            executor,
-            stats,
-            outputs,
-            quarantine,
-            on_error,
-            on_oom,
-            backoff,
-            min_batch_size,
-            bar,
-        )
+        _run_batches(batches, run, stats, outputs, quarantine, on_error, bar)
         if isinstance(batches, Loader):  # Bad records the loader set aside, too.
             quarantine.extend(dict(q, batch=None, stage="loader") for q in batches.quarantine)
     finally:
@@ -327,18 +344,15 @@ def map(  # noqa: A001 - the name users expect, as jax.lax.map
     return _finish(stats, expected_shapes, outputs, quarantine, bar)
 
 
-def _run_batches(
-    batches, executor, stats, outputs, quarantine, on_error, on_oom, backoff, min_batch_size, bar
-):
-    run = OomSplitter(executor, on_oom, backoff, min_batch_size)
+def _run_batches(batches, run, stats, outputs, quarantine, on_error, bar):
     layouts = {}
     for batch in batches:
-        out, flags = run(batch)
-        signature = tuple((k, np.shape(v)) for k, v in batch.items())
-        if signature not in layouts:
-            layouts[signature] = unbatch_layout(executor.fun, batch, out)
         before = stats.examples
-        _collect(out, flags, batch, stats, outputs, quarantine, on_error, layouts[signature])
+        for part, out, flags in run.pieces(batch):
+            signature = tuple((k, np.shape(v)) for k, v in part.items())
+            if signature not in layouts:
+                layouts[signature] = run.layout(part, out)
+            _collect(out, flags, part, stats, outputs, quarantine, on_error, layouts[signature])
         stats.batches += 1
         if bar is not None:
             bar(stats.examples - before, stats)
@@ -347,13 +361,29 @@ def _run_batches(
 class OomSplitter:
     """Runs a batch through an Executor whole or, after an out-of-memory
     error, in chunks of fewer rows (each chunk padded to the same row count,
-    so one shape per limit); the lowered limit is kept for later batches."""
+    so one shape per limit); the lowered limit is kept for later batches.
+    (Graph batches: graph_batches.GraphOomSplitter, with the same face.)"""
 
-    def __init__(self, executor, on_oom, backoff, min_batch_size):
+    def __init__(self, executor, on_oom, backoff, min_batch_size, per_example=None, per=None):
+        if per_example is False or per is not None:
+            raise ValueError(
+                "jb.map: per_example=False and per= are for graph batches (GraphBudget, "
+                "GraphBuckets); a sequence function is always per example"
+            )
         self.executor, self.on_oom = executor, on_oom
         self.backoff, self.min_batch_size = backoff, min_batch_size
         self.stats = executor.stats
         self.oom_limit = None
+
+    def pieces(self, batch):
+        """[(batch, outputs, flags per row)]: the batch's results, in the
+        shape graph batches give theirs (which may come in several batches)."""
+        out, flags = self(batch)
+        return [(batch, out, flags)]
+
+    def layout(self, batch, out):
+        """per_token= for unbatching `out`: which leaves are per token."""
+        return unbatch_layout(self.executor.fun, batch, out)
 
     def __call__(self, batch):
         """The batch's outputs (numpy, one leading row axis) and per-row flags."""
@@ -453,7 +483,7 @@ def flag_reason(flag: int) -> str:
 
 
 def _collect(out, flags, batch, stats, outputs, quarantine, on_error, per_token=None):
-    index = np.asarray(batch[keys.EXAMPLE_INDEX])
+    index = example_index(batch)
     per_row = index if index.ndim == 1 else None
     real = (
         np.flatnonzero(per_row >= 0) if per_row is not None else np.flatnonzero((index >= 0).any(1))
@@ -469,7 +499,10 @@ def _collect(out, flags, batch, stats, outputs, quarantine, on_error, per_token=
             )
         for e in examples:
             quarantine.append({"example": e, "batch": stats.batches, "reason": reason})
-    per_example = unbatch(out, batch, per_token=per_token)
+    if batch.is_graphs:  # per_token: the leaves' roles (node, edge, graph)
+        per_example = per_example_outputs(out, batch, per_token, index >= 0)
+    else:
+        per_example = unbatch(out, batch, per_token=per_token)
     bad = {q["example"] for q in quarantine}
     for e, value in per_example.items():
         if e not in bad:
@@ -481,12 +514,9 @@ def _batches(fun, data, planner, batch_size, memory_budget):
     """The batches to run, the shapes they will have (None: unknown), and the
     length column. A Loader says its shapes itself (the engine's, after
     shuffle, shard and bad records), so nothing is planned twice."""
-    graphs = isinstance(data, Loader) and isinstance(data.planner, GRAPH_PLANNERS)
-    if graphs or isinstance(planner, GRAPH_PLANNERS):
-        raise NotImplementedError(
-            "jb.map: graph batches are not supported yet; iterate jb.Loader(ds, "
-            "jb.GraphBudget(...)) and call the jitted function on batch.graphs (docs/graphs.md)"
-        )
+    if isinstance(data, Dataset) and isinstance(planner, GRAPH_PLANNERS):
+        loader = Loader(data, planner, shuffle=False)
+        return loader, loader.shapes, ""
     refuse_split(data.planner if isinstance(data, Loader) else planner, "jb.map")
     refuse_several_features(data.planner if isinstance(data, Loader) else planner, "jb.map")
     if isinstance(data, Loader):

@@ -44,10 +44,16 @@ from jaxbatch._src.base.interrupt import raise_lost
 from jaxbatch._src.base.optional import install_hint, optional, require
 from jaxbatch._src.base.words import counted
 from jaxbatch._src.collate import keys
-from jaxbatch._src.collate.collate import pad_values
+from jaxbatch._src.collate.collate import GraphRole, pad_values
 from jaxbatch._src.data.dataset import Dataset, mapped_files
 from jaxbatch._src.data.huggingface import is_huggingface_dataset
 from jaxbatch._src.data.sources import StreamedParquet, open_source
+from jaxbatch._src.execute.graph_batches import (
+    GraphOomSplitter,
+    example_index,
+    graph_columns,
+    real_and_padded,
+)
 from jaxbatch._src.execute.map import (
     DEFAULT_MAX_SHAPES,
     Executor,
@@ -221,6 +227,8 @@ def run(
     tag: str | None = None,
     name: str | None = None,
     shard: Shard | None = None,
+    per_example: bool | None = None,
+    per: GraphRole | Mapping[str, GraphRole] | None = None,
 ) -> JobReport:
     """Runs ``fun`` over every example of ``source`` and writes the outputs to
     ``output``, resumably and exactly once.
@@ -259,6 +267,12 @@ def run(
       shards and journal in ``output/process-IIIII-of-NNNNN/``; run them all
       (again, after a crash of any); :func:`jaxbatch.read_output` on
       ``output`` reads every process's part, each example exactly once.
+    * Graphs (``planner`` a :class:`GraphBudget` or :class:`GraphBuckets`):
+      ``fun`` gets a padded graph batch, or with ``per_example=True`` one
+      graph, as for :func:`jaxbatch.map` (``per=`` likewise); each graph is
+      one row: per-node and per-edge outputs a list of its own nodes' or
+      edges' values, per-graph outputs one value. An OOM re-plans the
+      batch's graphs under half its budget; checks quarantine single graphs.
 
     Returns the :class:`JobReport`, also written to ``output/report.json``.
 
@@ -300,7 +314,10 @@ def run(
         else:
             # Opened as a Loader opens it: read whole, or by row group (a file
             # larger than memory), whose input is keyed on its row groups' values.
-            dataset = open_streamed(source, options) or open_source(source, columns, column, None)
+            graphs = isinstance(planner, GRAPH_PLANNERS)
+            dataset = open_streamed(source, options, graphs=graphs) or open_source(
+                source, columns, column, None
+            )
             source_name = str(source)
             streamed = isinstance(dataset, StreamedParquet)
             input_key = (
@@ -315,7 +332,8 @@ def run(
                 )
         # Before the folder is made, as the Loader checks it.
         _core.check_pad_values(dataset._core, pad_values(pad_value, "Loader")[0], "Loader")
-    length_column = column or dataset.default_length_column
+    graph = isinstance(planner, GRAPH_PLANNERS)  # Planned by node and edge counts: no column.
+    length_column = "" if graph and column is None else column or dataset.default_length_column
     options = dataclasses.replace(options, column=length_column)
     shard_index, shard_count = resolve_shard(shard)
     fingerprint = {
@@ -341,6 +359,9 @@ def run(
             "checkpoint_every": int(checkpoint_every),
         },
     }
+    if graph:  # Keyed only where they apply: older jobs resume.
+        fingerprint["options"]["per_example"] = bool(per_example)
+        fingerprint["options"]["per"] = per if per is None or isinstance(per, str) else dict(per)
     inputs = mapped_files(dataset) if isinstance(source, Dataset) else (os.fspath(source),)
     folder, journal = claim(
         process_folder(Path(output), shard_index, shard_count), overwrite=overwrite, inputs=inputs
@@ -401,6 +422,8 @@ def run(
                 check=check,
                 checkpoint_every=checkpoint_every,
                 progress=progress,
+                per_example=per_example,
+                per=per,
             )
             shards = job.run()
             journal.append(
@@ -452,11 +475,6 @@ def _planner_record(planner: Planner) -> dict[str, Any]:
         raise TypeError(f"jb.run: planner must be a jaxbatch planner, found {planner!r}")
     refuse_split(planner, "jb.run")
     refuse_several_features(planner, "jb.run")
-    if isinstance(planner, GRAPH_PLANNERS):
-        raise NotImplementedError(
-            f"jb.run: {type(planner).__name__}: jobs over graph batches are not supported yet; "
-            "iterate jb.Loader(ds, planner) (docs/graphs.md)"
-        )
     return {"key": planner.key}
 
 
@@ -538,6 +556,8 @@ class _Job:
         check,
         checkpoint_every,
         progress,
+        per_example=None,
+        per=None,
     ):
         self.journal, self.folder, self.shards = journal, folder, list(shards)
         on_error = loader_options.on_error
@@ -549,10 +569,17 @@ class _Job:
             self.loader = Loader(dataset, planner, options=loader_options, state=state)
         map_policy = "raise" if on_error == "raise" else "quarantine"
         self.executor = Executor(fun, check_finite, check, length_column)
-        if not shards:  # A resumed job may need only some shapes: compile as they come.
+        graph = isinstance(planner, GRAPH_PLANNERS)
+        # A resumed job may need only some shapes: compile as they come. (Graph
+        # batches compile as they come: their layout is known at the first.)
+        if not shards and not graph:
             self.executor.compile_ahead(self.loader.shapes, isinstance(planner, Pack))
         self.map_policy = map_policy
-        self.run_batch = OomSplitter(self.executor, "split", 0.9, 1)
+        self.run_batch = (
+            GraphOomSplitter(self.executor, "split", self.loader, per_example, per)
+            if graph
+            else OomSplitter(self.executor, "split", 0.9, 1, per_example, per)
+        )
         self.bar = _ProgressBar(progress, self.total, sum(s["examples"] for s in shards))
         self.loader_quarantine: list[dict[str, Any]] = []
         self.loader_skipped = 0
@@ -583,20 +610,21 @@ class _Job:
             counts.loading += time.perf_counter() - t0
             if batch is None:
                 break
-            if not (np.asarray(batch[keys.EXAMPLE_INDEX]) >= 0).any():
+            if not (example_index(batch) >= 0).any():
                 continue  # A shard's padding batch (equal step counts): nothing to run.
             compile_before = self.executor.stats.compile_seconds
             run_before = self.executor.stats.run_seconds
             compiles_before = self.executor.stats.compilations
-            out, flags = self.run_batch(batch)
+            pieces = self.run_batch.pieces(batch)  # One, or a graph batch's re-planned parts.
             counts.compiling += self.executor.stats.compile_seconds - compile_before
             counts.computing += self.executor.stats.run_seconds - run_before
             counts.compilations += self.executor.stats.compilations - compiles_before
-            examples, columns, batch_bad = self._keep(out, flags, batch)
-            pending.append((examples, columns))
-            bad.extend(batch_bad)
-            counts.add_batch(batch, len(examples), len(batch_bad))
-            self.bar.update(len(examples) + len(batch_bad), batch, counts, self.executor.stats)
+            for part, out, flags in pieces:
+                examples, columns, batch_bad = self._keep(out, flags, part)
+                pending.append((examples, columns))
+                bad.extend(batch_bad)
+                counts.add_batch(part, len(examples), len(batch_bad))
+                self.bar.update(len(examples) + len(batch_bad), part, counts, self.executor.stats)
             if counts.examples + counts.bad >= self.checkpoint_every:
                 self._commit(pending, bad, counts)
                 pending, bad, counts = [], [], _Counts()
@@ -605,7 +633,7 @@ class _Job:
 
     def _keep(self, out, flags, batch):
         """The examples to write, their columns, and the flagged examples."""
-        index = np.asarray(batch[keys.EXAMPLE_INDEX])
+        index = example_index(batch)
         flags = np.asarray(flags)
         row_ok = flags == 0
         keep = (index >= 0) & (row_ok if index.ndim == 1 else row_ok[:, None])
@@ -627,9 +655,14 @@ class _Job:
             ]
         signature = tuple((k, np.shape(v)) for k, v in batch.items())
         per_token = self.per_token.get(signature)
-        if per_token is None:
-            per_token = self.per_token[signature] = per_token_leaves(self.fun, batch)
-        examples, columns = batch_columns(out, keep, batch, per_token)
+        if per_token is None:  # A graph batch's: each leaf's role.
+            per_token = self.per_token[signature] = (
+                self.run_batch.layout(batch, out)
+                if batch.is_graphs
+                else per_token_leaves(self.fun, batch)
+            )
+        put = graph_columns if batch.is_graphs else batch_columns
+        examples, columns = put(out, keep, batch, per_token)
         return examples, columns, bad
 
     def _commit(self, pending, bad, counts: _Counts) -> None:
@@ -678,9 +711,9 @@ class _Counts:
     def add_batch(self, batch, written: int, bad: int) -> None:
         self.examples += written
         self.bad += bad
-        column = batch.length_column
-        self.real_elements += int(np.asarray(batch[keys.lengths(column)]).sum())
-        self.padded_elements += int(np.prod(np.asarray(batch[column]).shape[:2]))
+        real, padded = _elements(batch)
+        self.real_elements += real
+        self.padded_elements += padded
 
     def record(self) -> dict[str, Any]:
         return {
@@ -694,6 +727,15 @@ class _Counts:
             "real_elements": self.real_elements,
             "padded_elements": self.padded_elements,
         }
+
+
+def _elements(batch) -> tuple[int, int]:
+    """Real and padded elements of a batch (a graph batch's: node slots)."""
+    if batch.is_graphs:
+        return real_and_padded(batch)
+    column = batch.length_column
+    real = int(np.asarray(batch[keys.lengths(column)]).sum())
+    return real, int(np.prod(np.asarray(batch[column]).shape[:2]))
 
 
 class _ProgressBar:
@@ -713,9 +755,9 @@ class _ProgressBar:
     def update(self, examples: int, batch, counts: _Counts, stats) -> None:
         if self.bar is None:
             return
-        column = batch.length_column
-        self.real += int(np.asarray(batch[keys.lengths(column)]).sum())
-        self.padded += int(np.prod(np.asarray(batch[column]).shape[:2]))
+        real, padded = _elements(batch)
+        self.real += real
+        self.padded += padded
         self.bar.update(examples)
         self.bar.set_postfix(
             padding_eff=f"{self.real / max(self.padded, 1):.0%}",
