@@ -22,6 +22,8 @@ from graph_job_functions import (
     nan_for_graph_5,
     run_job,
 )
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import jaxbatch as jb
 from jaxbatch._src.job import folder as job_folder
@@ -261,3 +263,48 @@ def test_a_nan_in_a_job_quarantines_its_graph(tmp_path):
     assert_matches(read_rows(tmp_path / "job")[1], skip=[5])
     with pytest.raises(ValueError, match="example 5"):
         jb.map(nan_for_graph_5, dataset(), planner=PLANNERS["budget"], check_finite=True)
+
+
+@settings(max_examples=15, deadline=None)
+@given(
+    sizes=st.lists(st.tuples(st.integers(0, 9), st.integers(0, 12)), min_size=1, max_size=30),
+    slots=st.sampled_from([(10, 12, 2), (16, 16, 4), (30, 40, 7)]),
+    seed=st.integers(0, 3),
+    per_example=st.booleans(),
+)
+def test_every_graph_comes_back_once_with_its_own_nodes_and_edges(sizes, slots, seed, per_example):
+    graphs = [
+        {
+            "nodes": np.full((n, 1), i, np.float32) + np.arange(n, dtype=np.float32)[:, None] / 10,
+            "edges": np.full((m if n else 0, 2), -i, np.int32),
+            "senders": np.zeros(m if n else 0, np.int32),
+            "receivers": np.zeros(m if n else 0, np.int32),
+            "n_node": np.array([n]),
+            "n_edge": np.array([m if n else 0]),
+        }
+        for i, (n, m) in enumerate(sizes)
+    ]
+    nodes, edges, count = slots
+    loader = jb.Loader(
+        jb.Dataset.from_graphs(graphs),
+        jb.GraphBuckets(max_shapes=2, nodes=nodes, edges=edges, graphs=count),
+        shuffle=True,
+        seed=seed,
+    )
+
+    def parts(b):
+        real = b["node_mask"].astype(jnp.int32)
+        per_graph = (
+            real.sum()
+            if per_example
+            else jax.ops.segment_sum(real, b["node_graph"], b["graph_mask"].shape[0])
+        )
+        return {"x": b.graphs.nodes, "e": b.graphs.edges, "n": per_graph}
+
+    result = jb.map(parts, loader, per_example=per_example)
+    assert sorted(result.outputs) == list(range(len(graphs)))
+    for i, g in enumerate(graphs):
+        out = result.outputs[i]
+        np.testing.assert_array_equal(out["x"], g["nodes"])
+        np.testing.assert_array_equal(out["e"], g["edges"])
+        assert int(out["n"]) == g["n_node"][0]

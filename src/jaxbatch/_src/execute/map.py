@@ -62,7 +62,8 @@ class MapStats:
     compilations: int = 0
     compile_seconds: float = 0.0
     run_seconds: float = 0.0
-    backoffs: list[tuple[int, int]] = dataclasses.field(default_factory=list)
+    # (rows, new rows) per back-off; a graph batch's ((nodes, edges, graphs), halved).
+    backoffs: list[tuple[Any, Any]] = dataclasses.field(default_factory=list)
     rows_limit: int | None = None  # rows per chunk after OOM back-offs (None: never backed off)
     expected_shapes: int | None = None
 
