@@ -393,3 +393,35 @@ def test_streaming_graphs_keeps_memory_under_the_limit_plus_overhead(tmp_path):
     assert whole["growth"] > 4 * limit  # Read whole, it does not fit the limit.
     overhead = FIXED_OVERHEAD + OVERHEAD_PER_GRAPH * 60_000  # 52.7 MB
     assert streamed["growth"] < limit + overhead, (streamed, whole)
+
+
+# ------------------------------------------------------------------- graph jobs
+
+
+def test_a_graph_job_over_a_streamed_file_writes_what_reading_whole_writes(tmp_path):
+    from graph_job_functions import embed, molecules
+
+    graphs = molecules(200, seed=1)
+    columns = {
+        "nodes/x": [g["nodes"]["x"] for g in graphs],
+        "edges": [g["edges"] for g in graphs],
+        "senders": [g["senders"] for g in graphs],
+        "receivers": [g["receivers"] for g in graphs],
+    }
+    path = tmp_path / "molecules.parquet"
+    pq.write_table(pa.table({k: to_arrow(v) for k, v in columns.items()}), path, row_group_size=16)
+    planner = jb.GraphBuckets(max_shapes=3, nodes=64, edges=64, graphs=8)
+    options = dict(planner=planner, checkpoint_every=16, progress=False)
+    whole = jb.run(embed, path, tmp_path / "whole", **options)
+    streamed = jb.run(
+        embed, path, tmp_path / "streamed", stream=True, host_memory_limit=1 << 20, **options
+    )
+    assert whole.examples == streamed.examples == 200 and streamed.complete
+
+    def output(folder):
+        return pq.read_table(sorted(folder.glob("part-*.parquet"))).sort_by("example_index")
+
+    got, expected = output(tmp_path / "streamed"), output(tmp_path / "whole")
+    assert got.column_names == expected.column_names
+    assert got.equals(expected)
+    np.testing.assert_array_equal(got["example_index"].to_numpy(), np.arange(200))
