@@ -80,6 +80,12 @@ def test_per_example_equals_the_batch_form(planner):
             )
 
 
+def test_an_iterable_of_graph_batches_is_refused_naming_the_loader():
+    loader = jb.Loader(dataset(), PLANNERS["budget"])
+    with pytest.raises(TypeError, match="graph batches come from a jb.Loader"):
+        jb.map(embed, iter(list(loader)))
+
+
 def test_an_output_of_no_kind_asks_for_per():
     def total(batch):
         return jnp.sum(batch.graphs.nodes["x"])  # one number per batch
@@ -254,6 +260,25 @@ def test_a_nan_quarantines_only_its_graph(per_example):
     if per_example:  # The per-graph readout of nan_for_graph_5 keeps the padding graph's row.
         result.outputs = {i: dict(o, graph=o["graph"][0]) for i, o in result.outputs.items()}
     assert_matches(result.outputs, skip=[5])
+
+
+@pytest.mark.parametrize("per_example", [False, True])
+def test_check_quarantines_the_graphs_it_fails(per_example):
+    def id_not_3_mod_7(batch, out):  # one bool per graph slot, or per graph under per_example
+        ids = batch["globals"][:, 0]
+        return (ids[0] if per_example else ids) % 7 != 3
+
+    result = jb.map(
+        embed_graph if per_example else embed,
+        jb.Loader(dataset(), PLANNERS["buckets"], shuffle=True, seed=6),
+        check=id_not_3_mod_7,
+        on_error="quarantine",
+        per_example=per_example,
+    )
+    failing = [i for i in range(len(GRAPHS)) if i % 7 == 3]
+    assert sorted(q["example"] for q in result.quarantine) == failing
+    assert {q["reason"] for q in result.quarantine} == {"check returned False"}
+    assert_matches(result.outputs, skip=failing)
 
 
 def test_a_nan_in_a_job_quarantines_its_graph(tmp_path):

@@ -379,6 +379,12 @@ class OomSplitter:
     def pieces(self, batch):
         """[(batch, outputs, flags per row)]: the batch's results, in the
         shape graph batches give theirs (which may come in several batches)."""
+        if getattr(batch, "is_graphs", False):
+            raise TypeError(
+                "jb.map: graph batches come from a jb.Loader (or a Dataset with planner="
+                "jb.GraphBudget(...)): pass that, not an iterable of its batches, so that a "
+                "batch that runs out of memory can be re-planned"
+            )
         out, flags = self(batch)
         return [(batch, out, flags)]
 
