@@ -2,6 +2,7 @@
 #include <nanobind/operators.h>
 #include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/string_view.h>
 #include <nanobind/stl/tuple.h>
@@ -16,6 +17,7 @@
 #include "bindings.h"
 #include "jaxbatch/base/error.h"
 #include "jaxbatch/plan/batch_plan.h"
+#include "jaxbatch/plan/graph_fit.h"
 #include "jaxbatch/plan/graph_replan.h"
 #include "jaxbatch/plan/planner.h"
 #include "jaxbatch/plan/planner_key.h"
@@ -27,6 +29,42 @@ namespace {
 template <typename T>
 nb::ndarray<nb::numpy, const T, nb::ndim<1>> View(const std::vector<T>& v) {
   return nb::ndarray<nb::numpy, const T, nb::ndim<1>>(v.data(), {v.size()}, nb::handle());
+}
+
+std::span<const int64_t> Span(const std::optional<Int64Input>& a) {
+  return a ? std::span<const int64_t>(a->data(), a->shape(0)) : std::span<const int64_t>();
+}
+
+// graph_fit.h's FitGraphBudget or FitGraphBuckets: the filled options and
+// what they scored.
+template <typename Options, auto FitFn>
+std::pair<Options, GraphFitScore> Fit(Int64Input nodes, Int64Input edges,
+                                      std::optional<Int64Input> order, const GraphFitOptions& fit,
+                                      const Options& planner) {
+  const std::span<const int64_t> n(nodes.data(), nodes.shape(0));
+  const std::span<const int64_t> e(edges.data(), edges.shape(0));
+  nb::gil_scoped_release release;
+  GraphFitScore score;
+  Options out = FitFn(n, e, Span(order), fit, planner, &score);
+  return {out, score};
+}
+
+// graph_fit.h: budgets fitted to a graph dataset's node and edge counts.
+void BindGraphFit(nb::module_& m) {
+  nb::class_<GraphFitOptions>(m, "GraphFitOptions")
+      .def(nb::init<>())
+      .def_rw("graphs", &GraphFitOptions::graphs)
+      .def_rw("multiple", &GraphFitOptions::multiple)
+      .def_rw("seed", &GraphFitOptions::seed);
+  nb::class_<GraphFitScore>(m, "GraphFitScore")
+      .def_ro("slot_share", &GraphFitScore::slot_share)
+      .def_ro("graph_share", &GraphFitScore::graph_share)
+      .def_ro("score", &GraphFitScore::score)
+      .def_ro("candidates", &GraphFitScore::candidates);
+  m.def("fit_graph_budget", Fit<GraphBudgetOptions, FitGraphBudget>, nb::arg("nodes"),
+        nb::arg("edges"), nb::arg("order").none(), nb::arg("fit"), nb::arg("planner"));
+  m.def("fit_graph_buckets", Fit<GraphBucketsOptions, FitGraphBuckets>, nb::arg("nodes"),
+        nb::arg("edges"), nb::arg("order").none(), nb::arg("fit"), nb::arg("planner"));
 }
 
 }  // namespace
@@ -143,6 +181,7 @@ void BindPlan(nb::module_& m) {
       .def_rw("algorithm", &GraphBucketsOptions::algorithm)
       .def_rw("open_batches", &GraphBucketsOptions::open_batches)
       .def_rw("too_big", &GraphBucketsOptions::too_big);
+  BindGraphFit(m);
 
   m.def("validate_planner", &ValidatePlannerOptions, nb::arg("options"));
   m.def("planner_name", &PlannerName, nb::arg("options"));

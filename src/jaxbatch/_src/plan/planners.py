@@ -20,6 +20,7 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 
 from jaxbatch import _core
+from jaxbatch._src.plan.graph_fit import DEFAULT_MULTIPLE, DEFAULT_SEED, fit_planner
 
 Remainder = Literal["pad", "keep", "drop"]
 TooLong = Literal["error", "truncate", "skip", "split"]
@@ -124,6 +125,10 @@ _PAD, _FIXED, _AUTO, _PACK, _GRAPH, _GRAPH_BUCKETS = (
     _core.GraphBudgetOptions,
     _core.GraphBucketsOptions,
 )
+# The fits' defaults for the planners' other options: the engine's.
+_BUDGET_ALGORITHM, _BUDGET_TOO_BIG = _default(_GRAPH, "algorithm"), _default(_GRAPH, "too_big")
+_BUCKETS_ALGORITHM = _default(_GRAPH_BUCKETS, "algorithm")
+_BUCKETS_TOO_BIG = _default(_GRAPH_BUCKETS, "too_big")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -337,6 +342,38 @@ class GraphBudget(_Planner):
     too_big: TooBig = _default(_GRAPH, "too_big")
     _core_type: ClassVar[Any] = _GRAPH
 
+    @classmethod
+    def fit(
+        cls,
+        data: Any,
+        graphs: int,
+        *,
+        multiple: int = DEFAULT_MULTIPLE,
+        algorithm: GraphAlgorithm = _BUDGET_ALGORITHM,
+        open_batches: int | None = None,
+        too_big: TooBig = _BUDGET_TOO_BIG,
+        seed: int = DEFAULT_SEED,
+        order: Any = None,
+    ) -> GraphBudget:
+        """The budget for ``graphs`` graph slots a batch, fitted to a graph
+        Dataset: node and edge slots in the data's node:edge ratio, holding
+        its largest graph, rounded up to ``multiple``, and chosen by
+        planning the graphs (with this ``algorithm`` and ``open_batches``,
+        in a few seeded shuffles, as a shuffling Loader plans them) to
+        maximise real nodes and edges over their slots times real graphs
+        over graph slots: neither is badly wasted. ``order`` (graph ids)
+        plans the candidates on those graphs in that order instead.
+        Docs: docs/graphs.md, "Choosing a budget from the data".
+
+        Example::
+
+            planner = jb.GraphBudget.fit(ds, graphs=32, multiple=8)
+        """
+        options = {"algorithm": algorithm, "open_batches": open_batches, "too_big": too_big}
+        return fit_planner(
+            cls, _core.fit_graph_budget, data, graphs, multiple, seed, order, options
+        )
+
 
 @dataclasses.dataclass(frozen=True)
 class GraphBuckets(_Planner):
@@ -356,6 +393,38 @@ class GraphBuckets(_Planner):
     open_batches: int | None = None
     too_big: TooBig = _default(_GRAPH_BUCKETS, "too_big")
     _core_type: ClassVar[Any] = _GRAPH_BUCKETS
+
+    @classmethod
+    def fit(
+        cls,
+        data: Any,
+        graphs: int,
+        *,
+        max_shapes: int,
+        multiple: int = DEFAULT_MULTIPLE,
+        algorithm: GraphAlgorithm = _BUCKETS_ALGORITHM,
+        open_batches: int | None = None,
+        too_big: TooBig = _BUCKETS_TOO_BIG,
+        seed: int = DEFAULT_SEED,
+        order: Any = None,
+    ) -> GraphBuckets:
+        """:meth:`GraphBudget.fit` for GraphBuckets: the largest shape's
+        budget fitted by planning with ``max_shapes`` shapes, so the smaller
+        shapes' savings count in the choice.
+
+        Example::
+
+            planner = jb.GraphBuckets.fit(ds, graphs=32, max_shapes=4, multiple=8)
+        """
+        options = {
+            "max_shapes": max_shapes,
+            "algorithm": algorithm,
+            "open_batches": open_batches,
+            "too_big": too_big,
+        }
+        return fit_planner(
+            cls, _core.fit_graph_buckets, data, graphs, multiple, seed, order, options
+        )
 
 
 Planner = PadToMax | FixedBuckets | AutoBuckets | Pack | GraphBudget | GraphBuckets
