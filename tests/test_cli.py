@@ -174,3 +174,67 @@ def test_directories_fifos_and_symlink_loops_are_named(tmp_path, capsys):
     for name in ("fifo.txt", "a"):
         line = exits_2_with_one_line(capsys, ["plan", str(tmp_path / name)])
         assert f"{tmp_path / name} is not a regular file" in line
+
+
+def graph_file(tmp_path, count=120, seed=0):
+    """A graph Parquet file as the Loader reads graphs (node features, senders,
+    receivers, a label), molecule-like sizes; and its Dataset."""
+    rng = np.random.default_rng(seed)
+    nodes = rng.integers(1, 30, count)
+    edges = 2 * (nodes - 1) + rng.integers(0, 3, count)
+    path = tmp_path / "graphs.parquet"
+    senders = [rng.integers(0, n, m).astype(np.int32) for n, m in zip(nodes, edges, strict=True)]
+    pq.write_table(
+        pa.table(
+            {
+                "nodes/x": pa.array(
+                    [np.ones(n, np.float32) for n in nodes], pa.list_(pa.float32())
+                ),
+                "senders": pa.array(senders, pa.list_(pa.int32())),
+                "receivers": pa.array(senders, pa.list_(pa.int32())),
+                "label": np.arange(count, dtype=np.float32),
+            }
+        ),
+        path,
+    )
+    return path, jb.Dataset.from_arrow(pq.read_table(path))
+
+
+def test_plan_of_a_graph_file_prints_the_fitted_budgets_and_their_plans(tmp_path, capsys):
+    path, ds = graph_file(tmp_path)
+    assert main(["plan", str(path), "--graphs", "8", "--multiple", "4", "--max-shapes", "3"]) == 0
+    out = capsys.readouterr().out
+    budget = jb.GraphBudget.fit(ds, 8, multiple=4)
+    buckets = jb.GraphBuckets.fit(ds, 8, max_shapes=3, multiple=4)
+    order = np.random.default_rng(0).permutation(len(ds))  # the seeded shuffle it plans in
+    assert "120 graphs" in out
+    for name, planner in (
+        (f"GraphBudget(nodes={budget.nodes}, edges={budget.edges}, graphs=8)", budget),
+        (
+            f"GraphBuckets(max_shapes=3, nodes={buckets.nodes}, edges={buckets.edges}, graphs=8)",
+            buckets,
+        ),
+    ):
+        s = jb.plan(ds, planner, order=order).stats
+        row = next(line for line in out.splitlines() if line.startswith(name))
+        cells = row[len(name) :].split()
+        expected = [f"{s.node_efficiency:.1%}", f"{s.edge_efficiency:.1%}"]
+        expected += [f"{s.graph_efficiency:.1%}", str(s.shapes), str(s.batches)]
+        assert cells[:5] == expected, (row, expected)
+    shapes = jb.plan(ds, buckets, order=order).shapes
+    assert ", ".join(f"({s.rows}, {s.length}, {s.edges})" for s in shapes) in out
+
+
+def test_plan_of_a_graph_file_refuses_what_does_not_apply_to_graphs(tmp_path, capsys):
+    path, _ = graph_file(tmp_path, count=10)
+    line = exits_2_with_one_line(capsys, ["plan", str(path), "--token-budget", "64"])
+    assert line.startswith(f"jaxbatch plan: --token-budget does not apply to graph data ({path})")
+    line = exits_2_with_one_line(capsys, ["plan", str(path), "--pack", "senders=8"])
+    assert line.startswith("jaxbatch plan: --pack does not apply to graph data")
+    line = exits_2_with_one_line(capsys, ["plan", str(path), "--graphs", "1"])
+    assert line.startswith("jaxbatch plan: GraphBudget.fit: graphs must be at least 2")
+    assert line.endswith("found 1")
+    line = exits_2_with_one_line(capsys, ["plan", "--default", "--graphs", "8"])
+    assert line == (
+        "jaxbatch plan: --graphs applies to graph data (senders and receivers columns) only"
+    )

@@ -4,12 +4,16 @@
     jaxbatch plan [FILE | --default] [--column NAME] [--max-shapes K]
                   [--token-budget T] [--plot out.png]
     jaxbatch plan FILE --pack COLUMN=LENGTH [--pack COLUMN=LENGTH ...]
+    jaxbatch plan GRAPHS.parquet [--graphs G] [--max-shapes K] [--multiple M]
 
 compares PadToMax, power-of-two FixedBuckets, AutoBuckets and Pack on a data
 set's lengths: padding efficiency, shapes (= compilations), batches and
 planning time. With --pack it plans a Parquet/Arrow file's named list
 columns jointly, each to its own row length (an encoder-decoder's inputs
-and targets), and reports each feature's shape.
+and targets), and reports each feature's shape. A graph file (``senders``
+and ``receivers`` list columns) gets the graph plan instead: the budget
+fitted for G graph slots a batch and what GraphBudget and GraphBuckets make
+of it (see jaxbatch._src.cli.plan_graphs).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import numpy as np
 from jaxbatch._src.base.optional import require
 from jaxbatch._src.base.words import counted
 from jaxbatch._src.cli.common import usage_error
+from jaxbatch._src.cli.plan_graphs import graph_plan_command, is_graph_file
 from jaxbatch._src.data.dataset import Dataset
 from jaxbatch._src.data.default_data import pydoc_lengths
 from jaxbatch._src.data.sources import check_columns, reading
@@ -222,6 +227,13 @@ def _pack_features_command(args: argparse.Namespace) -> int:
 
 
 def _plan_command(args: argparse.Namespace) -> int:
+    if not args.default and is_graph_file(args.file):
+        return graph_plan_command(args)
+    args.max_shapes = DEFAULT_MAX_SHAPES if args.max_shapes is None else args.max_shapes
+    args.token_budget = DEFAULT_TOKEN_BUDGET if args.token_budget is None else args.token_budget
+    for flag, value in (("--graphs", args.graphs), ("--multiple", args.multiple)):
+        if value is not None:
+            raise ValueError(f"{flag} applies to graph data (senders and receivers columns) only")
     if args.pack:
         return _pack_features_command(args)
     if args.file is None and not args.default:
@@ -262,8 +274,14 @@ def add_plan_parser(sub) -> None:
     p.add_argument("file", nargs="?", help="Parquet/Arrow file, or text with one example per line")
     p.add_argument("--default", action="store_true", help="use the embedded pydoc data set")
     p.add_argument("--column", help="list column of a Parquet/Arrow file (default: the first)")
-    p.add_argument("--max-shapes", type=int, default=DEFAULT_MAX_SHAPES, metavar="K")
-    p.add_argument("--token-budget", type=int, default=DEFAULT_TOKEN_BUDGET, metavar="T")
+    p.add_argument(
+        "--max-shapes", type=int, metavar="K", help=f"default {DEFAULT_MAX_SHAPES}; graphs: 4"
+    )
+    p.add_argument("--token-budget", type=int, metavar="T", help=f"default {DEFAULT_TOKEN_BUDGET}")
+    p.add_argument("--graphs", type=int, metavar="G", help="graph data: graph slots a batch (32)")
+    p.add_argument(
+        "--multiple", type=int, metavar="M", help="graph data: round node and edge slots up to M"
+    )
     p.add_argument("--plot", metavar="OUT.png", help="draw the length histogram and boundaries")
     p.add_argument(
         "--pack",
