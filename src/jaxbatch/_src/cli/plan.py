@@ -27,7 +27,7 @@ import numpy as np
 
 from jaxbatch._src.base.optional import require
 from jaxbatch._src.base.words import counted
-from jaxbatch._src.cli.common import usage_error
+from jaxbatch._src.cli.common import aligned_table, usage_error
 from jaxbatch._src.cli.plan_graphs import graph_plan_command, is_graph_file
 from jaxbatch._src.data.dataset import Dataset
 from jaxbatch._src.data.default_data import pydoc_lengths
@@ -127,16 +127,7 @@ def format_table(results: list[tuple[str, BatchPlan, float]]) -> str:
         )
         for name, p, seconds in results
     ]
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-
-    def line(cells: tuple[str, ...]) -> str:
-        padded = [
-            c.ljust(w) if i == 0 else c.rjust(w)
-            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
-        ]
-        return "  ".join(padded)
-
-    return "\n".join([line(header), line(tuple("-" * w for w in widths)), *map(line, rows)])
+    return aligned_table(header, rows)
 
 
 def _pyplot():

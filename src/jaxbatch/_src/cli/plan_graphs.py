@@ -16,6 +16,7 @@ import numpy as np
 from jaxbatch import _core
 from jaxbatch._src.base.optional import require
 from jaxbatch._src.base.words import counted
+from jaxbatch._src.cli.common import aligned_table
 from jaxbatch._src.data.dataset import Dataset
 from jaxbatch._src.data.graphs import RECEIVERS, SENDERS
 from jaxbatch._src.data.sources import reading
@@ -111,15 +112,7 @@ def format_graph_table(results: list[tuple[str, BatchPlan, float]]) -> str:
         )
         for name, p, seconds in results
     ]
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-
-    def line(cells: tuple[str, ...]) -> str:
-        return "  ".join(
-            c.ljust(w) if i == 0 else c.rjust(w)
-            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
-        )
-
-    return "\n".join([line(header), line(tuple("-" * w for w in widths)), *map(line, rows)])
+    return aligned_table(header, rows)
 
 
 def graph_plan_command(args: argparse.Namespace) -> int:
