@@ -1,22 +1,18 @@
 #include "jaxbatch/plan/graph_planner.h"
 
 #include <algorithm>
-#include <limits>
 #include <string>
 #include <tuple>
 
 #include "jaxbatch/base/checked.h"
 #include "jaxbatch/base/error.h"
+#include "jaxbatch/plan/graph_best_fit.h"
 
 namespace jaxbatch {
 namespace {
 
 // How many real nodes, edges and graphs one batch may hold.
-struct Capacity {
-  int64_t nodes = 0;
-  int64_t edges = 0;
-  int64_t graphs = 0;
-};
+using Capacity = GraphRoom;
 
 Capacity CapacityOf(int64_t nodes, int64_t edges, int64_t graphs) {
   return {.nodes = nodes - 1, .edges = edges, .graphs = graphs - 1};
@@ -36,8 +32,8 @@ struct OpenBatch {
   std::vector<int64_t> ids;
 };
 
-// Room left, as a fraction of each budget: what best fit minimises and what
-// "the fullest batch" has least of.
+// Room left, as a fraction of each budget: what "the fullest batch" has
+// least of.
 double Slack(const Capacity& cap, int64_t nodes, int64_t edges) {
   const double n = cap.nodes == 0
                        ? 0.0
@@ -53,11 +49,38 @@ struct Packed {
   std::vector<int64_t> skipped;
 };
 
-// Graphs `ids`, in order, into batches of capacity `cap`, at most `window`
-// open at once (1: next fit).
+// Best fit plans `window` batches at a time (graph_best_fit.h) over the
+// graphs within the budget.
+Packed PackRuns(std::span<const int64_t> nodes, std::span<const int64_t> edges,
+                const std::vector<int64_t>& ids, const Capacity& cap, int64_t window,
+                TooBig too_big, const char* planner) {
+  Packed out;
+  std::vector<int64_t> fit;
+  fit.reserve(ids.size());
+  for (int64_t id : ids) {
+    const int64_t n = nodes[static_cast<size_t>(id)];
+    const int64_t e = edges[static_cast<size_t>(id)];
+    if (n <= cap.nodes && e <= cap.edges) {
+      fit.push_back(id);
+    } else if (too_big == TooBig::kSkip) {
+      out.skipped.push_back(id);
+    } else {
+      ThrowTooBig(id, n, e, cap, planner);
+    }
+  }
+  out.batches = PackGraphRuns(nodes, edges, fit, cap, window);
+  return out;
+}
+
+// Graphs `ids`, in order, into batches of capacity `cap`: next fit and
+// first fit keep at most `window` open at once (1: next fit), best fit plans
+// `window` at a time.
 Packed PackGraphs(std::span<const int64_t> nodes, std::span<const int64_t> edges,
                   const std::vector<int64_t>& ids, const Capacity& cap, GraphAlgorithm algorithm,
                   int64_t window, TooBig too_big, const char* planner) {
+  if (algorithm == GraphAlgorithm::kBestFit) {
+    return PackRuns(nodes, edges, ids, cap, window, too_big, planner);
+  }
   Packed out;
   std::vector<OpenBatch> open;
   auto close = [&](size_t k) {
@@ -75,18 +98,10 @@ Packed PackGraphs(std::span<const int64_t> nodes, std::span<const int64_t> edges
       ThrowTooBig(id, n, e, cap, planner);
     }
     size_t chosen = open.size();
-    double best = std::numeric_limits<double>::infinity();
     for (size_t k = 0; k < open.size(); ++k) {
-      const OpenBatch& b = open[k];
-      if (b.nodes + n > cap.nodes || b.edges + e > cap.edges) continue;
-      if (algorithm != GraphAlgorithm::kBestFit) {
+      if (open[k].nodes + n <= cap.nodes && open[k].edges + e <= cap.edges) {
         chosen = k;
         break;
-      }
-      const double slack = Slack(cap, b.nodes + n, b.edges + e);
-      if (slack < best) {
-        best = slack;
-        chosen = k;
       }
     }
     if (chosen == open.size()) {

@@ -9,10 +9,15 @@
 //   GraphBudgetOptions   every batch exactly (nodes, edges, graphs).
 //                        next_fit fills one batch at a time and closes it
 //                        when a graph does not fit: jraph.dynamically_batch
-//                        batch for batch. first_fit and best_fit keep up to
+//                        batch for batch. first_fit keeps up to
 //                        open_batches batches open (graphs in input order);
-//                        a graph goes to the first, or the fullest, that
-//                        has room, and when none has, the fullest closes.
+//                        a graph goes to the first that has room, and when
+//                        none has, the fullest closes. best_fit plans
+//                        open_batches batches at a time: the longest run of
+//                        the next graphs that fits their budget, spread over
+//                        them largest first so each fills in nodes, edges
+//                        and graphs alike (graph_best_fit.h); within a few
+//                        percent of the batch-count bound on molecules.
 //   GraphBucketsOptions  the same batches, each then given the smallest of
 //                        at most max_shapes shapes within the budget that
 //                        holds it. The shapes are chosen once from every
@@ -57,8 +62,8 @@ struct GraphBudgetOptions {
   int64_t edges = 0;   // required, >= 0
   int64_t graphs = 0;  // required, >= 2: graph slots, the padding graph included
   GraphAlgorithm algorithm = kDefaultGraphAlgorithm;
-  // first_fit / best_fit: batches open at once (unset: kDefaultOpenBatches);
-  // next_fit keeps one and refuses it set.
+  // first_fit: batches open at once; best_fit: batches planned together
+  // (unset: kDefaultOpenBatches); next_fit keeps one and refuses it set.
   std::optional<int64_t> open_batches = std::nullopt;
   TooBig too_big = kDefaultTooBig;
   bool operator==(const GraphBudgetOptions&) const = default;

@@ -326,10 +326,13 @@ class GraphBudget(_Planner):
     compilation.
 
     ``algorithm="next_fit"`` fills one batch at a time, exactly
-    ``jraph.dynamically_batch``; ``"first_fit"`` and ``"best_fit"`` (the
-    default) keep up to ``open_batches`` batches open (default 8), taking
-    graphs in order, each into the first or the fullest batch it fits, so
-    budgets fill better. A graph larger than the budget is a ValueError
+    ``jraph.dynamically_batch``; ``"first_fit"`` keeps up to
+    ``open_batches`` batches open (default 8), each graph in order into the
+    first it fits; ``"best_fit"`` (the default) plans ``open_batches``
+    batches at a time: the longest run of the next graphs that fits their
+    budget, spread over them largest first so every batch fills in nodes,
+    edges and graphs alike (within a few percent of the fewest batches
+    possible on molecules; each batch still a random mix). A graph larger than the budget is a ValueError
     naming it when the batches are planned (``too_big="skip"``: left out and
     counted in ``plan.stats.skipped``), never an abort half-way through an
     epoch."""
@@ -360,8 +363,9 @@ class GraphBudget(_Planner):
         its largest graph, rounded up to ``multiple``, and chosen by
         planning the graphs (with this ``algorithm`` and ``open_batches``,
         in a few seeded shuffles, as a shuffling Loader plans them) to
-        maximise real nodes and edges over their slots times real graphs
-        over graph slots: neither is badly wasted. ``order`` (graph ids)
+        maximise real nodes and edges over their slots times how full of
+        graphs the batches are (real graphs over ``graphs - 1`` a batch):
+        neither padding nor steps are badly wasted. ``order`` (graph ids)
         plans the candidates on those graphs in that order instead.
         Docs: docs/graphs.md, "Choosing a budget from the data".
 
