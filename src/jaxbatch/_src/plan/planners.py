@@ -332,10 +332,10 @@ class GraphBudget(_Planner):
     batches at a time: the longest run of the next graphs that fits their
     budget, spread over them largest first so every batch fills in nodes,
     edges and graphs alike (within a few percent of the fewest batches
-    possible on molecules; each batch still a random mix). A graph larger than the budget is a ValueError
-    naming it when the batches are planned (``too_big="skip"``: left out and
-    counted in ``plan.stats.skipped``), never an abort half-way through an
-    epoch."""
+    possible on molecules; each batch still a random mix). A graph larger
+    than the budget is a ValueError naming it when the batches are planned
+    (``too_big="skip"``: left out and counted in ``plan.stats.skipped``),
+    never an abort half-way through an epoch."""
 
     nodes: int
     edges: int
