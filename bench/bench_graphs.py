@@ -92,6 +92,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import adam  # noqa: E402
+import graph_budget_fit  # noqa: E402
 import harness  # noqa: E402
 
 SEED = 0
@@ -860,6 +861,15 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(throughput_report(batching))
     print()
+    fitted_budgets = []
+    if available:  # The fitted-budget rows: jb.GraphBudget.fit / GraphBuckets.fit vs a sweep.
+        fitted_budgets = [
+            graph_budget_fit.compare_with_sweep(jb_dataset, BATCH_SIZE, shapes)
+            for shapes in (None, BUCKET_SHAPES)
+        ]
+        print(graph_budget_fit.report(fitted_budgets, env["cpu"]))
+        checks["fitted_budget_within_target"] = all(f["within_target"] for f in fitted_budgets)
+        print()
 
     norm = np.array([data.train_labels.mean(), data.train_labels.std()], np.float32)
     validation = Validation(data.validation, norm)
@@ -921,6 +931,7 @@ def main(argv: list[str] | None = None) -> int:
         },
         "environment": env,
         "batching": batching,
+        "fitted_budget": fitted_budgets,
         "runs": runs,
         "summary": {
             v: {

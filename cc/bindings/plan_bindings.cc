@@ -58,7 +58,7 @@ void BindGraphFit(nb::module_& m) {
       .def_rw("seed", &GraphFitOptions::seed);
   nb::class_<GraphFitScore>(m, "GraphFitScore")
       .def_ro("slot_share", &GraphFitScore::slot_share)
-      .def_ro("graph_share", &GraphFitScore::graph_share)
+      .def_ro("graph_fill", &GraphFitScore::graph_fill)
       .def_ro("score", &GraphFitScore::score)
       .def_ro("candidates", &GraphFitScore::candidates);
   m.def("fit_graph_budget", Fit<GraphBudgetOptions, FitGraphBudget>, nb::arg("nodes"),

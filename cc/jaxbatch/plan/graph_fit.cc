@@ -111,8 +111,8 @@ void CheckArguments(std::span<const int64_t> nodes, std::span<const int64_t> edg
 }
 
 struct Shares {
-  double slot = 0.0;
-  double graph = 0.0;
+  double slot = 0.0;   // real nodes and edges over their slots
+  double graph = 0.0;  // real graphs over what the batches could hold
   double score() const { return slot * graph; }
 };
 
@@ -121,8 +121,13 @@ struct Shares {
 template <typename PlanFn>
 class Candidates {
  public:
-  Candidates(PlanFn plan, std::vector<std::vector<int64_t>> orders, Budget floor, int64_t multiple)
-      : plan_(std::move(plan)), orders_(std::move(orders)), floor_(floor), multiple_(multiple) {}
+  Candidates(PlanFn plan, std::vector<std::vector<int64_t>> orders, Budget floor, int64_t multiple,
+             int64_t graphs)
+      : plan_(std::move(plan)),
+        orders_(std::move(orders)),
+        floor_(floor),
+        multiple_(multiple),
+        graphs_(graphs) {}
 
   // The budget for `nodes` and `edges` slots: at least the floor, at most
   // kMaxExtent, rounded up to the multiple.
@@ -133,16 +138,16 @@ class Candidates {
   const Shares& Of(const Budget& b) {
     auto found = seen_.find(b);
     if (found != seen_.end()) return found->second;
-    double real = 0, slots = 0, real_graphs = 0, graph_slots = 0;
+    double real = 0, slots = 0, real_graphs = 0, room = 0;
     for (const std::vector<int64_t>& ids : orders_) {
       const PlanStats s = plan_(b, ids);
       real += static_cast<double>(s.real_elements) + static_cast<double>(s.real_edges);
       slots += static_cast<double>(s.padded_elements) + static_cast<double>(s.padded_edges);
       real_graphs += static_cast<double>(s.real_graphs);
-      graph_slots += static_cast<double>(s.padded_graphs);
+      room += static_cast<double>(s.batches) * static_cast<double>(graphs_ - 1);
     }
     const Shares shares{.slot = slots > 0 ? real / slots : 1.0,
-                        .graph = graph_slots > 0 ? real_graphs / graph_slots : 1.0};
+                        .graph = room > 0 ? real_graphs / room : 1.0};
     return seen_.emplace(b, shares).first->second;
   }
 
@@ -169,6 +174,7 @@ class Candidates {
   std::vector<std::vector<int64_t>> orders_;
   Budget floor_;
   int64_t multiple_;
+  int64_t graphs_;
   std::map<Budget, Shares> seen_;
 };
 
@@ -267,7 +273,7 @@ Options Fit(std::span<const int64_t> nodes, std::span<const int64_t> edges,
     return plan(nodes, edges, ids, with(b)).stats;
   };
   Candidates candidates(plan_budget, FitOrders(static_cast<int64_t>(nodes.size()), order, fit.seed),
-                        floor, fit.multiple);
+                        floor, fit.multiple, fit.graphs);
   // The mean budget: graphs - 1 mean graphs and the padding node.
   const double real_graphs = static_cast<double>(fit.graphs - 1);
   const double count = static_cast<double>(nodes.size());
@@ -276,7 +282,7 @@ Options Fit(std::span<const int64_t> nodes, std::span<const int64_t> edges,
   if (score != nullptr) {
     const Shares& s = candidates.Of(best);
     *score = {.slot_share = s.slot,
-              .graph_share = s.graph,
+              .graph_fill = s.graph,
               .score = s.score(),
               .candidates = candidates.planned()};
   }

@@ -2,14 +2,18 @@
 // of graph slots per batch, chosen by planning the graphs.
 //
 // A bigger budget fills more of each batch's graph slots but pads more
-// nodes and edges; a smaller one pads fewer nodes and edges but leaves graph
-// slots empty (more, emptier steps). The fit maximises the product of the
-// two shares,
+// nodes and edges; a smaller one pads fewer nodes and edges but holds fewer
+// graphs a batch (more, emptier steps). The fit maximises the product
 //
 //   (real nodes + real edges) / (node slots + edge slots)
-//     x real graphs / graph slots,
+//     x real graphs / (batches x (graphs - 1)),
 //
-// so neither is badly wasted, and it measures them by planning, not by a
+// the share of node and edge slots that are real times how full of graphs
+// the batches are (1 when each holds the graphs - 1 it can), so neither is
+// badly wasted. Graph slots themselves cost next to nothing; what a batch
+// short of graphs costs is steps, so the second factor counts batches (and
+// a GraphBuckets shape with fewer graph slots does not score better for
+// it). The fit measures both by planning, not by a
 // formula: each candidate budget plans the graphs with the planner it fits
 // (its algorithm, open_batches and, for GraphBuckets, max_shapes) in a few
 // seeded shuffles, as a shuffling Loader will. Candidates: a grid of
@@ -51,10 +55,10 @@ struct GraphFitOptions {
 
 // What the fitted budget scored: shares over the graphs it was planned on.
 struct GraphFitScore {
-  double slot_share = 0.0;   // (real nodes + real edges) / (node + edge slots)
-  double graph_share = 0.0;  // real graphs / graph slots
-  double score = 0.0;        // their product, what the fit maximises
-  int64_t candidates = 0;    // budgets planned
+  double slot_share = 0.0;  // (real nodes + real edges) / (node + edge slots)
+  double graph_fill = 0.0;  // real graphs / (batches x (graphs - 1))
+  double score = 0.0;       // their product, what the fit maximises
+  int64_t candidates = 0;   // budgets planned
 };
 
 // The budget fitted to the graphs of node counts `nodes` and edge counts

@@ -33,13 +33,14 @@ Sizes RandomSizes(uint32_t seed, int64_t count, int64_t max_nodes = 30, int64_t 
   return s;
 }
 
-// Real nodes and edges over slots, times real graphs over graph slots, of
-// one plan: the fit's score, computed here from the plan's stats.
-double Score(const BatchPlan& plan) {
+// Real nodes and edges over slots, times real graphs over what the batches
+// could hold (graphs - 1 each), of one plan: the fit's score, computed here
+// from the plan's stats.
+double Score(const BatchPlan& plan, int64_t graphs) {
   const PlanStats& s = plan.stats;
   const double slots = static_cast<double>(s.real_elements + s.real_edges) /
                        static_cast<double>(s.padded_elements + s.padded_edges);
-  return slots * static_cast<double>(s.real_graphs) / static_cast<double>(s.padded_graphs);
+  return slots * static_cast<double>(s.real_graphs) / static_cast<double>(s.batches * (graphs - 1));
 }
 
 std::vector<int64_t> Iota(size_t n) {
@@ -90,7 +91,7 @@ TEST(GraphFit, NearTheBestOfAnExhaustiveSweep) {
     GraphFitScore score;
     const GraphBudgetOptions fitted = FitGraphBudget(
         s.nodes, s.edges, order, {.graphs = graphs, .multiple = multiple}, {}, &score);
-    const double fitted_score = Score(PlanGraphBudget(s.nodes, s.edges, order, fitted));
+    const double fitted_score = Score(PlanGraphBudget(s.nodes, s.edges, order, fitted), graphs);
     EXPECT_NEAR(fitted_score, score.score, 1e-12);
     EXPECT_LE(score.candidates, 512);
     const int64_t max_nodes = *std::max_element(s.nodes.begin(), s.nodes.end());
@@ -101,7 +102,7 @@ TEST(GraphFit, NearTheBestOfAnExhaustiveSweep) {
       for (int64_t e = (max_edges + multiple - 1) / multiple * multiple; e <= 1200;
            e += 3 * multiple) {
         const GraphBudgetOptions o{.nodes = n, .edges = e, .graphs = graphs};
-        best = std::max(best, Score(PlanGraphBudget(s.nodes, s.edges, order, o)));
+        best = std::max(best, Score(PlanGraphBudget(s.nodes, s.edges, order, o), graphs));
       }
     }
     EXPECT_GE(fitted_score, best - 0.02) << "seed " << seed << ": best of the sweep " << best;

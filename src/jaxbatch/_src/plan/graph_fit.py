@@ -1,7 +1,7 @@
 """Graph budgets fitted to a dataset: what ``GraphBudget.fit`` and
 ``GraphBuckets.fit`` translate for the engine (plan/graph_fit.h), which
 plans candidate budgets over the graphs' node and edge counts and keeps the
-one that wastes least of nodes, edges and graph slots together."""
+one that wastes least of node and edge slots and of steps together."""
 
 from __future__ import annotations
 
