@@ -59,6 +59,13 @@ must agree to LOSS_TOLERANCE of their median. Every variant must train on
 every training graph exactly once per epoch (checked on the multiset of
 real labels seen).
 
+Planning bound (bench/graph_planning_bound.py): each GraphBudget algorithm's
+batches against the fewest any plan can have, how random its batches stay
+and its planning time, on these molecules' sizes (train + validation) at
+Flax's ogbg budget (577, 1088, 33) and at Flax's estimate from all of them,
+and on a synthetic library of 5000 fragments and drug-sized molecules; best
+fit as committed before issue 28 beside it.
+
 Checks: with jaxbatch's graph planners, jb.GraphBudget(algorithm="next_fit")
 must give exactly jraph.dynamically_batch's batches, field by field, for the
 same graphs in the same order (file order and a seeded shuffle).
@@ -93,6 +100,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import adam  # noqa: E402
 import graph_budget_fit  # noqa: E402
+import graph_planning_bound  # noqa: E402
 import harness  # noqa: E402
 
 SEED = 0
@@ -870,6 +878,11 @@ def main(argv: list[str] | None = None) -> int:
         print(graph_budget_fit.report(fitted_budgets, env["cpu"]))
         checks["fitted_budget_within_target"] = all(f["within_target"] for f in fitted_budgets)
         print()
+    planning_bound = {}
+    if available:  # The planning-bound row: batches against the bound, randomness, time.
+        planning_bound = graph_planning_bound.rows(data.train + data.validation)
+        print(graph_planning_bound.report(planning_bound, env["cpu"]))
+        print()
 
     norm = np.array([data.train_labels.mean(), data.train_labels.std()], np.float32)
     validation = Validation(data.validation, norm)
@@ -932,6 +945,7 @@ def main(argv: list[str] | None = None) -> int:
         "environment": env,
         "batching": batching,
         "fitted_budget": fitted_budgets,
+        "planning_bound": planning_bound,
         "runs": runs,
         "summary": {
             v: {
