@@ -32,12 +32,12 @@ CTEST_TIMEOUT ?= 300
 HANG_CHECK = timeout --signal=ABRT --kill-after=30
 
 .PHONY: demo test system-deps build stubs test-cpp test-asan test-tsan test-py lint format bench clean \
-	build-fuzz fuzz test-fuzz test-wheel
+	build-fuzz fuzz test-fuzz test-wheel test-install
 
 demo: build
 	$(VENV)/bin/jaxbatch demo
 
-test: lint test-cpp test-asan test-tsan test-fuzz test-py test-wheel
+test: lint test-cpp test-install test-asan test-tsan test-fuzz test-py test-wheel
 
 # g++, clang with libFuzzer's runtime, Python's venv module and GoogleTest;
 # installed with apt-get as root.
@@ -92,6 +92,37 @@ test-cpp: $(VENV)/.deps
 	$(CMAKE) --build build/cpp -j $(JOBS)
 	$(VENV)/bin/ctest --test-dir build/cpp --output-on-failure -j $(JOBS) --timeout $(CTEST_TIMEOUT)
 
+# The core as a C++ user gets it: installed from build/cpp (the library
+# built there, not again) into build/install, and examples/cpp built as a
+# separate CMake project with find_package(jaxbatch). Its load_and_resume
+# saves a state to a file and resumes in another process: head + tail must
+# be the uninterrupted run. Then the same project over the source tree
+# (add_subdirectory) compiles too.
+INSTALL_DIR := build/install
+EXAMPLE_DIR := build/example
+test-install: $(VENV)/.deps
+	$(CMAKE) -S . -B build/cpp $(CMAKE_FLAGS) -DCMAKE_BUILD_TYPE=Release
+	$(CMAKE) --build build/cpp -j $(JOBS) --target jaxbatch_core
+	rm -rf $(INSTALL_DIR)
+	$(CMAKE) --install build/cpp --prefix $(INSTALL_DIR)
+	$(CMAKE) -S examples/cpp -B $(EXAMPLE_DIR) -G Ninja -DCMAKE_MAKE_PROGRAM=$(abspath $(VENV))/bin/ninja \
+	  -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH=$(abspath $(INSTALL_DIR))
+	$(CMAKE) --build $(EXAMPLE_DIR) -j $(JOBS)
+	$(HANG_CHECK) 120 $(EXAMPLE_DIR)/plan_and_collate
+	$(HANG_CHECK) 120 $(EXAMPLE_DIR)/load_and_resume
+	rm -f $(EXAMPLE_DIR)/state.json
+	$(HANG_CHECK) 120 $(EXAMPLE_DIR)/load_and_resume run > $(EXAMPLE_DIR)/run.txt
+	$(HANG_CHECK) 120 $(EXAMPLE_DIR)/load_and_resume save $(EXAMPLE_DIR)/state.json 7 > $(EXAMPLE_DIR)/head.txt
+	$(HANG_CHECK) 120 $(EXAMPLE_DIR)/load_and_resume resume $(EXAMPLE_DIR)/state.json > $(EXAMPLE_DIR)/tail.txt
+	test $$(wc -l < $(EXAMPLE_DIR)/head.txt) = 7 && test -s $(EXAMPLE_DIR)/tail.txt
+	cat $(EXAMPLE_DIR)/head.txt $(EXAMPLE_DIR)/tail.txt | cmp - $(EXAMPLE_DIR)/run.txt
+	@echo "test-install: the example built against $(INSTALL_DIR) resumed from its state file exactly"
+	# From the source tree (add_subdirectory): the example compiles with the
+	# target's usage requirements alone (one object: the core is built above).
+	$(CMAKE) -S examples/cpp -B $(EXAMPLE_DIR)-subdir -G Ninja -DCMAKE_MAKE_PROGRAM=$(abspath $(VENV))/bin/ninja \
+	  -DCMAKE_BUILD_TYPE=Release -DJAXBATCH_SOURCE_DIR=$(abspath .)
+	$(CMAKE) --build $(EXAMPLE_DIR)-subdir --target CMakeFiles/load_and_resume.dir/load_and_resume.cc.o
+
 test-asan: $(VENV)/.deps
 	$(CMAKE) -S . -B build/asan $(CMAKE_FLAGS) -DCMAKE_BUILD_TYPE=Debug -DJAXBATCH_SANITIZE=address,undefined
 	$(CMAKE) --build build/asan -j $(JOBS)
@@ -112,7 +143,7 @@ test-tsan: $(VENV)/.deps
 # folder. `make fuzz` grows build/fuzz/corpus/<name> from the committed seeds;
 # a crash input lands in build/fuzz/: once fixed, commit it to
 # cc/fuzz/regressions/<name>/, where test-fuzz replays every one.
-FUZZERS := plan_fuzzer collate_fuzzer graph_fuzzer
+FUZZERS := plan_fuzzer collate_fuzzer graph_fuzzer state_fuzzer
 FUZZ_SECONDS ?= 300
 FUZZ_FLAGS := -G Ninja -DCMAKE_MAKE_PROGRAM=$(abspath $(VENV))/bin/ninja -DCMAKE_CXX_COMPILER=clang++ \
   -DJAXBATCH_BUILD_FUZZERS=ON -DCMAKE_BUILD_TYPE=Release

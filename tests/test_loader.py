@@ -531,7 +531,7 @@ def test_state_from_other_data_of_the_same_size_is_refused():
         ({"step": -1}, 1, r"the state's step must be in \[0, 2\*\*63\), found -1"),
         ({"batches": 1.5}, 1, "the state's batches must be an int, found float 1.5"),
         ({"examples": True}, 1, "the state's examples must be an int, found bool"),
-        ({"seed": None}, 1, "the state's seed must be an int, found NoneType"),
+        ({"seed": None}, 1, "the state's seed must be an int, found null"),
         ({"step": None, "epoch": None}, 1, "the state's epoch must be an int"),
         ({"version": 7}, 1, "expected a state of version 3, found 7"),
         ({"fingerprint": "not hex"}, 1, "the state's fingerprint must be 16 hex digits"),
@@ -544,6 +544,38 @@ def test_malformed_or_out_of_range_state_is_refused(change, epochs, message):
     state = jb.Loader(ds, jb.PadToMax(8), epochs=epochs).get_state()
     with pytest.raises(ValueError, match=message):
         jb.Loader(ds, jb.PadToMax(8), epochs=epochs, state={**state, **change})
+
+
+def test_get_state_is_the_engines_text_and_restores_through_json():
+    """get_state() is the JSON text the engine writes (load/state_json.h),
+    parsed: every field, in the engine's order; saved as JSON (or holding
+    NumPy ints) it restores the rest of the stream exactly."""
+    from jaxbatch import _core
+
+    ds = make_dataset(n=30)
+    loader = jb.Loader(ds, jb.PadToMax(8), epochs=2, shuffle="block", block_size=8)
+    expected = drain(jb.Loader(ds, jb.PadToMax(8), epochs=2, shuffle="block", block_size=8))[3:]
+    drain(loader, 3)
+    state = loader.get_state()
+    fields = ["seed", "epoch", "step", "batches", "examples", "skipped", "quarantined",
+              "dropped", "padding_batches", "truncated", "real_elements", "padded_elements",
+              "real_edges", "padded_edges", "version", "num_examples", "fingerprint", "planner",
+              "shuffle", "block_size", "shard"]  # fmt: skip
+    assert list(state) == fields
+    assert (state["step"], state["batches"], state["shuffle"], state["block_size"]) == (
+        3, 3, "block", 8,
+    )  # fmt: skip
+    assert state["shard"] == [0, 1] and len(state["fingerprint"]) == 16
+    assert json.loads(
+        _core.loader_state_to_json(_core.loader_state_from_json(json.dumps(state)))
+    ) == (state)
+    options = {"epochs": 2, "shuffle": "block", "block_size": 8}
+    from_file = json.loads(json.dumps(state))
+    assert drain(jb.Loader(ds, jb.PadToMax(8), state=from_file, **options)) == expected
+    as_numpy = {k: np.int64(v) if isinstance(v, int) else v for k, v in state.items()}
+    assert drain(jb.Loader(ds, jb.PadToMax(8), state=as_numpy, **options)) == expected
+    with pytest.raises(ValueError, match="the state is not a dict from get_state\\(\\): set"):
+        jb.Loader(ds, jb.PadToMax(8), state={**state, "step": {1}}, **options)
 
 
 @pytest.mark.parametrize(

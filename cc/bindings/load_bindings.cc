@@ -13,6 +13,7 @@
 
 #include "bindings.h"
 #include "jaxbatch/load/loader.h"
+#include "jaxbatch/load/state_json.h"
 
 namespace jaxbatch::bindings {
 namespace {
@@ -96,6 +97,9 @@ void BindLoad(nb::module_& m) {
       .def_rw("padded_elements", &LoaderState::padded_elements)
       .def_rw("real_edges", &LoaderState::real_edges)
       .def_rw("padded_edges", &LoaderState::padded_edges);
+  // The state's text form (load/state_json.h): what get_state() returns, parsed.
+  m.def("loader_state_to_json", &LoaderStateToJson, nb::arg("state"));
+  m.def("loader_state_from_json", &LoaderStateFromJson, nb::arg("text"));
 
   nb::class_<ChunkedSource>(m, "ChunkedSource")
       .def_prop_ro("num_examples", &ChunkedSource::num_examples)

@@ -4,7 +4,8 @@
 //   Plan(), BatchPlan      plan/      pad, bucket, token-budget and pack planners
 //   Collate()              collate/   a planned batch into dense padded arrays
 //   Loader                 load/      threads that shuffle, shard, plan, collate and
-//                                     prefetch; LoaderState to resume
+//                                     prefetch; LoaderState to resume, and
+//                                     its text (LoaderStateToJson/FromJson)
 //   Journal, WriteFileAtomic job/     a job's durable log and its files
 //
 // Examples: examples/cpp/plan_and_collate.cc, examples/cpp/load_and_resume.cc.
@@ -34,6 +35,7 @@
 #include "jaxbatch/load/loader.h"
 #include "jaxbatch/load/schedule.h"
 #include "jaxbatch/load/schema.h"
+#include "jaxbatch/load/state_json.h"
 #include "jaxbatch/plan/batch_plan.h"
 #include "jaxbatch/plan/buckets.h"
 #include "jaxbatch/plan/graph_planner.h"

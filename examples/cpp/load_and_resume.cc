@@ -7,12 +7,21 @@
 // the rest of its stream is the uninterrupted one, batch for batch. Last, it
 // shows the state refused by the other shard's loader. Exits non-zero when
 // anything is inconsistent, so ctest runs it as a test.
+//
+// The state also resumes in another process, from its text in a file
+// (`make test` checks that head + tail is the whole run, byte for byte):
+//   load_and_resume run               prints shard 0's batches, one a line
+//   load_and_resume save STATE N      prints the first N and saves the state
+//   load_and_resume resume STATE      restores it and prints the rest
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <memory>
 #include <random>
 #include <set>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -57,9 +66,53 @@ std::vector<Seen> Drain(Loader& loader) {
   return out;
 }
 
+// Prints `limit` batches (-1: all) as lines of example ids.
+void PrintBatches(Loader& loader, int64_t limit) {
+  for (int64_t b = 0; limit < 0 || b < limit; ++b) {
+    const std::optional<jaxbatch::LoadedBatch> batch = loader.Next();
+    if (!batch) break;
+    std::printf("epoch %lld step %lld:", static_cast<long long>(batch->epoch),
+                static_cast<long long>(batch->step));
+    for (int64_t e : Look(batch->arrays).examples) std::printf(" %lld", static_cast<long long>(e));
+    std::printf("\n");
+  }
+}
+
+// The run, the head or the tail of shard 0's stream, in this process; the
+// state between head and tail travels as its text (load/state_json.h).
+int RunInSteps(const std::shared_ptr<const Dataset>& ds, const LoaderOptions& options, int argc,
+               char** argv) {
+  const std::string mode = argv[1];
+  if (mode == "run" && argc == 2) {
+    Loader loader(ds, options);
+    PrintBatches(loader, -1);
+  } else if (mode == "save" && argc == 4) {
+    Loader loader(ds, options);
+    PrintBatches(loader, std::atoll(argv[3]));
+    const std::string text = jaxbatch::LoaderStateToJson(loader.state());
+    jaxbatch::WriteFileAtomic(argv[2],
+                              {reinterpret_cast<const uint8_t*>(text.data()), text.size()});
+  } else if (mode == "resume" && argc == 3) {
+    std::ifstream in(argv[2]);
+    if (!in) {
+      std::fprintf(stderr, "load_and_resume: cannot read %s\n", argv[2]);
+      return 1;
+    }
+    std::stringstream text;
+    text << in.rdbuf();
+    // A state of another stream (data, planner, shuffle, shard, seed) throws here.
+    Loader loader(ds, options, jaxbatch::LoaderStateFromJson(text.str()));
+    PrintBatches(loader, -1);
+  } else {
+    std::fprintf(stderr, "usage: load_and_resume [run | save STATE N | resume STATE]\n");
+    return 2;
+  }
+  return 0;
+}
+
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
   // Token sequences of 1 to 200 tokens, owned by shared vectors the column keeps alive.
   std::mt19937 rng(5);
   auto tokens = std::make_shared<std::vector<int32_t>>();
@@ -86,6 +139,14 @@ int main() {
     o.num_threads = 2;
     return o;
   };
+  if (argc > 1) {
+    try {
+      return RunInSteps(ds, options(0), argc, argv);
+    } catch (const jaxbatch::Error& e) {
+      std::fprintf(stderr, "load_and_resume: %s\n", e.what());
+      return 1;
+    }
+  }
   int problems = 0;
   auto fail = [&](const std::string& what) {
     ++problems;

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import dataclasses
+import json
 import os
 import threading
 import weakref
@@ -33,13 +34,6 @@ from jaxbatch._src.plan.planners import (
     Pack,
     Planner,
 )
-
-_STATE_FIELDS = ("seed", "epoch", "step", "batches", "examples", "skipped", "quarantined",
-                 "dropped", "padding_batches", "truncated", "real_elements", "padded_elements",
-                 "real_edges", "padded_edges")  # fmt: skip
-# Fields a state may lack (saved before they were added): they count from 0.
-_OPTIONAL_STATE_FIELDS = ("truncated", "real_elements", "padded_elements", "real_edges",
-                          "padded_edges")  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True)
@@ -416,41 +410,19 @@ class Loader:
         _STREAMING.add(self)
 
     def _parse_state(self, state: Mapping[str, Any]):
-        """The core's LoaderState from a get_state() dict. Only the dict's
-        Python types are checked here; the engine checks the state against
-        this loader (version, data, planner, shuffle, shard, position)."""
+        """The core's LoaderState from a get_state() dict. The engine reads
+        it as the JSON text it wrote (fields, types, ranges and older
+        releases' states: load/state_json.h) and checks it against this
+        loader (version, data, planner, shuffle, shard, position)."""
         if not isinstance(state, Mapping):
             raise ValueError(
                 f"Loader: state must be a dict from get_state(), found {type(state).__name__}"
             )
-        required = [f for f in _STATE_FIELDS if f not in _OPTIONAL_STATE_FIELDS]
-        missing = [k for k in ("version", "num_examples", "planner", *required) if k not in state]
-        if missing:
-            raise ValueError(
-                f"Loader: the state lacks {', '.join(map(repr, missing))}; expected a dict "
-                f"from get_state()"
-            )
-        for field in ("version", "num_examples", "block_size", *_STATE_FIELDS):
-            if field in state:
-                _check_state_int(field, state[field])
-        key = _core.StreamKey()
-        key.version = int(state["version"])
-        key.num_examples = int(state["num_examples"])
-        key.planner = str(state["planner"])
-        key.fingerprint = _parse_fingerprint(state.get("fingerprint"))
-        key.shuffle = _core.parse_shuffle_mode(str(state.get("shuffle", "")))
-        key.block_size = int(state.get("block_size", -1))
-        shard = state.get("shard")
-        if not (isinstance(shard, Sequence) and len(shard) == 2):
-            raise ValueError(f"Loader: the state's shard must be [index, count], found {shard!r}")
-        for v in shard:
-            _check_state_int("shard", v)
-        key.shard_index, key.shard_count = int(shard[0]), int(shard[1])
-        s = _core.LoaderState()
-        for field in _STATE_FIELDS:
-            setattr(s, field, int(state.get(field, 0)))
-        s.key = key
-        return s
+        try:
+            text = json.dumps(dict(state), default=_json_int, allow_nan=False)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"Loader: the state is not a dict from get_state(): {e}") from None
+        return _core.loader_state_from_json(text)
 
     def get_state(self) -> dict[str, Any]:
         """A small JSON-serialisable dict: seed, epoch, position and counts,
@@ -469,19 +441,7 @@ class Loader:
 
     def _read_state(self) -> dict[str, Any]:
         """get_state() without the read-ahead check (for the prefetcher itself)."""
-        s = self._live().state()
-        key = s.key
-        out = {field: getattr(s, field) for field in _STATE_FIELDS}
-        out.update(
-            version=key.version,
-            num_examples=key.num_examples,
-            fingerprint=f"{key.fingerprint:016x}",
-            planner=key.planner,
-            shuffle=_core.shuffle_mode_name(key.shuffle),
-            block_size=key.block_size,
-            shard=[key.shard_index, key.shard_count],
-        )
-        return out
+        return json.loads(_core.loader_state_to_json(self._live().state()))
 
     def set_state(self, state: Mapping[str, Any]) -> None:
         """Continues from `state` (from :meth:`get_state`) with exactly the
@@ -737,27 +697,12 @@ def resolve_shard(shard) -> tuple[int, int]:
     raise ValueError(f"Loader: shard must be (index, count) or 'jax', found {shard!r}")
 
 
-def _check_state_int(field: str, value) -> None:
-    limit = 2**64 if field == "seed" else 2**63
-    if isinstance(value, bool) or not isinstance(value, int | np.integer):
-        raise ValueError(
-            f"Loader: the state's {field} must be an int, found {type(value).__name__} {value!r}"
-        )
-    if not 0 <= value < limit:
-        bits = limit.bit_length() - 1
-        raise ValueError(f"Loader: the state's {field} must be in [0, 2**{bits}), found {value}")
-
-
-def _parse_fingerprint(text) -> int | None:
-    """A state's fingerprint (16 hex digits); None for a state saved before it."""
-    if text is None:
-        return None
-    try:
-        return int(text, 16)
-    except (TypeError, ValueError):
-        raise ValueError(
-            f"Loader: the state's fingerprint must be 16 hex digits, found {text!r}"
-        ) from None
+def _json_int(value: Any) -> int:
+    """A NumPy integer in a state dict as the int JSON writes (json.dumps'
+    `default`); anything else stays unwritable, so it is refused."""
+    if isinstance(value, np.integer):
+        return int(value)
+    raise TypeError(f"{type(value).__name__} {value!r:.80} is not a JSON value")
 
 
 def _check_int_option(option: str, value, low: int | None) -> None:
