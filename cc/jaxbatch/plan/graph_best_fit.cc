@@ -263,7 +263,10 @@ std::vector<std::vector<int64_t>> PackGraphRuns(std::span<const int64_t> nodes,
                                                 std::span<const int64_t> edges,
                                                 std::span<const int64_t> ids, const GraphRoom& room,
                                                 int64_t batches) {
-  return RunPacker(nodes, edges, ids, room).Pack(std::max<int64_t>(batches, 1));
+  // No run needs more batches than it has graphs (open_batches may be any
+  // positive int64; a batch is memory).
+  const int64_t most = std::max<int64_t>(static_cast<int64_t>(ids.size()), 1);
+  return RunPacker(nodes, edges, ids, room).Pack(std::clamp<int64_t>(batches, 1, most));
 }
 
 }  // namespace jaxbatch

@@ -153,7 +153,7 @@ TEST(GraphBestFitTest, AWiderWindowOrMoreDataDoesNotLoseTheBound) {
   // Many batches at a time, and a budget where nodes bind instead.
   const Sizes s = Molecules(6, 8000, 25.0, 4.0);
   const std::vector<int64_t> ids = Shuffled(8000, 3);
-  for (int64_t window : {4, 64, 1024}) {
+  for (int64_t window : {int64_t{4}, int64_t{64}, int64_t{1024}, int64_t{1} << 62}) {
     SCOPED_TRACE(::testing::Message() << "window " << window);
     const auto batches = PackGraphRuns(s.nodes, s.edges, ids, kFlax, window);
     ExpectExactlyOnceWithinRoom(batches, s, ids, kFlax);
