@@ -18,39 +18,30 @@ DEFAULT_SEED: int = _FIT().seed
 
 
 def fit_planner(
-    cls: Any,
+    who: str,
     fit_core: Any,
     data: Any,
-    graphs: Any,
-    multiple: Any,
-    seed: Any,
+    graphs: int,
+    multiple: int,
+    seed: int,
     order: Any,
-    options: dict[str, Any],
+    planner: Any,
 ) -> Any:
-    """A `cls` (GraphBudget or GraphBuckets) over the budget the engine's
-    `fit_core` fits to `data`'s graphs; `options` are the planner's other
-    fields (algorithm, open_batches, too_big, max_shapes)."""
-    from jaxbatch._src.plan.planners import _integer, _to_core  # planners imports this module
-
-    who = f"{cls.__name__}.fit"
+    """The core options the engine's `fit_core` fits to `data`'s graphs:
+    `planner` (the core options of the planner's other fields) with nodes,
+    edges and graphs filled in. `who` names the fit in errors."""
     if not isinstance(data, Dataset):
         raise TypeError(
             f"{who}: expected a graph Dataset (jb.Dataset.from_graphs(...), or a Parquet/Arrow "
             f"file's read with jb.Dataset.from_arrow), found {type(data).__name__}"
         )
-    fit = _FIT()
-    fit.graphs = _integer(who, "graphs", graphs)
-    fit.multiple = _integer(who, "multiple", multiple)
-    seed = _integer(who, "seed", seed)
     if seed < 0:
         raise ValueError(f"{who}: seed must be an integer >= 0, found {seed}")
-    fit.seed = seed
-    planner = cls._core_type()
-    for name, value in options.items():
-        setattr(planner, name, _to_core(cls.__name__, name, value, getattr(planner, name)))
+    fit = _FIT()
+    fit.graphs, fit.multiple, fit.seed = graphs, multiple, seed
     nodes, edges = _core.graph_counts(data._core, who)
     fitted, _ = fit_core(nodes, edges, _order(order, who), fit, planner)
-    return cls._from_options(fitted)
+    return fitted
 
 
 def _order(order: Any, who: str) -> np.ndarray | None:

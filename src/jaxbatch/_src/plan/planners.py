@@ -374,9 +374,7 @@ class GraphBudget(_Planner):
             planner = jb.GraphBudget.fit(ds, graphs=32, multiple=8)
         """
         options = {"algorithm": algorithm, "open_batches": open_batches, "too_big": too_big}
-        return fit_planner(
-            cls, _core.fit_graph_budget, data, graphs, multiple, seed, order, options
-        )
+        return _fit(cls, _core.fit_graph_budget, data, graphs, multiple, seed, order, options)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -426,9 +424,20 @@ class GraphBuckets(_Planner):
             "open_batches": open_batches,
             "too_big": too_big,
         }
-        return fit_planner(
-            cls, _core.fit_graph_buckets, data, graphs, multiple, seed, order, options
-        )
+        return _fit(cls, _core.fit_graph_buckets, data, graphs, multiple, seed, order, options)
+
+
+def _fit(cls, fit_core, data, graphs, multiple, seed, order, options) -> Any:
+    """GraphBudget.fit / GraphBuckets.fit: the arguments as the engine takes
+    them (checked as the planner's own fields are), the planner it fits."""
+    who = f"{cls.__name__}.fit"
+    planner = cls._core_type()
+    for name, value in options.items():
+        setattr(planner, name, _to_core(cls.__name__, name, value, getattr(planner, name)))
+    graphs, multiple, seed = (_integer(who, k, v) for k, v in [
+        ("graphs", graphs), ("multiple", multiple), ("seed", seed)])  # fmt: skip
+    fitted = fit_planner(who, fit_core, data, graphs, multiple, seed, order, planner)
+    return cls._from_options(fitted)
 
 
 Planner = PadToMax | FixedBuckets | AutoBuckets | Pack | GraphBudget | GraphBuckets
