@@ -50,7 +50,11 @@ def assert_matches(outputs, skip=()):
 
 
 def planner_shapes(planner):
-    return jb.plan(dataset(), planner).shapes
+    """Every shape the planner may give a batch: GraphBuckets' chosen shapes,
+    the full budget among them even where one plan's batches all fit smaller
+    ones (jb.plan(...).shapes lists only the shapes its batches use)."""
+    with jb.Loader(dataset(), planner) as loader:
+        return loader.shapes
 
 
 def shard_bytes(folder: Path) -> dict[str, bytes]:
@@ -228,7 +232,12 @@ def test_an_oom_replans_the_graphs_at_half_budget(planner, caplog):
     with caplog.at_level(logging.WARNING, logger="jaxbatch"):
         result = jb.map(oom_above(20), jb.Loader(dataset(), planner, shuffle=True, seed=4))
     assert_matches(result.outputs)
-    assert ((40, 40, 6), (20, 20, 3)) in result.stats.backoffs
+    assert result.stats.backoffs
+    shapes = {(s.length, s.edges, s.rows) for s in planner_shapes(planner)}
+    for failed, half in result.stats.backoffs:  # a shape of the plan, halved rounding up
+        assert failed in shapes and half == tuple((x + 1) // 2 for x in failed)
+    if isinstance(planner, jb.GraphBudget):
+        assert ((40, 40, 6), (20, 20, 3)) in result.stats.backoffs
     # Each failing shape is tried once; its later batches are re-planned at once.
     assert len({failed for failed, _ in result.stats.backoffs}) == len(result.stats.backoffs)
     assert "re-planned its" in caplog.text
