@@ -97,9 +97,9 @@ TEST(GraphFit, NearTheBestOfAnExhaustiveSweep) {
     const int64_t max_nodes = *std::max_element(s.nodes.begin(), s.nodes.end());
     const int64_t max_edges = *std::max_element(s.edges.begin(), s.edges.end());
     double best = 0;
-    for (int64_t n = (max_nodes + 1 + multiple - 1) / multiple * multiple; n <= 480;
+    for (int64_t n = (max_nodes + 1 + multiple - 1) / multiple * multiple; n <= 400;
          n += multiple) {
-      for (int64_t e = (max_edges + multiple - 1) / multiple * multiple; e <= 1200;
+      for (int64_t e = (max_edges + multiple - 1) / multiple * multiple; e <= 1000;
            e += 3 * multiple) {
         const GraphBudgetOptions o{.nodes = n, .edges = e, .graphs = graphs};
         best = std::max(best, Score(PlanGraphBudget(s.nodes, s.edges, order, o), graphs));
@@ -111,7 +111,7 @@ TEST(GraphFit, NearTheBestOfAnExhaustiveSweep) {
 
 TEST(GraphFit, FollowsTheDataNodeToEdgeRatio) {
   for (int64_t ratio : {1, 3, 6}) {
-    const Sizes s = RandomSizes(3, 2000, 30, ratio);
+    const Sizes s = RandomSizes(3, 800, 30, ratio);
     const double data = std::accumulate(s.edges.begin(), s.edges.end(), 0.0) /
                         std::accumulate(s.nodes.begin(), s.nodes.end(), 0.0);
     const GraphBudgetOptions b = FitGraphBudget(s.nodes, s.edges, {}, {.graphs = 32});
