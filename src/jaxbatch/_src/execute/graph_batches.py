@@ -35,30 +35,18 @@ from jaxbatch._src.base.choices import check_choice
 from jaxbatch._src.collate import keys
 from jaxbatch._src.collate.collate import Batch, GraphRole, batch_from_core, collate
 from jaxbatch._src.data import graphs as fields
-from jaxbatch._src.execute.output_layout import leaf_names
+from jaxbatch._src.execute.failures import is_oom
+from jaxbatch._src.execute.graph_views import batch_function, key_role, per_graph_function
+from jaxbatch._src.execute.output_layout import Column, leaf_names
 from jaxbatch._src.plan.plan import BatchPlan, BatchShape
 from jaxbatch._src.plan.planners import GraphBudget
 
 log = logging.getLogger("jaxbatch")
 
-_NODE_KEYS = (keys.NODE_MASK, keys.NODE_GRAPH)
-_EDGE_KEYS = (keys.EDGE_MASK,)
 _ROLES = ("node", "edge", "graph")
 
 
 # --- pure logic: which axis a batch key and an output leaf follow ---------
-
-
-def key_role(key: str, template: Batch) -> str:
-    """'node', 'edge' or 'graph': what a graph batch key's leading axis counts."""
-    role = template.graph_layout.role_of(key)
-    if role is not None:
-        return role
-    if key in _NODE_KEYS:
-        return "node"
-    if key in _EDGE_KEYS:
-        return "edge"
-    return "graph"
 
 
 def _grown(spec: dict[str, tuple], template: Batch, grow: str) -> dict[str, tuple]:
@@ -177,8 +165,6 @@ class GraphMode:
 
     def checked(self, fun: Callable, check_finite: bool, check: Callable | None) -> Callable:
         """arrays -> (outputs in batch layout, int32 flags per graph slot)."""
-        from jaxbatch._src.execute.graph_views import batch_function, per_graph_function
-
         if self.per_example:
             return per_graph_function(self, fun, check_finite, check)
         return batch_function(self, fun, check_finite, check)
@@ -213,8 +199,6 @@ def graph_columns(out: Any, keep: np.ndarray, batch: Batch, roles: list[str]):
     """The kept graphs' example ids and each output leaf's Column: per-node
     and per-edge leaves cut to each graph's own nodes or edges (a list per
     graph), per-graph leaves one value per graph. `keep` marks graph slots."""
-    from jaxbatch._src.job.output import Column
-
     index = np.asarray(batch[keys.GRAPH_INDEX])
     examples = index[keep].astype(np.int64)
     counts = {"node": np.asarray(batch[fields.N_NODE]), "edge": np.asarray(batch[fields.N_EDGE])}
@@ -289,7 +273,6 @@ class GraphOomSplitter:
     def pieces(self, batch: Batch) -> list[tuple[Batch, Any, np.ndarray]]:
         """(batch, outputs, flags per graph slot) for the batch or the batches
         its graphs were re-planned into; every graph in exactly one."""
-        from jaxbatch._src.execute.map import is_oom
 
         if self.mode is None:  # The first batch shows the layout.
             self.mode = graph_mode(batch, self.dataset, self.planner, self.per_example, self.per)

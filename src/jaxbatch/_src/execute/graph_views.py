@@ -10,8 +10,23 @@ from typing import Any
 
 from jaxbatch._src.collate import keys
 from jaxbatch._src.data import graphs as fields
-from jaxbatch._src.execute.graph_batches import GraphMode, key_role
-from jaxbatch._src.execute.map import _CHECK, _FINITE
+from jaxbatch._src.execute.failures import CHECK, FINITE
+from jaxbatch._src.execute.output_layout import leaf_names
+
+_NODE_KEYS = (keys.NODE_MASK, keys.NODE_GRAPH)
+_EDGE_KEYS = (keys.EDGE_MASK,)
+
+
+def key_role(key: str, template: Any) -> str:
+    """'node', 'edge' or 'graph': what a graph batch key's leading axis counts."""
+    role = template.graph_layout.role_of(key)
+    if role is not None:
+        return role
+    if key in _NODE_KEYS:
+        return "node"
+    if key in _EDGE_KEYS:
+        return "edge"
+    return "graph"
 
 
 def _spec(arrays) -> dict[str, tuple]:
@@ -57,12 +72,10 @@ def _inexact(leaf) -> bool:
     return jnp.issubdtype(leaf.dtype, jnp.inexact)
 
 
-def batch_function(mode: GraphMode, fun: Callable, check_finite: bool, check: Callable | None):
+def batch_function(mode: Any, fun: Callable, check_finite: bool, check: Callable | None):
     """arrays -> (fun's outputs, flags [graph slots]) for the batch form."""
     import jax
     import jax.numpy as jnp
-
-    from jaxbatch._src.execute.output_layout import leaf_names
 
     def run(arrays):
         roles = mode.roles(fun, _spec(arrays))
@@ -81,16 +94,16 @@ def batch_function(mode: GraphMode, fun: Callable, check_finite: bool, check: Ca
                     owner, real = _owners(arrays, role)
                     hits = _not_finite(leaf, real).astype(jnp.int32)
                     bad = bad | (jax.ops.segment_sum(hits, owner, num_segments=graphs) > 0)
-            flags = flags | jnp.where(bad, _FINITE, 0)
+            flags = flags | jnp.where(bad, FINITE, 0)
         if check is not None:
             passed = jnp.broadcast_to(jnp.asarray(check(view, out), bool), (graphs,))
-            flags = flags | jnp.where(passed, 0, _CHECK)
+            flags = flags | jnp.where(passed, 0, CHECK)
         return out, flags
 
     return run
 
 
-def single_views(arrays, mode: GraphMode) -> dict[str, Any]:
+def single_views(arrays, mode: Any) -> dict[str, Any]:
     """Every graph slot's view [graphs, ...]: the graph padded as
     jraph.pad_with_graphs(graph, node_pad + 1, edge_pad, 2) pads it, its
     senders and receivers its own node ids."""
@@ -140,7 +153,7 @@ def single_views(arrays, mode: GraphMode) -> dict[str, Any]:
     return out
 
 
-def per_graph_function(mode: GraphMode, fun: Callable, check_finite: bool, check: Callable | None):
+def per_graph_function(mode: Any, fun: Callable, check_finite: bool, check: Callable | None):
     """arrays -> (outputs in the batch's layout, flags [graph slots]) for
     per_example=True: fun vmapped over the graph slots' views."""
     import jax
@@ -158,9 +171,9 @@ def per_graph_function(mode: GraphMode, fun: Callable, check_finite: bool, check
                     continue
                 real = {"node": view_arrays[keys.NODE_MASK], "edge": view_arrays[keys.EDGE_MASK]}
                 bad = bad | _not_finite(leaf, real.get(role)).any()
-            flags = flags | jnp.where(bad, _FINITE, 0)
+            flags = flags | jnp.where(bad, FINITE, 0)
         if check is not None:
-            flags = flags | jnp.where(jnp.asarray(check(view, out), bool), 0, _CHECK)
+            flags = flags | jnp.where(jnp.asarray(check(view, out), bool), 0, CHECK)
         return out, flags
 
     def run(arrays):
@@ -175,7 +188,7 @@ def per_graph_function(mode: GraphMode, fun: Callable, check_finite: bool, check
     return run
 
 
-def _to_batch(leaf, role: str, arrays, mode: GraphMode):
+def _to_batch(leaf, role: str, arrays, mode: Any):
     """A per-graph-view output [graphs, slots, ...] back in the batch's
     layout: per node [nodes, ...], per edge [edges, ...]; per graph as is."""
     import jax.numpy as jnp

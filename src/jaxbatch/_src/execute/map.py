@@ -18,6 +18,7 @@ from jaxbatch._src.base.words import counted
 from jaxbatch._src.collate import keys
 from jaxbatch._src.collate.collate import Batch, GraphRole, collate, unbatch
 from jaxbatch._src.data.dataset import Dataset
+from jaxbatch._src.execute.failures import CHECK, FINITE, is_oom
 from jaxbatch._src.execute.graph_batches import (
     GraphOomSplitter,
     example_index,
@@ -48,8 +49,6 @@ DEFAULT_MAX_SHAPES = 8
 OnOom = Literal["split", "raise"]
 #: An example whose check fails: raise, or set it aside in result.quarantine.
 MapOnError = Literal["raise", "quarantine"]
-
-_FINITE, _CHECK = 1, 2
 
 
 @dataclasses.dataclass
@@ -92,13 +91,6 @@ class MapResult:
     stats: MapStats
 
 
-def is_oom(error: BaseException) -> bool:
-    """True for XLA's out-of-memory error (RESOURCE_EXHAUSTED)."""
-    import jax
-
-    return isinstance(error, jax.errors.JaxRuntimeError) and "RESOURCE_EXHAUSTED" in str(error)
-
-
 class Executor:
     """Compiles the checked, vmapped function once per input signature."""
 
@@ -123,10 +115,10 @@ class Executor:
                     if mask is not None and leaf.ndim >= 1 and leaf.shape[0] == mask.shape[0]:
                         ok = ok | ~mask.reshape(mask.shape + (1,) * (leaf.ndim - 1))
                     finite = finite & ok.all()
-                flags = flags | jax.numpy.where(finite, 0, _FINITE)
+                flags = flags | jax.numpy.where(finite, 0, FINITE)
             if check is not None:
                 passed = jax.numpy.asarray(check(example, out), dtype=bool)
-                flags = flags | jax.numpy.where(passed, 0, _CHECK)
+                flags = flags | jax.numpy.where(passed, 0, CHECK)
             return out, flags
 
         self.batched = jax.vmap(per_example)
@@ -482,9 +474,9 @@ def _concat(trees):
 def flag_reason(flag: int) -> str:
     """Why the compiled checks flagged an example."""
     reasons = []
-    if flag & _FINITE:
+    if flag & FINITE:
         reasons.append("an output is not finite (NaN or Inf)")
-    if flag & _CHECK:
+    if flag & CHECK:
         reasons.append("check returned False")
     return " and ".join(reasons)
 

@@ -10,12 +10,23 @@ longer, and only the outputs that grow with it are per token.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from jaxbatch._src.base.tree_names import joined_names
 from jaxbatch._src.collate import keys
+
+
+@dataclass
+class Column:
+    """One output's values for a run of examples: ``values`` [n, *shape]
+    (fixed) or [sum(lengths), *inner] with ``lengths`` [n] (per token, or
+    per node or edge of a graph)."""
+
+    values: np.ndarray
+    lengths: np.ndarray | None = None
 
 
 def leaf_names(out: Any) -> list[tuple[str, Any]]:

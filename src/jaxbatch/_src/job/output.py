@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,21 +25,12 @@ from jaxbatch._src.base.optional import require
 from jaxbatch._src.collate import keys
 from jaxbatch._src.collate.collate import Batch
 from jaxbatch._src.data.dtypes import numpy_dtype
-from jaxbatch._src.execute.output_layout import leaf_names
+from jaxbatch._src.execute.output_layout import Column, leaf_names
 from jaxbatch._src.job.folder import JOURNAL_NAME, Committed, process_parts, read_committed
 
 _META_KIND, _META_SHAPE, _META_DTYPE = b"jaxbatch.kind", b"jaxbatch.shape", b"jaxbatch.dtype"
 # What needs pyarrow here, for the ImportError without it.
 _WRITING = "jb.run (it writes Parquet)"
-
-
-@dataclass
-class Column:
-    """One output's values for a run of examples: ``values`` [n, *shape]
-    (fixed) or [sum(lengths), *inner] with ``lengths`` [n] (per token)."""
-
-    values: np.ndarray
-    lengths: np.ndarray | None = None
 
 
 def batch_columns(
