@@ -359,8 +359,8 @@ void BindPlan(nb::module_& m) {
         return ReplanGraphsHalved(
             n, e, i, BatchShape{.rows = graphs, .length = node_slots, .edges = edge_slots});
       },
-      nb::arg("nodes"), nb::arg("edges"), nb::arg("ids"), nb::arg("graphs"),
-      nb::arg("node_slots"), nb::arg("edge_slots"));
+      nb::arg("nodes"), nb::arg("edges"), nb::arg("ids"), nb::arg("graphs"), nb::arg("node_slots"),
+      nb::arg("edge_slots"));
 }
 
 }  // namespace jaxbatch::bindings
