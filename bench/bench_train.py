@@ -52,15 +52,15 @@ import argparse
 import math
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import adam  # noqa: E402
 import harness  # noqa: E402
+import transformer  # noqa: E402
 
 WAYS = ("naive", "pad64", "padmax", "hand_buckets", "buckets", "pack")
 # What an expert writes by hand, the baselines the ratios are taken against;
@@ -218,57 +218,25 @@ def init_params(seed: int = 0) -> dict:
     import jax.numpy as jnp
 
     keys = iter(jax.random.split(jax.random.PRNGKey(seed), 4 + 4 * LAYERS))
-
-    def dense(fan_in, fan_out):
-        return jax.random.normal(next(keys), (fan_in, fan_out), jnp.float32) / math.sqrt(fan_in)
-
-    layers = [
-        {
-            "norm1": jnp.ones(WIDTH),
-            "qkv": dense(WIDTH, 3 * WIDTH),
-            "out": dense(WIDTH, WIDTH),
-            "norm2": jnp.ones(WIDTH),
-            "up": dense(WIDTH, MLP),
-            "down": dense(MLP, WIDTH),
-        }
-        for _ in range(LAYERS)
-    ]
+    layers = transformer.init_layers(keys, LAYERS, WIDTH, MLP)
     return {
         "embed": jax.random.normal(next(keys), (VOCAB, WIDTH)) * 0.02,
         "position": jax.random.normal(next(keys), (MAX_LEN, WIDTH)) * 0.02,
         "layers": layers,
         "norm": jnp.ones(WIDTH),
-        "head": dense(WIDTH, VOCAB),
+        "head": jax.random.normal(next(keys), (WIDTH, VOCAB), jnp.float32) / math.sqrt(WIDTH),
     }
-
-
-def _norm(x, scale):
-    import jax.numpy as jnp
-
-    return x * scale / jnp.sqrt(jnp.mean(x * x, -1, keepdims=True) + 1e-6)
 
 
 def logits_fn(params, tokens, positions, segments):
     """Next-byte logits [rows, L, VOCAB]; a query attends to earlier bytes of
     its own segment only (segment 0 is padding)."""
-    import jax.numpy as jnp
-
     import jaxbatch as jb
 
     allowed = jb.masked.attention_mask(segments, causal=True)[:, None]  # [rows, 1, L, L]
     x = params["embed"][tokens] + params["position"][positions]
-    rows, length = tokens.shape
-
-    for p in params["layers"]:
-        q, k, v = jnp.split(_norm(x, p["norm1"]) @ p["qkv"], 3, axis=-1)
-        q, k, v = (t.reshape(rows, length, HEADS, -1).transpose(0, 2, 1, 3) for t in (q, k, v))
-        scores = q @ k.transpose(0, 1, 3, 2) / math.sqrt(WIDTH // HEADS)
-        weights = jb.masked.softmax(scores, allowed)
-        attended = (weights @ v).transpose(0, 2, 1, 3).reshape(rows, length, WIDTH)
-        x = x + attended @ p["out"]
-        h = _norm(x, p["norm2"]) @ p["up"]
-        x = x + (h * (h > 0)) @ p["down"]
-    return _norm(x, params["norm"]) @ params["head"]
+    x = transformer.encode(params["layers"], x, allowed, HEADS)
+    return transformer.norm(x, params["norm"]) @ params["head"]
 
 
 def loss_terms(params, tokens, positions, segments):
@@ -320,33 +288,6 @@ class HeldOut:
 # -- one training run -----------------------------------------------------------
 
 
-class ShapeCache:
-    """One ahead-of-time compiled train step per distinct input shape: the
-    number of entries is the number of compilations, exactly."""
-
-    def __init__(self, fn: Callable, compiler_options: dict | None = None):
-        import jax
-
-        self._jitted = jax.jit(fn)
-        self._options = compiler_options
-        self.compiled: dict[tuple, Any] = {}
-        self.seconds = 0.0
-
-    def __call__(self, params, opt, tokens, positions, segments):
-        key = tokens.shape
-        if key not in self.compiled:
-            import jax
-
-            # Let the previous step finish first: dispatch is asynchronous,
-            # and a step running beside the compiler would be counted here.
-            jax.block_until_ready(params)
-            t0 = time.perf_counter()
-            lowered = self._jitted.lower(params, opt, tokens, positions, segments)
-            self.compiled[key] = lowered.compile(self._options)
-            self.seconds += time.perf_counter() - t0
-        return self.compiled[key](params, opt, tokens, positions, segments)
-
-
 def train(
     way: str,
     train_set: list[np.ndarray],
@@ -360,7 +301,7 @@ def train(
 
     jax.clear_caches()
     params, opt = initial
-    step = ShapeCache(train_step, compiler_options)
+    step = transformer.ShapeCache(train_step, compiler_options)
     real = elements = steps = 0
     seen: list[np.ndarray] = []
     t0 = time.perf_counter()
