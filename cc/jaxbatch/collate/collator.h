@@ -49,28 +49,14 @@
 
 #include "jaxbatch/data/dataset.h"
 #include "jaxbatch/data/dtype.h"
+#include "jaxbatch/data/output_names.h"
 #include "jaxbatch/plan/batch_plan.h"
 
 namespace jaxbatch {
 
-// The names of what collation adds beside a column's values (the one place
-// they are spelled; the Python layer reads them from here). The arrays of a
-// batch come in no promised order: find them by name.
-inline constexpr std::string_view kMaskSuffix = "_mask";
-inline constexpr std::string_view kLengthsSuffix = "_lengths";
-inline constexpr std::string_view kSegmentIdsSuffix = "_segment_ids";
-inline constexpr std::string_view kPositionsSuffix = "_positions";
-inline constexpr std::string_view kSegmentStartsSuffix = "_segment_starts";  // packed only
-inline constexpr std::string_view kExampleIndexName = "example_index";
-// A split plan's (Pack too_long="split"): [rows, S] int64, which piece of
-// its example (example_index) each segment is, from 0; -1 for padding.
-inline constexpr std::string_view kExamplePieceName = "example_piece";
-// A graph batch's (see CollateGraphs).
-inline constexpr std::string_view kNodeMaskName = "node_mask";
-inline constexpr std::string_view kEdgeMaskName = "edge_mask";
-inline constexpr std::string_view kGraphMaskName = "graph_mask";
-inline constexpr std::string_view kNodeGraphName = "node_graph";
-inline constexpr std::string_view kGraphIndexName = "graph_index";
+// The names of what collation adds beside a column's values are
+// data/output_names.h's (kMaskSuffix, kExampleIndexName, ...). The arrays
+// of a batch come in no promised order: find them by name.
 
 inline constexpr double kDefaultPadValue = 0.0;
 inline constexpr bool kDefaultPaddedSegments = true;

@@ -5,6 +5,7 @@
 #include <string_view>
 
 #include "jaxbatch/base/error.h"
+#include "jaxbatch/data/output_names.h"
 
 namespace jaxbatch {
 namespace {
@@ -19,17 +20,15 @@ std::string JoinNames(const std::vector<RaggedColumn>& columns) {
 // `<k>_segment_ids`, `<k>_positions`, `<k>_segment_starts` for a ragged column k, and
 // `example_index`); a column of one of those names would be overwritten.
 void CheckNoOutputCollision(const std::vector<RaggedColumn>& columns) {
-  static constexpr std::string_view kSuffixes[] = {"_lengths", "_mask", "_segment_ids",
-                                                   "_positions", "_segment_starts"};
   for (const RaggedColumn& col : columns) {
-    if (col.name() == "example_index") {
+    if (col.name() == kExampleIndexName) {
       throw InvalidArgumentError(
           "Dataset: column 'example_index' collides with the output collation adds to every "
           "batch; rename the column");
     }
     for (const RaggedColumn& ragged : columns) {
       if (ragged.is_fixed()) continue;
-      for (std::string_view suffix : kSuffixes) {
+      for (std::string_view suffix : kOutputSuffixes) {
         if (col.name() == ragged.name() + std::string(suffix)) {
           throw InvalidArgumentError(StrCat(
               "Dataset: column '", col.name(), "' collides with the output '", col.name(),
