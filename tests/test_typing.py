@@ -28,6 +28,7 @@ from jaxbatch._src.load.loader import LoaderKwargs, OnError, Shuffle
 
 PACKAGE = Path(jb.__file__).parent
 TYPING = Path(__file__).parent / "typing"
+DOCS = Path(__file__).parent.parent / "docs"
 # mypy over the two files, cold cache: about 5 s.
 MYPY_TIMEOUT = 240
 
@@ -182,6 +183,78 @@ def test_mypy_rejects_each_mistake_on_its_line(mypy_errors):
         )
 
 
+# -- mypy on the docs' examples --------------------------------------------------
+
+# The pages whose examples a typed user copies first (index.md has no block
+# today; one added there is checked). Each page's blocks are one module, as
+# tests/test_docs.py runs them (top to bottom, one scope).
+TYPED_PAGES = ["index", "data-loading", "padding-and-masking", "graphs", "jobs"]
+# How the pages differ from a user's own module, each for a reason:
+# - a page reuses a name for a new example (`batch`, `path`, `flax`), as a
+#   reader at a REPL would: mypy's redefinition rule takes each anew;
+# - the libraries a page shows it with ship no types (py.typed): their
+#   names are Any, which is all a strict user could have of them too.
+DOCS_MYPY_CONFIG = """\
+[mypy]
+strict = True
+allow_redefinition_new = True
+local_partial_types = True
+
+[mypy-datasets.*,grain.*,jraph.*,orbax.*,pyarrow.*]
+ignore_missing_imports = True
+"""
+
+
+def _page_module(page: Path) -> str:
+    """A page's Python blocks as one module, each block on its page's lines
+    (so mypy's line numbers are the page's)."""
+    text = page.read_text()
+    out: list[str] = []
+    for block in re.finditer(r"```python\n(.*?)```", text, re.S):
+        written = sum(part.count("\n") for part in out)
+        out.append("\n" * (text.count("\n", 0, block.start(1)) - written) + block.group(1))
+    return "".join(out)
+
+
+def test_docs_examples_pass_mypy_strict(tmp_path):
+    """What a typed user copies from the docs type-checks as written:
+    jb.Planner for a list of planners, jb.GraphBudgetKwargs for
+    ``jb.GraphBuckets(3, **budget)``, jb.LoaderKwargs for ``**options``, and
+    ``jb.Batch[jax.Array]`` for what device_prefetch yields."""
+    files, pages = [], {}
+    for name in TYPED_PAGES:
+        source = _page_module(DOCS / f"{name}.md")
+        if source:
+            files.append(tmp_path / f"{name.replace('-', '_')}.py")
+            files[-1].write_text(source)
+            pages[files[-1].name] = f"docs/{name}.md"
+    assert len(files) >= 4, files
+    config = tmp_path / "mypy.ini"
+    config.write_text(DOCS_MYPY_CONFIG)
+    run = subprocess.run(
+        [sys.executable, "-m", "mypy", "--config-file", config, "--cache-dir",
+         tmp_path / "cache", *files],
+        capture_output=True,
+        text=True,
+        timeout=MYPY_TIMEOUT,
+    )  # fmt: skip
+    # Each error as docs/<page>.md:<line>, where a reader would fix it.
+    errors = [
+        re.sub(r"^[^:]*?(\w+\.py):", lambda m: pages.get(m[1], m[1]) + ":", line)
+        for line in run.stdout.splitlines()
+        if ": error:" in line
+    ]
+    assert run.returncode == 0 and not errors, "\n".join(errors) or run.stdout + run.stderr
+
+
+def test_planner_is_the_union_of_the_planners():
+    """jb.Planner names exactly the planner classes the engine plans with."""
+    assert set(typing.get_args(jb.Planner)) == {
+        jb.PadToMax, jb.FixedBuckets, jb.AutoBuckets, jb.Pack, jb.GraphBudget, jb.GraphBuckets,
+    }  # fmt: skip
+    assert set(typing.get_type_hints(jb.GraphBudgetKwargs)) == {"nodes", "edges", "graphs"}
+
+
 def test_typed_user_program_runs_and_matches_numpy():
     """The checked program is a working one: its results, against NumPy."""
     sys.path.insert(0, str(TYPING))
@@ -199,6 +272,10 @@ def test_typed_user_program_runs_and_matches_numpy():
                                           for row in index], 0)  # fmt: skip
     np.testing.assert_array_equal(out["sums"], expected_sums)
     assert len(out["shapes"]) == out["steps"] - 1  # resumed after the first batch
+    assert out["on_device"] == list(range(1, out["steps"]))  # device batches keep their step
+    assert isinstance(out["host_tokens"], np.ndarray)
+    assert [type(p) for p in out["graph_planners"]] == [jb.GraphBudget, jb.GraphBuckets]
+    assert out["graph_planners"][1].max_shapes == 3
     assert out["position"]["batches"] == out["steps"]  # the prefetcher's state: all yielded
     ids = np.asarray(first["tokens_segment_ids"])
     causal = np.tril(np.ones((ids.shape[1],) * 2, dtype=bool))

@@ -35,7 +35,13 @@ from jaxbatch._src.load.device import (
     global_batches,
     process_local,
 )
-from jaxbatch._src.load.loader import ColumnSchema, Loader, LoaderOptions, LoaderStats
+from jaxbatch._src.load.loader import (
+    ColumnSchema,
+    Loader,
+    LoaderKwargs,
+    LoaderOptions,
+    LoaderStats,
+)
 from jaxbatch._src.ops.broadcast import BroadcastError, explain_broadcast, strict_broadcasting
 from jaxbatch._src.plan.plan import BatchPlan, BatchShape, BatchSpec, PlanStats, plan
 from jaxbatch._src.plan.planners import (
@@ -43,8 +49,10 @@ from jaxbatch._src.plan.planners import (
     FixedBuckets,
     GraphBuckets,
     GraphBudget,
+    GraphBudgetKwargs,
     Pack,
     PadToMax,
+    Planner,
 )
 
 __all__ = [
@@ -62,9 +70,11 @@ __all__ = [
     "FixedBuckets",
     "GraphBuckets",
     "GraphBudget",
+    "GraphBudgetKwargs",
     "JobError",
     "JobReport",
     "Loader",
+    "LoaderKwargs",
     "LoaderOptions",
     "LoaderStats",
     "MapResult",
@@ -73,6 +83,7 @@ __all__ = [
     "Pack",
     "PadToMax",
     "PlanStats",
+    "Planner",
     "autotune",
     "check_axes",
     "collate",

@@ -4,6 +4,8 @@ line any (tests/test_typing.py). Never run."""
 
 from __future__ import annotations
 
+import jax
+
 import jaxbatch as jb
 
 ds = jb.Dataset.from_arrays({"tokens": [[1, 2, 3], [4]]})
@@ -25,3 +27,11 @@ jb.plan(ds, "AutoBuckets")  # E: "plan" has incompatible type "str"
 length: str = len(ds)  # E: Incompatible types in assignment
 batch = jb.collate(ds, jb.plan(ds, jb.PadToMax(2))[0])
 jb.unbatch(batch["tokens"], batch, per="nodes")  # E: "per" to "unbatch"
+# A host batch holds numpy arrays, not Any: a jax.Array is device_prefetch's.
+on_device: jax.Array = batch["tokens"]  # E: variable has type "Array"
+on_host = jb.device_prefetch(jb.Loader(ds, jb.PadToMax(2)))
+host: jb.Batch = next(on_host)  # E: "DevicePrefetcher[Batch[Array]]"
+budget = dict(nodes=8, edges=8, graphs=2)  # a dict of ints could fill algorithm=
+jb.GraphBuckets(3, **budget)  # E: "GraphBuckets" has incompatible type "**dict[str, int]"
+planners = [jb.PadToMax(2), jb.Pack(64, 4)]  # typed by their private base, not jb.Planner
+jb.plan(ds, planners[0])  # E: "plan" has incompatible type "_Planner"

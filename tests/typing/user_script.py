@@ -36,6 +36,9 @@ def main() -> dict[str, Any]:
     plan: jb.BatchPlan = jb.plan(ds, planner)
     batch: jb.Batch = jb.collate(ds, plan[0])
     per_example: dict[int, Any] = jb.unbatch(np.asarray(batch["tokens"]), batch)
+    host_tokens: np.ndarray = batch["tokens"]
+    budget: jb.GraphBudgetKwargs = {"nodes": 64, "edges": 128, "graphs": 8}
+    graph_planners: list[jb.Planner] = [jb.GraphBudget(**budget), jb.GraphBuckets(3, **budget)]
 
     pack = jb.Pack(row_length=64, rows_per_batch=4, algorithm="best_fit")
     options = jb.LoaderOptions(shuffle="block", block_size=16, seed=1, epochs=1, on_error="skip")
@@ -45,7 +48,8 @@ def main() -> dict[str, Any]:
         steps: int = len(loader)
     with jb.Loader(ds, pack, options=options, state=state) as resumed:
         batches = jb.device_prefetch(resumed, size=2)
-        shapes = [b["tokens"].shape for b in batches]
+        on_device: list[jb.Batch[jax.Array]] = list(batches)  # a Batch, its arrays on device
+        shapes = [b["tokens"].shape for b in on_device]
         position: dict[str, Any] = batches.get_state()  # after the last batch, to checkpoint
         stats: jb.LoaderStats = resumed.stats
 
@@ -60,6 +64,9 @@ def main() -> dict[str, Any]:
     means = np.stack([np.asarray(result.outputs[i]) for i in range(len(ds))])
     return {
         "plan": plan,
+        "host_tokens": host_tokens,
+        "graph_planners": graph_planners,
+        "on_device": [b.index for b in on_device],
         "per_example": per_example,
         "first": first,
         "steps": steps,

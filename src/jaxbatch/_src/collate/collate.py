@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Generic, Literal
 
 import numpy as np
 
@@ -19,10 +19,27 @@ _AUX_SUFFIXES = keys.SUFFIXES
 #: What a graph batch's output is per: unbatch(..., per=).
 GraphRole = Literal["node", "edge", "graph"]
 
+if TYPE_CHECKING:
+    # The default (PEP 696) lets a user write `jb.Batch` for what collate and
+    # the Loader give; typing_extensions is only the checker's (typeshed's).
+    import numpy.typing as npt
+    from typing_extensions import TypeVar
 
-class Batch(dict):
+    ArrayT = TypeVar("ArrayT", default=npt.NDArray[Any])
+else:
+    from typing import TypeVar
+
+    ArrayT = TypeVar("ArrayT")
+
+
+class Batch(dict[str, ArrayT], Generic[ArrayT]):
     """A collated batch: a dict of numpy arrays (owned by C++ buffers, no
     copy) that also knows where it came from.
+
+    Typed by what its values are: ``jb.Batch`` (``Batch[np.ndarray]``) is
+    what collate and the Loader give, ``Batch[jax.Array]`` what
+    :func:`jaxbatch.device_prefetch` gives; a Batch JAX rebuilds (``jit``,
+    ``tree_map``) holds whatever the leaves became.
 
     Keys: each column; for a ragged column ``<name>_segment_ids`` and
     ``<name>_positions`` ``[rows, length]`` in both layouts (a padded row is
@@ -197,8 +214,10 @@ def unbatch(
     *,
     per_token: bool | Mapping[str, bool] | None = None,
     per: GraphRole | Mapping[str, GraphRole] | None = None,
-) -> dict[int, Any]:
+) -> dict[Any, Any]:
     """Per-example results with the padding removed, keyed by example index.
+    (Keys typed Any: a batch of pieces keys them ``(example, piece)``, which
+    only the planner, a run-time value, says.)
 
     ``outputs`` is an array or a dict of arrays whose leading axis is the
     batch's rows (``[rows, ...]``): per-token arrays (``[rows, L, ...]``,

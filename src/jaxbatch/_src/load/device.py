@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 import numpy as np
 
@@ -16,10 +16,21 @@ from jaxbatch._src.load.loader import Loader, register_prefetcher
 if TYPE_CHECKING:
     import jax
 
+#: What a DevicePrefetcher yields: a Batch of jax.Arrays from Batches, else a dict of them.
+OutT = TypeVar("OutT", bound=Mapping[str, Any])
 
+
+@overload
+def device_prefetch(
+    iterable: Iterable[Batch[Any]], size: int = 2, sharding: Any = None
+) -> DevicePrefetcher[Batch[jax.Array]]: ...
+@overload
 def device_prefetch(
     iterable: Iterable[Mapping[str, Any]], size: int = 2, sharding: Any = None
-) -> DevicePrefetcher:
+) -> DevicePrefetcher[dict[str, jax.Array]]: ...
+def device_prefetch(
+    iterable: Iterable[Mapping[str, Any]], size: int = 2, sharding: Any = None
+) -> DevicePrefetcher[Any]:
     """Yields the batches of `iterable` as JAX arrays, keeping `size` of them
     already transferred (``jax.device_put`` is asynchronous, so the copy of
     the next batches overlaps the work on this one).
@@ -50,7 +61,7 @@ def device_prefetch(
     return DevicePrefetcher(iterable, size, sharding)
 
 
-class DevicePrefetcher:
+class DevicePrefetcher(Generic[OutT]):
     """The iterator :func:`device_prefetch` and :func:`global_batches`
     return: batches of ``jax.Array`` values (a Batch stays a Batch), `size` of
     them in flight, and ``len()`` when the source has one. It
@@ -72,7 +83,7 @@ class DevicePrefetcher:
         self._iterator = iter(iterable)
         self._source = iterable
         self._size, self._sharding = size, sharding
-        self._queue: collections.deque[tuple[dict[str, jax.Array], Any]] = collections.deque()
+        self._queue: collections.deque[tuple[Any, Any]] = collections.deque()
         self._state: dict[str, Any] | None = None
         self._started = False
         if isinstance(iterable, Loader):
@@ -138,10 +149,10 @@ class DevicePrefetcher:
             return True
         return False
 
-    def __iter__(self) -> DevicePrefetcher:
+    def __iter__(self) -> DevicePrefetcher[OutT]:
         return self
 
-    def __next__(self) -> dict[str, jax.Array]:
+    def __next__(self) -> OutT:
         if not self._started:
             self._started = True
             while len(self._queue) < self._size - 1 and self._pull():
@@ -181,9 +192,17 @@ class DevicePrefetcher:
         return self._source
 
 
+@overload
+def global_batches(
+    iterable: Iterable[Batch[Any]], mesh: Any = None, axis: str = "data", size: int = 2
+) -> DevicePrefetcher[Batch[jax.Array]]: ...
+@overload
 def global_batches(
     iterable: Iterable[Mapping[str, Any]], mesh: Any = None, axis: str = "data", size: int = 2
-) -> DevicePrefetcher:
+) -> DevicePrefetcher[dict[str, jax.Array]]: ...
+def global_batches(
+    iterable: Iterable[Mapping[str, Any]], mesh: Any = None, axis: str = "data", size: int = 2
+) -> DevicePrefetcher[Any]:
     """Global batches for multi-process (multi-host) training: each process's
     Loader shard (``shard="jax"``) becomes its rows of global ``jax.Array``\\ s
     sharded over `axis` of `mesh` (default: every device of every process on

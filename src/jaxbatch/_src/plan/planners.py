@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, TypedDict
 
 import numpy as np
 
@@ -440,7 +440,22 @@ def _fit(cls, fit_core, data, graphs, multiple, seed, order, options) -> Any:
     return cls._from_options(fitted)
 
 
+#: Any planner: what jb.plan, jb.Loader, jb.map and jb.run take (``jb.Planner``
+#: in annotations; a list of mixed planners is otherwise typed by their
+#: private base, which no function takes).
 Planner = PadToMax | FixedBuckets | AutoBuckets | Pack | GraphBudget | GraphBuckets
+
+
+class GraphBudgetKwargs(TypedDict):
+    """A graph budget to pass as keywords, ``jb.GraphBudget(**budget)`` or
+    ``jb.GraphBuckets(3, **budget)``: typed, so a checker knows no value
+    lands on ``algorithm`` or ``too_big`` (a plain dict of ints could)."""
+
+    nodes: int
+    edges: int
+    graphs: int
+
+
 PLANNERS = (PadToMax, FixedBuckets, AutoBuckets, Pack, GraphBudget, GraphBuckets)
 GRAPH_PLANNERS = (GraphBudget, GraphBuckets)
 
