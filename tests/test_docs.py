@@ -23,6 +23,31 @@ def test_every_pitfall_has_a_page_with_an_example():
     }
 
 
+def _anchor(heading: str) -> str:
+    """A heading's anchor as GitHub makes it: lower case, punctuation but
+    hyphens dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_index_links_each_integration_to_a_section_that_exists():
+    """docs/index.md has an entry for Hugging Face, Grain, Orbax, multi-host
+    and C++, and every link on it names a page and (after #) a heading of
+    that page that exist."""
+    index = (DOCS[0].parent / "index.md").read_text()
+    rows = [line for line in index.splitlines() if line.startswith("| ")]
+    for topic in ("Hugging Face", "Grain", "Orbax", "many hosts", "C++"):
+        assert any(row.startswith(f"| {topic}") for row in rows), topic
+    links = re.findall(r"\]\(([\w.-]+\.md)(?:#([\w-]+))?\)", index)
+    assert len(links) >= 15, links
+    for page, anchor in links:
+        target = DOCS[0].parent / page
+        assert target.is_file(), page
+        if anchor:
+            prose = re.sub(r"```.*?```", "", target.read_text(), flags=re.S)  # not code's #
+            headings = re.findall(r"^#+ (.*)$", prose, re.M)
+            assert anchor in {_anchor(h) for h in headings}, (page, anchor)
+
+
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.stem)
 def test_page_examples_run(page):
     scope: dict = {}
