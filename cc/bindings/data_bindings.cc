@@ -87,6 +87,13 @@ RaggedColumn MakeFromPieces(
   return RaggedColumn::FromPieces(std::move(name), parsed, std::move(inner_shape), fixed, core);
 }
 
+// cells as a grid column: shapes is [num_examples, 2] (h, w) flattened.
+RaggedColumn MakeGrid(RaggedColumn cells, Int64Input shapes) {
+  std::vector<int64_t> flat(shapes.data(), shapes.data() + shapes.shape(0));
+  nb::gil_scoped_release release;
+  return RaggedColumn::Grid(std::move(cells), std::move(flat));
+}
+
 using StampState = std::tuple<uint64_t, uint64_t, int64_t, int64_t, int64_t>;
 
 StampState StampTuple(const FileStamp& s) {
@@ -131,6 +138,12 @@ void BindData(nb::module_& m) {
                   nb::arg("order").none(), nb::arg("owner"))
       .def_static("from_pieces", &MakeFromPieces, nb::arg("name"), nb::arg("dtype"),
                   nb::arg("inner_shape"), nb::arg("fixed"), nb::arg("pieces"))
+      .def_static("grid", &MakeGrid, nb::arg("cells"), nb::arg("shapes"))
+      .def_static("with_axes", &RaggedColumn::WithAxes, nb::arg("column"), nb::arg("axes"))
+      .def_prop_ro("is_grid", &RaggedColumn::is_grid)
+      .def_prop_ro("axes", &RaggedColumn::axes)
+      .def("heights", [](const RaggedColumn& c) { return ToNumpy(c.Heights()); })
+      .def("widths", [](const RaggedColumn& c) { return ToNumpy(c.Widths()); })
       .def_prop_ro("name", &RaggedColumn::name)
       .def_prop_ro("dtype", [](const RaggedColumn& c) { return std::string(DTypeName(c.dtype())); })
       .def_prop_ro("inner_shape", &RaggedColumn::inner_shape)
@@ -176,7 +189,13 @@ void BindData(nb::module_& m) {
              return names;
            })
       .def("column", &Dataset::column, nb::rv_policy::reference_internal)
-      .def("are_aligned", &Dataset::AreAligned);
+      .def("are_aligned", &Dataset::AreAligned)
+      .def(
+          "is_tied_square",
+          [](const Dataset& d, std::string_view grid, std::string_view length_column) {
+            return d.IsTiedSquare(d.column(grid), length_column);
+          },
+          nb::arg("grid"), nb::arg("length_column"));
   m.attr("GRAPH_NODES") = kNodesName;
   m.attr("GRAPH_EDGES") = kEdgesName;
   m.attr("GRAPH_GLOBALS") = kGlobalsName;

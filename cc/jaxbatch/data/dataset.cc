@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "jaxbatch/base/error.h"
 #include "jaxbatch/data/output_names.h"
@@ -39,6 +40,46 @@ void CheckNoOutputCollision(const std::vector<RaggedColumn>& columns) {
   }
 }
 
+// Size of variable axis `axis` of `col` in example i.
+int64_t AxisSize(const RaggedColumn& col, size_t axis, int64_t i) {
+  if (!col.is_grid()) return col.length(i);
+  return axis == 0 ? col.height(i) : col.width(i);
+}
+
+// Every use of one axis name, as (column, axis); the first use is the
+// reference the others are checked against.
+struct AxisUse {
+  const RaggedColumn* column;
+  size_t axis;
+};
+
+void CheckAxes(const std::vector<RaggedColumn>& columns, int64_t num_examples) {
+  std::vector<std::pair<std::string, std::vector<AxisUse>>> names;
+  for (const RaggedColumn& col : columns) {
+    for (size_t a = 0; a < col.axes().size(); ++a) {
+      auto it = std::find_if(names.begin(), names.end(),
+                             [&](const auto& n) { return n.first == col.axes()[a]; });
+      if (it == names.end()) it = names.insert(names.end(), {col.axes()[a], {}});
+      it->second.push_back({&col, a});
+    }
+  }
+  for (const auto& [axis, uses] : names) {
+    const AxisUse& ref = uses[0];
+    for (size_t u = 1; u < uses.size(); ++u) {
+      const AxisUse& use = uses[u];
+      for (int64_t i = 0; i < num_examples; ++i) {
+        const int64_t want = AxisSize(*ref.column, ref.axis, i);
+        const int64_t found = AxisSize(*use.column, use.axis, i);
+        if (want == found) continue;
+        throw InvalidArgumentError(StrCat(
+            "Dataset: example ", i, ": axis '", axis, "' is tied but its sizes differ: column '",
+            ref.column->name(), "' axis ", ref.axis, " is ", want, ", column '", use.column->name(),
+            "' axis ", use.axis, " is ", found));
+      }
+    }
+  }
+}
+
 }  // namespace
 
 Dataset::Dataset(std::vector<RaggedColumn> columns, std::vector<std::vector<std::string>> aligned)
@@ -61,6 +102,7 @@ Dataset::Dataset(std::vector<RaggedColumn> columns, std::vector<std::vector<std:
     }
   }
   CheckNoOutputCollision(columns_);
+  CheckAxes(columns_, num_examples_);
   for (const std::vector<std::string>& group : aligned_) {
     if (group.empty()) continue;
     for (const std::string& name : group) {
@@ -76,7 +118,19 @@ Dataset::Dataset(std::vector<RaggedColumn> columns, std::vector<std::vector<std:
     const RaggedColumn& first = column(group[0]);
     for (size_t g = 1; g < group.size(); ++g) {
       const RaggedColumn& other = column(group[g]);
+      if (first.is_grid() != other.is_grid()) {
+        throw InvalidArgumentError(StrCat("Dataset: aligned columns '", first.name(), "' and '",
+                                          other.name(), "' must both be grid columns or neither"));
+      }
       for (int64_t i = 0; i < num_examples_; ++i) {
+        if (first.is_grid() &&
+            (first.height(i) != other.height(i) || first.width(i) != other.width(i))) {
+          throw InvalidArgumentError(StrCat("Dataset: aligned grid columns '", first.name(),
+                                            "' and '", other.name(), "' differ at example ", i,
+                                            ": '", first.name(), "' is ", first.height(i), " x ",
+                                            first.width(i), ", '", other.name(), "' is ",
+                                            other.height(i), " x ", other.width(i)));
+        }
         if (first.length(i) != other.length(i)) {
           throw InvalidArgumentError(StrCat("Dataset: aligned columns '", first.name(), "' and '",
                                             other.name(), "' differ at example ", i, ": '",
@@ -86,6 +140,13 @@ Dataset::Dataset(std::vector<RaggedColumn> columns, std::vector<std::vector<std:
       }
     }
   }
+}
+
+bool Dataset::IsTiedSquare(const RaggedColumn& grid, std::string_view length_column) const {
+  if (!grid.is_grid() || grid.axes().size() != 2 || grid.axes()[0] != grid.axes()[1]) return false;
+  if (!has_column(length_column)) return false;
+  const RaggedColumn& by = column(length_column);
+  return !by.is_grid() && by.axes().size() == 1 && by.axes()[0] == grid.axes()[0];
 }
 
 const RaggedColumn& Dataset::column(std::string_view name) const {

@@ -4,6 +4,11 @@
 // example (tokens and their labels), so a planner that looks at one of them
 // fits all of them. Validation happens once, in the constructor.
 //
+// Columns may name their variable axes (RaggedColumn::WithAxes): every axis
+// of one name has one size in each example, so a pair feature named
+// ("L", "L") is square and, beside tokens named "L", as long as the tokens
+// on both axes. The constructor checks every tie.
+//
 // Example:
 //   Dataset ds({std::move(tokens), std::move(labels)}, {{"tokens", "labels"}});
 //   std::vector<int64_t> lengths = ds.column("tokens").Lengths();
@@ -23,7 +28,9 @@ class Dataset {
  public:
   // Throws InvalidArgumentError for duplicate or empty names, example counts
   // that differ, an aligned group naming an unknown or fixed column, or
-  // aligned columns whose lengths differ (naming the first such example).
+  // aligned columns whose lengths (or grid shapes) differ (naming the first
+  // such example), or a tied axis whose sizes differ (naming the columns,
+  // the example, the axes and both sizes).
   explicit Dataset(std::vector<RaggedColumn> columns,
                    std::vector<std::vector<std::string>> aligned = {});
 
@@ -38,6 +45,10 @@ class Dataset {
   // The first ragged column: what a planner looks at by default. Throws
   // InvalidArgumentError when every column is fixed.
   const std::string& default_length_column() const;
+
+  // The grid column's axes tie both to the 1-D ragged column `length_column`
+  // (a pair feature [L, L] beside its tokens [L]).
+  bool IsTiedSquare(const RaggedColumn& grid, std::string_view length_column) const;
 
   // True when `a` and `b` are the same column or declared aligned.
   bool AreAligned(std::string_view a, std::string_view b) const;

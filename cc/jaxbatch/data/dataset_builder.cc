@@ -30,9 +30,12 @@ DatasetBuilder::DatasetBuilder(const Dataset& like) : aligned_(like.aligned_grou
                               .dtype = c.dtype(),
                               .inner_shape = c.inner_shape(),
                               .fixed = c.is_fixed(),
+                              .grid = c.is_grid(),
+                              .axes = c.axes(),
                               .row_bytes = c.row_bytes(),
                               .values = {},
-                              .offsets = {0}});
+                              .offsets = {0},
+                              .grid_shapes = {}});
   }
 }
 
@@ -46,12 +49,17 @@ void DatasetBuilder::CheckColumns(const Dataset& from) const {
     const Column& want = columns_[c];
     const RaggedColumn& got = given[c];
     if (got.name() != want.name || got.dtype() != want.dtype ||
-        got.inner_shape() != want.inner_shape || got.is_fixed() != want.fixed) {
-      throw InvalidArgumentError(StrCat(
-          "DatasetBuilder: column ", c, " is '", got.name(), "' (", DTypeName(got.dtype()),
-          got.is_fixed() ? ", fixed" : ", ragged", ", ", got.inner_shape().size(),
-          " inner dims); expected '", want.name, "' (", DTypeName(want.dtype),
-          want.fixed ? ", fixed" : ", ragged", ", ", want.inner_shape.size(), " inner dims)"));
+        got.inner_shape() != want.inner_shape || got.is_fixed() != want.fixed ||
+        got.is_grid() != want.grid || got.axes() != want.axes) {
+      auto kind = [](bool fixed, bool grid) {
+        return fixed ? ", fixed" : grid ? ", grid" : ", ragged";
+      };
+      throw InvalidArgumentError(
+          StrCat("DatasetBuilder: column ", c, " is '", got.name(), "' (", DTypeName(got.dtype()),
+                 kind(got.is_fixed(), got.is_grid()), ", ", got.inner_shape().size(),
+                 " inner dims, ", got.axes().size(), " axis names); expected '", want.name, "' (",
+                 DTypeName(want.dtype), kind(want.fixed, want.grid), ", ", want.inner_shape.size(),
+                 " inner dims, ", want.axes.size(), " axis names)"));
     }
   }
 }
@@ -82,6 +90,11 @@ void DatasetBuilder::AppendRange(const Dataset& from, int64_t begin, int64_t end
       int64_t at = base;
       for (int64_t e = begin; e < end; ++e) out.offsets.push_back(at += in.length(e));
     }
+    if (out.grid) {
+      const std::span<const int64_t> shapes = in.grid_shapes();
+      out.grid_shapes.insert(out.grid_shapes.end(), shapes.begin() + 2 * begin,
+                             shapes.begin() + 2 * end);
+    }
   }
   num_examples_ += end - begin;
 }
@@ -91,6 +104,7 @@ int64_t DatasetBuilder::bytes() const {
   for (const Column& c : columns_) {
     total += static_cast<int64_t>(c.values.size());
     if (!c.fixed) total += static_cast<int64_t>(c.offsets.size() * sizeof(int64_t));
+    total += static_cast<int64_t>(c.grid_shapes.size() * sizeof(int64_t));
   }
   return total;
 }
@@ -109,8 +123,11 @@ Dataset DatasetBuilder::Finish() && {
     } else {
       const int64_t rows = storage->offsets.back();
       const int64_t* offsets = storage->offsets.data();
-      built.push_back(RaggedColumn::Ragged(std::move(c.name), c.dtype, std::move(c.inner_shape),
-                                           values, rows, offsets, num_examples_, storage));
+      RaggedColumn column =
+          RaggedColumn::Ragged(std::move(c.name), c.dtype, std::move(c.inner_shape), values, rows,
+                               offsets, num_examples_, storage);
+      if (c.grid) column = RaggedColumn::Grid(std::move(column), std::move(c.grid_shapes));
+      built.push_back(RaggedColumn::WithAxes(std::move(column), std::move(c.axes)));
     }
   }
   return Dataset(std::move(built), std::move(aligned_));
@@ -127,6 +144,7 @@ int64_t OwnedBytes(const Dataset& dataset) {
   for (const RaggedColumn& c : dataset.columns()) {
     total += RowsOf(c, 0, c.num_examples()) * c.row_bytes();
     if (!c.is_fixed()) total += (c.num_examples() + 1) * static_cast<int64_t>(sizeof(int64_t));
+    total += static_cast<int64_t>(c.grid_shapes().size() * sizeof(int64_t));
   }
   return total;
 }

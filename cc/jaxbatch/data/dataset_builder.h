@@ -31,7 +31,7 @@ class DatasetBuilder {
 
   // Appends example `i` of `from` (one copy per column). Throws
   // InvalidArgumentError when `from`'s columns differ from `like`'s (in
-  // order, name, dtype, inner shape or kind) and OutOfRangeError for an `i`
+  // order, name, dtype, inner shape, kind or axis names) and OutOfRangeError for an `i`
   // it does not have.
   void Append(const Dataset& from, int64_t i);
   // Appends examples [begin, end) of `from`: one copy per column.
@@ -51,9 +51,12 @@ class DatasetBuilder {
     DType dtype;
     std::vector<int64_t> inner_shape;
     bool fixed;
+    bool grid;
+    std::vector<std::string> axes;
     int64_t row_bytes;
     std::vector<uint8_t> values;
     std::vector<int64_t> offsets{0};
+    std::vector<int64_t> grid_shapes;  // h, w per example of a grid column
   };
   std::vector<Column> columns_;
   std::vector<std::vector<std::string>> aligned_;

@@ -30,6 +30,11 @@ uint64_t DatasetFingerprint(const Dataset& dataset) {
     h = Hash64(&fixed, 1, h);
     const std::vector<int64_t> lengths = column.Lengths();
     h = Hash64(lengths.data(), lengths.size() * sizeof(int64_t), h);
+    // A grid column's shapes and any axis names (absent before grids, so
+    // older fingerprints stand).
+    const std::span<const int64_t> shapes = column.grid_shapes();
+    if (!shapes.empty()) h = Hash64(shapes.data(), shapes.size() * sizeof(int64_t), h);
+    for (const std::string& axis : column.axes()) h = HashString(axis, h);
     int64_t rows = 0;
     for (int64_t length : lengths) rows += length;
     if (n > 0 && column.contiguous()) {
@@ -60,6 +65,8 @@ uint64_t LayoutFingerprint(const Dataset& columns, const LengthsOf& lengths_of) 
       const std::vector<int64_t> lengths = lengths_of(column);
       h = Hash64(lengths.data(), lengths.size() * sizeof(int64_t), h);
     }
+    const std::span<const int64_t> shapes = column.grid_shapes();
+    if (!shapes.empty()) h = Hash64(shapes.data(), shapes.size() * sizeof(int64_t), h);
   }
   return h;
 }

@@ -263,6 +263,78 @@ RaggedColumn RaggedColumn::Gathered(std::string name, DType dtype, std::vector<i
   return col;
 }
 
+RaggedColumn RaggedColumn::Grid(RaggedColumn cells, std::vector<int64_t> shapes) {
+  const std::string& name = cells.name_;
+  if (cells.fixed_) {
+    throw InvalidArgumentError(
+        StrCat("column '", name, "': a grid column needs ragged cells, found a fixed column"));
+  }
+  const int64_t n = cells.num_examples_;
+  if (static_cast<int64_t>(shapes.size()) != 2 * n) {
+    throw InvalidArgumentError(StrCat("column '", name, "': expected 2 sizes (h, w) for each of ",
+                                      n, " examples, found ", shapes.size(), " sizes"));
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t h = shapes[2 * i];
+    const int64_t w = shapes[2 * i + 1];
+    if (h < 0 || w < 0) {
+      throw InvalidArgumentError(StrCat("column '", name, "', example ", i,
+                                        ": expected sizes (h, w) >= 0, found (", h, ", ", w, ")"));
+    }
+    const int64_t cells_i = cells.length(i);
+    if (CheckedMul(h, w) != cells_i) {
+      throw InvalidArgumentError(StrCat("column '", name, "', example ", i, ": its shape (", h,
+                                        ", ", w, ") has ", h, " x ", w, " cells but its offsets ",
+                                        "hold ", cells_i));
+    }
+  }
+  cells.grid_ = std::make_shared<const std::vector<int64_t>>(std::move(shapes));
+  if (cells.axes_.size() == 1) cells.axes_.clear();  // a 1-D name no longer fits
+  return cells;
+}
+
+RaggedColumn RaggedColumn::WithAxes(RaggedColumn column, std::vector<std::string> axes) {
+  if (axes.empty()) {
+    column.axes_.clear();
+    return column;
+  }
+  const size_t want = column.is_grid() ? 2 : 1;
+  if (column.fixed_ || axes.size() != want) {
+    throw InvalidArgumentError(StrCat("column '", column.name_, "': expected ",
+                                      column.fixed_ ? 0 : want, " axis names for a ",
+                                      column.fixed_      ? "fixed"
+                                      : column.is_grid() ? "grid"
+                                                         : "ragged",
+                                      " column, found ", axes.size()));
+  }
+  for (const std::string& axis : axes) {
+    if (axis.empty()) {
+      throw InvalidArgumentError(StrCat("column '", column.name_, "': an axis name is empty"));
+    }
+  }
+  column.axes_ = std::move(axes);
+  return column;
+}
+
+std::span<const int64_t> RaggedColumn::grid_shapes() const {
+  if (grid_ == nullptr) return {};
+  return {grid_->data(), grid_->size()};
+}
+
+std::vector<int64_t> RaggedColumn::Heights() const {
+  if (!is_grid()) return Lengths();
+  std::vector<int64_t> out(static_cast<size_t>(num_examples_));
+  for (int64_t i = 0; i < num_examples_; ++i) out[i] = height(i);
+  return out;
+}
+
+std::vector<int64_t> RaggedColumn::Widths() const {
+  std::vector<int64_t> out(static_cast<size_t>(num_examples_), 1);
+  if (!is_grid()) return out;
+  for (int64_t i = 0; i < num_examples_; ++i) out[i] = width(i);
+  return out;
+}
+
 std::vector<int64_t> RaggedColumn::Lengths() const {
   std::vector<int64_t> lengths(static_cast<size_t>(num_examples_));
   for (int64_t i = 0; i < num_examples_; ++i) lengths[i] = length(i);

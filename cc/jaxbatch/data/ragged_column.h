@@ -17,6 +17,16 @@
 // where its rows start and how many there are (16 bytes an example), and
 // copies no value.
 //
+// A grid column (Grid) has two variable axes: example i is an array
+// [h_i, w_i, *inner_shape] (an image, an L x L pair feature). Its values are
+// laid out as a ragged column's whose rows are the h_i * w_i cells in
+// row-major order, so offsets count cells and row_bytes is one cell; the
+// column also keeps each example's (h_i, w_i).
+//
+// A ragged or grid column may name its variable axes ("L" for tokens,
+// ("L", "L") for their pair feature, ("h", "w") for an image); a name that
+// appears twice in a dataset is a tie, which the Dataset checks.
+//
 // Example:
 //   std::vector<int32_t> tokens = {1, 2, 3, 4, 5};
 //   std::vector<int64_t> offsets = {0, 3, 3, 5};  // lengths 3, 0, 2
@@ -112,6 +122,24 @@ class RaggedColumn {
   static RaggedColumn FromPieces(std::string name, DType dtype, std::vector<int64_t> inner_shape,
                                  bool fixed, std::span<const Piece> pieces);
 
+  // `cells` (a ragged column of any kind whose rows are cells) as a grid
+  // column: `shapes` holds h_0, w_0, h_1, w_1, ... (two per example).
+  // Throws InvalidArgumentError naming the column, the example and the sizes
+  // when a shape is negative or h_i * w_i is not example i's cell count, or
+  // when `cells` is fixed.
+  //
+  // Example (two images of 2 x 3 and 1 x 1 RGB pixels):
+  //   std::vector<int64_t> offsets = {0, 6, 7};
+  //   RaggedColumn cells = RaggedColumn::Ragged("image", DType::kUint8, {3}, pixels, 7,
+  //                                             offsets.data(), 2, owner);
+  //   RaggedColumn image = RaggedColumn::Grid(std::move(cells), {2, 3, 1, 1});
+  static RaggedColumn Grid(RaggedColumn cells, std::vector<int64_t> shapes);
+
+  // `column` with its variable axes named (one name for a ragged column,
+  // two for a grid column; none: unnamed). Throws InvalidArgumentError
+  // naming the column for a fixed column, a wrong count or an empty name.
+  static RaggedColumn WithAxes(RaggedColumn column, std::vector<std::string> axes);
+
   const std::string& name() const { return name_; }
   DType dtype() const { return dtype_; }
   const std::vector<int64_t>& inner_shape() const { return inner_shape_; }
@@ -155,6 +183,19 @@ class RaggedColumn {
   // Whether examples [begin, end) lie back to back from example_data(begin)
   // (always, but in a gathered column).
   bool contiguous() const { return starts_ == nullptr; }
+  // Whether examples are [h_i, w_i, *inner_shape] arrays (see Grid).
+  bool is_grid() const { return grid_ != nullptr; }
+  // Example i's two variable sizes; only for a grid column.
+  int64_t height(int64_t i) const { return (*grid_)[static_cast<size_t>(2 * i)]; }
+  int64_t width(int64_t i) const { return (*grid_)[static_cast<size_t>(2 * i + 1)]; }
+  // h_0, w_0, h_1, w_1, ... (empty when not a grid column).
+  std::span<const int64_t> grid_shapes() const;
+  // Every example's heights or widths, as a planner takes them (for a
+  // ragged column: its lengths, and widths of 1).
+  std::vector<int64_t> Heights() const;
+  std::vector<int64_t> Widths() const;
+  // The declared names of the variable axes (empty: none declared).
+  const std::vector<std::string>& axes() const { return axes_; }
   // Lengths of every example, as a planner takes them.
   std::vector<int64_t> Lengths() const;
   // Every example's bytes back to back, in example order (a gathered
@@ -185,6 +226,9 @@ class RaggedColumn {
   const uint8_t* const* starts_ = nullptr;
   const int64_t* lengths_ = nullptr;
   std::shared_ptr<const void> gather_;
+  // A grid column's h_0, w_0, h_1, w_1, ...; null otherwise.
+  std::shared_ptr<const std::vector<int64_t>> grid_;
+  std::vector<std::string> axes_;
   Keepalive owner_;
 };
 
