@@ -20,9 +20,13 @@ import importlib.util
 import sys
 from pathlib import Path
 
+from jaxbatch._src.base.choices import choices
 from jaxbatch._src.base.interrupt import raise_lost
 from jaxbatch._src.cli.common import EXIT_INTERRUPTED, usage_error
-from jaxbatch._src.job.job import run
+from jaxbatch._src.execute.batch_loop import DEFAULT_CPU_BATCH_SIZE, DEFAULT_MAX_SHAPES
+from jaxbatch._src.job.folder import report_path
+from jaxbatch._src.job.job import DEFAULT_CHECKPOINT_EVERY, run
+from jaxbatch._src.load.loader import LoaderOptions, OnError
 from jaxbatch._src.plan.planners import AutoBuckets, Pack, PadToMax
 
 
@@ -59,7 +63,7 @@ def resolve_function(spec: str):
 def _planner(args):
 
     if args.planner == "pad":
-        return PadToMax(args.batch_size or 32)
+        return PadToMax(args.batch_size or DEFAULT_CPU_BATCH_SIZE)
     if args.planner == "pack":
         if not args.row_length:
             raise ValueError("--planner pack needs --row-length")
@@ -113,7 +117,7 @@ def run_command(args) -> int:
     except (ValueError, OSError, ImportError) as e:
         return usage_error("run", e)
     print(report)
-    print(f"report written to {Path(args.output) / 'report.json'}")
+    print(f"report written to {report_path(Path(report.output))}")
     return 0
 
 
@@ -129,18 +133,18 @@ def add_run_parser(sub) -> None:
     p.add_argument("--column", help="the ragged column to batch by (default: the first)")
     p.add_argument("--columns", help="comma-separated columns to read (default: all)")
     p.add_argument("--planner", choices=("auto", "pad", "pack"), default="auto")
-    p.add_argument("--max-shapes", type=int, default=8, metavar="K")
+    p.add_argument("--max-shapes", type=int, default=DEFAULT_MAX_SHAPES, metavar="K")
     p.add_argument("--token-budget", type=int, metavar="T")
     p.add_argument("--batch-size", type=int, metavar="N")
     p.add_argument("--row-length", type=int, metavar="L", help="packed row length (--planner pack)")
     p.add_argument(
         "--checkpoint-every",
         type=int,
-        default=8192,
+        default=DEFAULT_CHECKPOINT_EVERY,
         metavar="N",
-        help="examples per output shard (default 8192)",
+        help=f"examples per output shard (default {DEFAULT_CHECKPOINT_EVERY})",
     )
-    p.add_argument("--on-error", choices=("raise", "skip", "quarantine"), default="raise")
+    p.add_argument("--on-error", choices=choices(OnError), default=LoaderOptions.on_error)
     p.add_argument("--check-finite", action="store_true", help="set aside NaN/Inf outputs")
     p.add_argument("--overwrite", action="store_true", help="start over in a used folder")
     p.add_argument("--tag", help="a version the job is keyed on (e.g. the model's)")

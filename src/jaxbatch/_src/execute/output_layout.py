@@ -84,10 +84,10 @@ def _token_level_key(key: str, batch) -> bool:
     return any(key == column + s for column in batch.ragged_columns for s in keys.TOKEN_SUFFIXES)
 
 
-def unbatch_layout(fun, batch, out) -> bool | dict[str, bool]:
-    """per_token= for :func:`jaxbatch.unbatch` of ``out``, from the function:
-    one bool for a single array, one per key for a dict of arrays."""
-    flags = per_token_leaves(fun, batch)
+def unbatch_per_token(out, leaves: list[bool]) -> bool | dict[str, bool]:
+    """per_token= for :func:`jaxbatch.unbatch` of ``out`` from
+    :func:`per_token_leaves`: one bool for a single array, one per key for a
+    dict of arrays."""
     if isinstance(out, dict):
-        return dict(zip(out, flags, strict=True))
-    return flags[0]
+        return dict(zip(out, leaves, strict=True))
+    return leaves[0]

@@ -58,6 +58,11 @@ class JobError(ValueError):
 
 
 # -- Names: made and read here only ------------------------------------------
+# Process folders are named ``process-IIIII-of-NNNNN``, zero-padded so they
+# sort in process order; a loader state in a checkpoint is named as Grain
+# names its iterators' (``process_<i>-of-<n>.json``, load/checkpoint.py), so
+# it sits where Orbax users look for one. Both are in folders users already
+# have: renaming either would orphan them, so each rule stays with its owner.
 
 
 def shard_name(number: int) -> str:
@@ -69,6 +74,11 @@ def process_folder(output: Path, index: int, count: int) -> Path:
     """Where process ``index`` of ``count`` keeps its part of a job: the
     output folder itself for a job on one process."""
     return output if count == 1 else output / f"process-{index:05d}-of-{count:05d}"
+
+
+def report_path(folder: Path) -> Path:
+    """The report of the job (or of one process's part) kept in `folder`."""
+    return folder / REPORT_NAME
 
 
 def process_parts(output: Path) -> dict[tuple[int, int], Path]:
@@ -265,6 +275,14 @@ class JobFolder:
                 f"them. A job never deletes or replaces a file it did not write, even with "
                 f"overwrite=True: move them away or choose another output folder"
             )
+
+    def write_report(self, report: dict[str, Any]) -> Path:
+        """Writes the job's report (atomically), unless a file put in its
+        place meanwhile is not the job's; returns where."""
+        self.refuse_not_owned([REPORT_NAME])
+        path = report_path(self.path)
+        _core.write_file_atomic(str(path), json.dumps(report, indent=1).encode())
+        return path
 
     def refuse_foreign(self, foreign: list[str], why: str) -> None:
         if foreign:

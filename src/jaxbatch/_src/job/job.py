@@ -43,28 +43,20 @@ from jaxbatch._src.base.errors import named_for
 from jaxbatch._src.base.interrupt import raise_lost
 from jaxbatch._src.base.optional import install_hint, optional, require
 from jaxbatch._src.base.words import counted
-from jaxbatch._src.collate import keys
 from jaxbatch._src.collate.collate import GraphRole, pad_values
 from jaxbatch._src.data.dataset import Dataset, mapped_files
 from jaxbatch._src.data.huggingface import is_huggingface_dataset
 from jaxbatch._src.data.sources import StreamedParquet, open_source
-from jaxbatch._src.execute.graph_batches import (
-    GraphOomSplitter,
-    example_index,
-    graph_columns,
-    real_and_padded,
-)
-from jaxbatch._src.execute.map import (
-    DEFAULT_MAX_SHAPES,
-    Executor,
-    OomSplitter,
-    flag_reason,
+from jaxbatch._src.execute.batch_loop import (
+    BatchLoop,
+    LoopSettings,
+    Ran,
+    default_planner,
     rows_for,
 )
+from jaxbatch._src.execute.graph_batches import example_index, graph_columns
 from jaxbatch._src.execute.memory import Auto, PlanCount, counting
-from jaxbatch._src.execute.output_layout import per_token_leaves
 from jaxbatch._src.job.folder import (
-    REPORT_NAME,
     JobError,
     Journal,
     claim,
@@ -73,7 +65,13 @@ from jaxbatch._src.job.folder import (
     shard_name,
     start_over,
 )
-from jaxbatch._src.job.key import function_fingerprint, function_key
+from jaxbatch._src.job.key import (
+    function_fingerprint,
+    function_key,
+    pad_key,
+    same_as_recorded_text,
+    schema_key,
+)
 from jaxbatch._src.job.output import batch_columns, concat_columns, encode_parquet, to_table
 from jaxbatch._src.load.loader import (
     ColumnSchema,
@@ -105,10 +103,15 @@ log = logging.getLogger("jaxbatch")
 #: Examples per output shard (and per journal record) unless checkpoint_every says otherwise.
 DEFAULT_CHECKPOINT_EVERY = 8192
 # 2: on_error and checkpoint_every are keyed on; shards are named in a
-# "writing" record before they are written. Jobs of format 1 resume.
-_FORMAT_VERSION = 2
-_FORMATS_RESUMED = (1, 2)
+# "writing" record before they are written. 3: schema and pad_value are
+# keyed as the engine takes them (key.py), not as Python text. Jobs of
+# formats 1 and 2 resume.
+_FORMAT_VERSION = 3
+_FORMATS_RESUMED = (1, 2, 3)
 _OPTIONS_ADDED = ("on_error", "checkpoint_every")  # in format 2
+_OPTIONS_REKEYED = ("schema", "pad_value")  # in format 3: text before
+#: The Loader's defaults (the engine's), which a job's loader options share.
+_LOADER = LoaderOptions()
 
 
 @dataclasses.dataclass
@@ -212,12 +215,12 @@ def run(
     batch_size: int | Auto = "auto",
     memory_budget: int | Auto | None = None,
     checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY,
-    on_error: OnError = "raise",
+    on_error: OnError = _LOADER.on_error,
     max_errors: int | float | None = None,
     schema: Mapping[str, ColumnSchema] | None = None,
     check_finite: bool = False,
     check: Callable | None = None,
-    pad_value: float | Mapping[str, float] = 0,
+    pad_value: float | Mapping[str, float] = _LOADER.pad_value,
     num_threads: int | None = None,
     prefetch: int | None = None,
     stream: bool | None = None,
@@ -274,7 +277,8 @@ def run(
       edges' values, per-graph outputs one value. An OOM re-plans the
       batch's graphs under half its budget; checks quarantine single graphs.
 
-    Returns the :class:`JobReport`, also written to ``output/report.json``.
+    Returns the :class:`JobReport`, also written to ``report.json`` in the
+    job's folder (``output``, or this process's folder in it with ``shard``).
 
     Example::
 
@@ -332,6 +336,16 @@ def run(
                 )
         # Before the folder is made, as the Loader checks it.
         _core.check_pad_values(dataset._core, pad_values(pad_value, "Loader")[0], "Loader")
+    # The function's flagged examples: raised, or set aside (quarantined or skipped).
+    settings = LoopSettings(
+        check_finite,
+        check,
+        on_error="raise" if on_error == "raise" else "quarantine",
+        per_example=per_example,
+        per=per,
+        caller="jb.run",
+        hint="on_error='quarantine' (or 'skip')",
+    )
     graph = isinstance(planner, GRAPH_PLANNERS)  # Planned by node and edge counts: no column.
     length_column = "" if graph and column is None else column or dataset.default_length_column
     options = dataclasses.replace(options, column=length_column)
@@ -347,12 +361,12 @@ def run(
             "column": length_column,
             "batch_size": batch_size,
             "memory_budget": memory_budget,
-            "schema": repr(dict(schema or {})),
+            "schema": schema_key(schema),
             "check_finite": check_finite,
             "check": None
             if check is None
             else [function_key(check), function_fingerprint(check, tag, "check=")],
-            "pad_value": repr(pad_value),
+            "pad_value": pad_key(pad_value),
             "tag": tag,
             "shard": [shard_index, shard_count],
             "on_error": on_error,
@@ -367,20 +381,21 @@ def run(
         process_folder(Path(output), shard_index, shard_count), overwrite=overwrite, inputs=inputs
     )
     with journal:
-        if journal.records and _differences(journal.records[0], fingerprint):
+        given = {"schema": schema, "pad_value": pad_value}
+        if journal.records and _differences(journal.records[0], fingerprint, given):
             if not _committed_any(journal):
                 # Nothing was computed (a run that failed while planning, say):
                 # nothing is locked in, so the new settings start the job afresh.
                 log.info("jb.run: %s holds no committed work; starting anew", folder.path)
                 start_over(folder, journal)
             else:
-                _refuse_changes(journal.records[0], fingerprint, folder.path)
+                _refuse_changes(journal.records[0], fingerprint, given, folder.path)
         if journal.records:
             resolved = _planner_from(journal.records[0]["planner"])
         else:
             with counting() as plan_count:
-                resolved = planner or AutoBuckets(
-                    DEFAULT_MAX_SHAPES, batch_size=rows_for(fun, dataset, batch_size, memory_budget)
+                resolved = planner or default_planner(
+                    rows_for(fun, dataset, batch_size, memory_budget)
                 )
             journal.append(
                 {
@@ -418,12 +433,9 @@ def run(
                 loader_options=dataclasses.replace(
                     options, shard=(shard_index, shard_count), columns=None, stream=None
                 ),
-                check_finite=check_finite,
-                check=check,
+                settings=settings,
                 checkpoint_every=checkpoint_every,
                 progress=progress,
-                per_example=per_example,
-                per=per,
             )
             shards = job.run()
             journal.append(
@@ -451,10 +463,7 @@ def run(
         time.perf_counter() - start_time,
         memory_plan=journal.records[0].get("memory_plan"),
     )
-    folder.refuse_not_owned([REPORT_NAME])  # A report put there meanwhile is not replaced.
-    _core.write_file_atomic(
-        str(folder.path / REPORT_NAME), json.dumps(report.to_dict(), indent=1).encode()
-    )
+    folder.write_report(report.to_dict())
     return report
 
 
@@ -494,7 +503,10 @@ def _committed_any(journal: Journal) -> bool:
     return any(r["kind"] in ("shard", "done") for r in [*journal.records, *journal.salvaged])
 
 
-def _differences(job_record: dict, fingerprint: dict) -> list[str]:
+def _differences(job_record: dict, fingerprint: dict, given: dict[str, Any]) -> list[str]:
+    """What differs between a job's first record and this call's key;
+    `given` holds this call's schema and pad_value, for a record of before
+    format 3, which keyed them as text."""
     old = job_record["fingerprint"]
     differences = []
     if old.get("format") not in _FORMATS_RESUMED:
@@ -508,6 +520,9 @@ def _differences(job_record: dict, fingerprint: dict) -> list[str]:
             continue  # A job of an older format did not record it.
         if key == "planner" and _same_planner_keys(recorded.get(key), value):
             continue
+        if key in _OPTIONS_REKEYED and isinstance(recorded.get(key), str):
+            if same_as_recorded_text(key, recorded[key], given["schema"], given["pad_value"]):
+                continue
         if recorded.get(key) != json.loads(json.dumps(value)):
             differences.append(f"option {key}: was {recorded.get(key)!r}, now {value!r}")
     return differences
@@ -524,8 +539,8 @@ def _same_planner_keys(a: Any, b: str) -> bool:
         return False
 
 
-def _refuse_changes(job_record: dict, fingerprint: dict, path: Path) -> None:
-    differences = _differences(job_record, fingerprint)
+def _refuse_changes(job_record: dict, fingerprint: dict, given: dict, path: Path) -> None:
+    differences = _differences(job_record, fingerprint, given)
     if differences:
         raise JobError(
             f"jb.run: {path} holds a job with a different "
@@ -539,7 +554,7 @@ def _refuse_changes(job_record: dict, fingerprint: dict, path: Path) -> None:
 
 class _Job:
     """One run of a job: the loader from the last committed state, the
-    executor, and shards appended as they fill."""
+    batch loop jb.map runs on, and shards appended as they fill."""
 
     def __init__(
         self,
@@ -552,39 +567,23 @@ class _Job:
         shards,
         *,
         loader_options,
-        check_finite,
-        check,
+        settings,
         checkpoint_every,
         progress,
-        per_example=None,
-        per=None,
     ):
         self.journal, self.folder, self.shards = journal, folder, list(shards)
-        on_error = loader_options.on_error
-        self.on_error, self.checkpoint_every = on_error, checkpoint_every
+        self.on_error, self.checkpoint_every = loader_options.on_error, checkpoint_every
         count = loader_options.shard[1]
         self.total = -(-dataset.num_examples // count)  # A shard's, about.
         state = shards[-1]["state"] if shards else None
         with named_for("jb.run"):
             self.loader = Loader(dataset, planner, options=loader_options, state=state)
-        map_policy = "raise" if on_error == "raise" else "quarantine"
-        self.executor = Executor(fun, check_finite, check, length_column)
-        graph = isinstance(planner, GRAPH_PLANNERS)
-        # A resumed job may need only some shapes: compile as they come. (Graph
-        # batches compile as they come: their layout is known at the first.)
-        if not shards and not graph:
-            self.executor.compile_ahead(self.loader.shapes, isinstance(planner, Pack))
-        self.map_policy = map_policy
-        self.run_batch = (
-            GraphOomSplitter(self.executor, "split", self.loader, per_example, per)
-            if graph
-            else OomSplitter(self.executor, "split", 0.9, 1, per_example, per)
-        )
+        self.loop = BatchLoop(fun, settings, self.loader, length_column)
+        if not shards:  # A resumed job may need only some shapes: compile as they come.
+            self.loop.compile_ahead(self.loader.shapes)
         self.bar = _ProgressBar(progress, self.total, sum(s["examples"] for s in shards))
         self.loader_quarantine: list[dict[str, Any]] = []
         self.loader_skipped = 0
-        self.fun = fun
-        self.per_token: dict[Any, list[bool]] = {}
 
     def run(self) -> list[dict]:
         """Runs to the end; returns every shard record of the job."""
@@ -593,7 +592,7 @@ class _Job:
             self.loader_quarantine = [dict(q, stage="loader") for q in self.loader.quarantine]
             self.loader_skipped = self.loader.stats.skipped
         finally:
-            self.executor.close()
+            self.loop.close()
             self.loader.close()
             self.bar.close()
         return self.shards
@@ -601,72 +600,42 @@ class _Job:
     def _loop(self) -> None:
         pending: list[tuple[np.ndarray, dict]] = []
         bad: list[dict[str, Any]] = []
-        counts = _Counts()
-        loader = iter(self.loader)
-        while True:
-            raise_lost()  # A Ctrl-C the garbage collector swallowed while JAX worked.
-            t0 = time.perf_counter()
-            batch = next(loader, None)
-            counts.loading += time.perf_counter() - t0
-            if batch is None:
-                break
-            if not (example_index(batch) >= 0).any():
-                continue  # A shard's padding batch (equal step counts): nothing to run.
-            compile_before = self.executor.stats.compile_seconds
-            run_before = self.executor.stats.run_seconds
-            compiles_before = self.executor.stats.compilations
-            pieces = self.run_batch.pieces(batch)  # One, or a graph batch's re-planned parts.
-            counts.compiling += self.executor.stats.compile_seconds - compile_before
-            counts.computing += self.executor.stats.run_seconds - run_before
-            counts.compilations += self.executor.stats.compilations - compiles_before
-            for part, out, flags in pieces:
-                examples, columns, batch_bad = self._keep(out, flags, part)
+        written = 0
+        mark = self._tally()
+        for parts in self.loop.run(_real_batches(self.loader)):
+            for ran in parts:
+                examples, columns = _columns(ran)
                 pending.append((examples, columns))
-                bad.extend(batch_bad)
-                counts.add_batch(part, len(examples), len(batch_bad))
-                self.bar.update(len(examples) + len(batch_bad), part, counts, self.executor.stats)
-            if counts.examples + counts.bad >= self.checkpoint_every:
-                self._commit(pending, bad, counts)
-                pending, bad, counts = [], [], _Counts()
+                bad.extend(self._set_aside(ran))
+                written += len(examples)
+                self.bar.update(len(examples) + len(ran.bad), self.loader, self.loop.stats)
+            if written + len(bad) >= self.checkpoint_every:
+                mark = self._commit(pending, bad, written, mark)
+                pending, bad, written = [], [], 0
         if pending:
-            self._commit(pending, bad, counts)
+            self._commit(pending, bad, written, mark)
 
-    def _keep(self, out, flags, batch):
-        """The examples to write, their columns, and the flagged examples."""
-        index = example_index(batch)
-        flags = np.asarray(flags)
-        row_ok = flags == 0
-        keep = (index >= 0) & (row_ok if index.ndim == 1 else row_ok[:, None])
-        flagged = (index >= 0) & ~(row_ok if index.ndim == 1 else row_ok[:, None])
-        bad = []
-        if flagged.any():
-            rows = np.nonzero(flagged)[0]
-            if self.map_policy == "raise":
-                r = int(rows[0])
-                raise ValueError(
-                    f"jb.run: example {int(index[flagged][0])} (batch {batch.index}, row {r}): "
-                    f"{flag_reason(int(flags[r]))}; pass on_error='quarantine' (or 'skip') to "
-                    f"set such examples aside and continue"
-                )
-            stage = "function" if self.on_error == "quarantine" else "function-skip"
-            bad = [
-                {"example": int(e), "reason": flag_reason(int(flags[r])), "stage": stage}
-                for e, r in zip(index[flagged], rows, strict=True)
-            ]
-        signature = tuple((k, np.shape(v)) for k, v in batch.items())
-        per_token = self.per_token.get(signature)
-        if per_token is None:  # A graph batch's: each leaf's role.
-            per_token = self.per_token[signature] = (
-                self.run_batch.layout(batch, out)
-                if batch.is_graphs
-                else per_token_leaves(self.fun, batch)
-            )
-        put = graph_columns if batch.is_graphs else batch_columns
-        examples, columns = put(out, keep, batch, per_token)
-        return examples, columns, bad
+    def _set_aside(self, ran: Ran) -> list[dict[str, Any]]:
+        """The part's flagged examples as the job records them."""
+        stage = "function" if self.on_error == "quarantine" else "function-skip"
+        return [{"example": b["example"], "reason": b["reason"], "stage": stage} for b in ran.bad]
 
-    def _commit(self, pending, bad, counts: _Counts) -> None:
-        """Writes one shard and its journal record: the commit point."""
+    def _tally(self) -> dict[str, float]:
+        """The run's counts so far: the loop's times and compilations, the
+        engine's real and padded elements (a shard's are the difference)."""
+        loop, loader = self.loop.stats, self.loader.stats
+        return {
+            "loading": loop.load_seconds,
+            "compiling": loop.compile_seconds,
+            "computing": loop.run_seconds,
+            "compilations": loop.compilations,
+            "real_elements": loader.real_elements,
+            "padded_elements": loader.padded_elements,
+        }
+
+    def _commit(self, pending, bad, written: int, mark: dict[str, float]) -> dict[str, float]:
+        """Writes one shard and its journal record (the commit point);
+        returns the counts it was recorded at."""
         t0 = time.perf_counter()
         number = len(self.shards)
         name = shard_name(number)
@@ -680,62 +649,51 @@ class _Job:
             self.folder.refuse_foreign([name], "the job did not write")
         _core.write_file_atomic(str(self.folder.path / name), data)
         digest = f"{_core.hash_file_contents(data):016x}"
-        counts.writing += time.perf_counter() - t0
+        writing = time.perf_counter() - t0
+        now = self._tally()
+        spent = {k: now[k] - mark[k] for k in now}
         record = {
             "kind": "shard",
             "shard": number,
             "file": name,
             "bytes": len(data),
             "hash": digest,
-            "examples": counts.examples,
+            "examples": written,
             "bad": bad,
             "state": self.loader.get_state(),
-            **counts.record(),
+            "seconds": {
+                "loading": spent["loading"],
+                "compiling": spent["compiling"],
+                "computing": spent["computing"],
+                "writing": writing,
+            },
+            "compilations": int(spent["compilations"]),
+            "real_elements": int(spent["real_elements"]),
+            "padded_elements": int(spent["padded_elements"]),
         }
         self.journal.append(record)
         self.shards.append(record)
+        return now
 
 
-@dataclasses.dataclass
-class _Counts:
-    examples: int = 0
-    bad: int = 0
-    loading: float = 0.0
-    compiling: float = 0.0
-    computing: float = 0.0
-    writing: float = 0.0
-    compilations: int = 0
-    real_elements: int = 0
-    padded_elements: int = 0
-
-    def add_batch(self, batch, written: int, bad: int) -> None:
-        self.examples += written
-        self.bad += bad
-        real, padded = _elements(batch)
-        self.real_elements += real
-        self.padded_elements += padded
-
-    def record(self) -> dict[str, Any]:
-        return {
-            "seconds": {
-                "loading": self.loading,
-                "compiling": self.compiling,
-                "computing": self.computing,
-                "writing": self.writing,
-            },
-            "compilations": self.compilations,
-            "real_elements": self.real_elements,
-            "padded_elements": self.padded_elements,
-        }
+def _real_batches(loader: Loader):
+    """The loader's batches but a shard's padding batches (equal step
+    counts, nothing to run); a Ctrl-C the garbage collector swallowed while
+    JAX worked is raised before each."""
+    it = iter(loader)
+    while True:
+        raise_lost()
+        batch = next(it, None)
+        if batch is None:
+            return
+        if (example_index(batch) >= 0).any():
+            yield batch
 
 
-def _elements(batch) -> tuple[int, int]:
-    """Real and padded elements of a batch (a graph batch's: node slots)."""
-    if batch.is_graphs:
-        return real_and_padded(batch)
-    column = batch.length_column
-    real = int(np.asarray(batch[keys.lengths(column)]).sum())
-    return real, int(np.prod(np.asarray(batch[column]).shape[:2]))
+def _columns(ran: Ran):
+    """The kept examples' indices and their output columns."""
+    put = graph_columns if ran.batch.is_graphs else batch_columns
+    return put(ran.outputs, ran.keep, ran.batch, ran.layout)
 
 
 class _ProgressBar:
@@ -750,17 +708,13 @@ class _ProgressBar:
             log.info("jb.run: no tqdm, so no progress bar: %s", install_hint("tqdm"))
             return
         self.bar = tqdm.tqdm(total=total, initial=initial, unit="ex", desc="jb.run", smoothing=0.1)
-        self.real = self.padded = 0
 
-    def update(self, examples: int, batch, counts: _Counts, stats) -> None:
+    def update(self, examples: int, loader: Loader, stats) -> None:
         if self.bar is None:
             return
-        real, padded = _elements(batch)
-        self.real += real
-        self.padded += padded
         self.bar.update(examples)
         self.bar.set_postfix(
-            padding_eff=f"{self.real / max(self.padded, 1):.0%}",
+            padding_eff=f"{loader.stats.efficiency:.0%}",
             compiles=stats.compilations,
             refresh=False,
         )

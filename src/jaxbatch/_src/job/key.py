@@ -12,6 +12,7 @@ object) is not fingerprinted at all: the job then asks for ``tag=``.
 
 from __future__ import annotations
 
+import ast
 import functools
 import hashlib
 import inspect
@@ -22,7 +23,9 @@ from typing import Any
 import numpy as np
 
 from jaxbatch import _core
+from jaxbatch._src.collate.collate import pad_values
 from jaxbatch._src.job.folder import JobError
+from jaxbatch._src.load.loader import schema_rules
 
 # How deep partial arguments and containers are followed.
 _MAX_DEPTH = 8
@@ -122,6 +125,40 @@ def _code_text(code: types.CodeType) -> str | None:
         for c in code.co_consts
     ]
     return None if None in consts else f"code({code.co_code.hex()},{','.join(consts)})"
+
+
+# --- the loader's options, as the engine takes them -------------------------
+
+
+def schema_key(schema: Any) -> list[list[Any]]:
+    """The column rules the engine enforces for `schema`, by column, as
+    JSON values: equal for equal rules however they were spelled
+    (``np.int32`` or ``"int32"``)."""
+    rules = schema_rules(schema or {}, list(schema or {}))
+    return [
+        [r.name, r.dtype, r.inner_shape, r.min_length, r.max_length, r.finite]
+        for r in sorted(rules, key=lambda r: r.name)
+    ]
+
+
+def pad_key(pad_value: Any) -> dict[str, Any]:
+    """The pad values the engine collates with: the default and each named
+    column's, as JSON values (``0`` and ``0.0`` pad alike)."""
+    pads, default = pad_values(pad_value, "jb.run")
+    return {"default": default, "columns": sorted([name, value] for name, value in pads)}
+
+
+def same_as_recorded_text(option: str, recorded: str, schema: Any, pad_value: Any) -> bool:
+    """Whether a job of format 1 or 2, which recorded ``schema`` and
+    ``pad_value`` as Python text, was run with the same ones: the pad
+    values are read back and compared as the engine takes them; a schema's
+    text (its dataclasses' repr) can only be compared as text."""
+    if option == "pad_value":
+        try:
+            return pad_key(ast.literal_eval(recorded)) == pad_key(pad_value)
+        except (ValueError, SyntaxError, TypeError):
+            return False
+    return recorded == repr(dict(schema or {}))
 
 
 def _is_jax_array(obj: Any) -> bool:
