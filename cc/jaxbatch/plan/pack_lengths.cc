@@ -50,10 +50,8 @@ Items CollectItems(std::span<const int64_t> lengths, const std::vector<int64_t>&
 
 Rows PackGroup(const Items& items, std::span<const int64_t> group, int64_t row_length,
                int64_t segments, const PackOptions& o) {
-  const PackedRows packed = o.open_rows ? PackRowsStreaming(items.length, group, row_length,
-                                                            segments, o.algorithm, *o.open_rows)
-                                        : PackRows(items.length, group, row_length, segments,
-                                                   o.algorithm, o.lookahead.value_or(0));
+  const PackedRows packed = PackRowsWith(items.length, group, row_length, segments, o.algorithm,
+                                         o.lookahead, o.open_rows);
   Rows rows(static_cast<size_t>(packed.num_rows()));
   for (size_t r = 0; r < rows.size(); ++r) {
     rows[r].assign(packed.example_ids.begin() + packed.row_begin[r],

@@ -201,4 +201,13 @@ PackedRows PackRows(std::span<const int64_t> lengths, std::span<const int64_t> i
   return packed;
 }
 
+PackedRows PackRowsWith(std::span<const int64_t> lengths, std::span<const int64_t> ids,
+                        int64_t row_length, int64_t max_segments, PackAlgorithm algorithm,
+                        std::optional<int64_t> lookahead, std::optional<int64_t> open_rows) {
+  if (open_rows) {
+    return PackRowsStreaming(lengths, ids, row_length, max_segments, algorithm, *open_rows);
+  }
+  return PackRows(lengths, ids, row_length, max_segments, algorithm, lookahead.value_or(0));
+}
+
 }  // namespace jaxbatch

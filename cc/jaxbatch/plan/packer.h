@@ -22,6 +22,7 @@
 #define JAXBATCH_PLAN_PACKER_H_
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -47,6 +48,12 @@ PackedRows PackRows(std::span<const int64_t> lengths, std::span<const int64_t> i
 PackedRows PackRowsStreaming(std::span<const int64_t> lengths, std::span<const int64_t> ids,
                              int64_t row_length, int64_t max_segments, PackAlgorithm algorithm,
                              int64_t open_rows);
+
+// The packing planners' choice: PackRowsStreaming with `open_rows` when
+// set, else PackRows with `lookahead` (unset: all the items at once).
+PackedRows PackRowsWith(std::span<const int64_t> lengths, std::span<const int64_t> ids,
+                        int64_t row_length, int64_t max_segments, PackAlgorithm algorithm,
+                        std::optional<int64_t> lookahead, std::optional<int64_t> open_rows);
 
 }  // namespace jaxbatch
 
