@@ -32,11 +32,11 @@ from jaxbatch._src.cli.plan_graphs import graph_plan_command, is_graph_file
 from jaxbatch._src.data.dataset import Dataset
 from jaxbatch._src.data.default_data import pydoc_lengths
 from jaxbatch._src.data.sources import check_columns, reading
+from jaxbatch._src.execute.batch_loop import DEFAULT_MAX_SHAPES  # jb.run's too
 from jaxbatch._src.plan.plan import BatchPlan, plan
 from jaxbatch._src.plan.planners import AutoBuckets, FixedBuckets, Pack, PadToMax
 
 DEFAULT_TOKEN_BUDGET = 4096
-DEFAULT_MAX_SHAPES = 8
 
 
 def _next_pow2(n: int) -> int:
