@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 import jaxbatch as jb
 import jaxbatch.grain as jbg
-from jaxbatch._src.data.sources import open_source
+from jaxbatch._src.data.sources import open_path
 
 PLANNERS = [
     jb.PadToMax(batch_size=3),
@@ -373,7 +373,7 @@ def test_a_file_backed_dataset_pickles_as_its_path(tmp_path):
     )
     with pa.OSFile(str(path), "wb") as f, pa.ipc.new_file(f, table.schema) as w:
         w.write(table)
-    data = open_source(path, None, None, None)
+    data = open_path(path, None, None, None)
     blob = pickle.dumps(data)
     assert len(blob) < 2000  # the path, not the values
     back = pickle.loads(blob)

@@ -171,7 +171,7 @@ void BindLoad(nb::module_& m) {
       .def_rw("quarantine_path", &LoaderOptions::quarantine_path)
       .def_rw("source", &LoaderOptions::source)
       .def_rw("mapped_files", &LoaderOptions::mapped_files);
-  m.def("validate_loader_options", &ValidateLoaderOptions, nb::arg("options"));
+  m.def("validate_loader_options", &ValidateLoaderOptions, nb::arg("options"), nb::arg("who"));
 
   using Source = std::variant<std::shared_ptr<const Dataset>, std::shared_ptr<const ChunkedSource>>;
   nb::class_<Loader>(m, "Loader")

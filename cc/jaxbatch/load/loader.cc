@@ -230,27 +230,27 @@ ErrorPolicy ParseErrorPolicy(std::string_view name) {
       StrCat("Loader: on_error must be 'raise', 'skip' or 'quarantine', found '", name, "'"));
 }
 
-void ValidateLoaderOptions(const LoaderOptions& options) {
-  ValidateScheduleOptions(options.schedule);
+void ValidateLoaderOptions(const LoaderOptions& options, std::string_view who) {
+  ValidateScheduleOptions(options.schedule, who);
   if (options.prefetch < 1) {
-    throw InvalidArgumentError(StrCat("Loader: prefetch must be >= 1, found ", options.prefetch));
+    throw InvalidArgumentError(StrCat(who, ": prefetch must be >= 1, found ", options.prefetch));
   }
   if (options.epochs < 0) {
     throw InvalidArgumentError(
-        StrCat("Loader: epochs must be >= 1 (or 0 for forever), found ", options.epochs));
+        StrCat(who, ": epochs must be >= 1 (or 0 for forever), found ", options.epochs));
   }
   if (options.num_threads < 0) {
     throw InvalidArgumentError(StrCat(
-        "Loader: num_threads must be >= 1 (or 0 for automatic), found ", options.num_threads));
+        who, ": num_threads must be >= 1 (or 0 for automatic), found ", options.num_threads));
   }
-  CheckThreadCount(options.num_threads, "Loader: num_threads");
+  CheckThreadCount(options.num_threads, StrCat(who, ": num_threads"));
   if (options.host_memory_limit < 0) {
     throw InvalidArgumentError(
-        StrCat("Loader: host_memory_limit must be >= 0, found ", options.host_memory_limit));
+        StrCat(who, ": host_memory_limit must be >= 0, found ", options.host_memory_limit));
   }
   if (options.max_errors < -1) {
     throw InvalidArgumentError(
-        StrCat("Loader: max_errors must be >= 0 (or -1 for no limit), found ", options.max_errors));
+        StrCat(who, ": max_errors must be >= 0 (or -1 for no limit), found ", options.max_errors));
   }
 }
 
@@ -465,7 +465,7 @@ void Loader::Close() {
 }
 
 std::shared_ptr<const EpochSchedule> Loader::ScheduleFor(int64_t epoch,
-                                                         std::unique_lock<std::mutex>& lock) {
+                                                         std::unique_lock<std::mutex>& lock) const {
   while (true) {
     auto it = schedules_.find(epoch);
     if (it != schedules_.end()) return it->second;
@@ -772,8 +772,12 @@ std::shared_ptr<const EpochSchedule> Loader::PlannedEpoch(int64_t epoch) const {
                                  " epochs"));
   }
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock(mu_);
     if (const auto it = schedules_.find(epoch); it != schedules_.end()) return it->second;
+    // The epoch the workers are on or about to enter: plan it once, for both.
+    if (epoch == state_.epoch) {
+      if (auto schedule = ScheduleFor(epoch, lock)) return schedule;  // null once closed
+    }
   }
   // Lengths, exclusions and options never change after construction.
   return std::make_shared<const EpochSchedule>(

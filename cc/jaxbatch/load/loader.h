@@ -90,9 +90,10 @@ struct LoaderOptions {
 // Validates everything about `options` that does not need the data or the
 // planner (which ValidatePlannerOptions checks): the schedule
 // (ValidateScheduleOptions), prefetch, epochs, num_threads, max_errors and
-// host_memory_limit. Throws InvalidArgumentError naming the option; the
-// Loader calls both first.
-void ValidateLoaderOptions(const LoaderOptions& options);
+// host_memory_limit. Throws InvalidArgumentError naming the option, its
+// message starting with `who` (the call the user wrote: jb.run checks the
+// options of the Loader it opens); the Loader calls both first.
+void ValidateLoaderOptions(const LoaderOptions& options, std::string_view who = "Loader");
 
 // 2: block shuffle keeps the planner's batch order (1 shuffled it).
 // 3: AutoBuckets with remainder pad fills the last batches' empty rows (1
@@ -247,8 +248,10 @@ class Loader {
     int64_t real_elements = 0;
     int64_t real_edges = 0;
   };
-  // `epoch`'s schedule: the workers' when they hold it, else planned now
-  // (not kept). Throws what planning throws.
+  // `epoch`'s schedule: the workers' when they hold it; the consumer's
+  // epoch is planned once and kept for the workers (shapes asked before the
+  // first batch do not plan it twice); any other is planned now, not kept
+  // (epochs far ahead would hold memory). Throws what planning throws.
   std::shared_ptr<const EpochSchedule> PlannedEpoch(int64_t epoch) const;
   // Whether epochs can differ in steps or shapes: a shuffled PadToMax or
   // Pack (buckets' batch counts and shapes do not depend on the order).
@@ -287,7 +290,7 @@ class Loader {
   // Returns the schedule of `epoch`, building it (outside the lock) if no
   // other worker is. `lock` is held on entry and exit.
   std::shared_ptr<const EpochSchedule> ScheduleFor(int64_t epoch,
-                                                   std::unique_lock<std::mutex>& lock);
+                                                   std::unique_lock<std::mutex>& lock) const;
   // Counts an epoch's bad and dropped examples once, when the consumer enters it.
   void EnterEpoch(int64_t epoch, const EpochSchedule& schedule);
   void WriteQuarantine(const std::vector<BadRecord>& records) const;
@@ -325,9 +328,10 @@ class Loader {
   mutable std::mutex mu_;
   std::condition_variable work_cv_;
   std::condition_variable result_cv_;
-  std::condition_variable schedule_cv_;  // an epoch's schedule finished building
-  std::map<int64_t, std::shared_ptr<const EpochSchedule>> schedules_;
-  std::set<int64_t> building_;  // epochs whose schedule a worker is building
+  // Planned epochs are a cache: PlannedEpoch (const) may fill it.
+  mutable std::condition_variable schedule_cv_;  // an epoch's schedule finished building
+  mutable std::map<int64_t, std::shared_ptr<const EpochSchedule>> schedules_;
+  mutable std::set<int64_t> building_;  // epochs whose schedule a worker is building
   int64_t claim_epoch_ = 0;
   int64_t claim_step_ = 0;
   int64_t claim_seq_ = 0;

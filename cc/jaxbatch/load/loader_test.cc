@@ -682,5 +682,19 @@ TEST(LoaderTest, PlannedShapesAreNoneOnceTheStreamEndedAtAnError) {
   EXPECT_FALSE(loader.Next().has_value());
 }
 
+// Option errors start with the call the user wrote (jb.run checks the
+// options of the Loader it opens, before it makes its folder).
+TEST(LoaderTest, OptionErrorsNameTheCaller) {
+  LoaderOptions o = Options(PadToMaxOptions{.batch_size = 4}, 1);
+  o.num_threads = -1;
+  EXPECT_TRUE(
+      Contains(ThrownMessage<InvalidArgumentError>([&] { ValidateLoaderOptions(o, "jb.run"); }),
+               "jb.run: num_threads must be >= 1 (or 0 for automatic), found -1"));
+  o.num_threads = 1;
+  o.schedule.block_size = 0;
+  EXPECT_TRUE(Contains(ThrownMessage<InvalidArgumentError>([&] { ValidateLoaderOptions(o); }),
+                       "Loader: block_size must be >= 1, found 0"));
+}
+
 }  // namespace
 }  // namespace jaxbatch

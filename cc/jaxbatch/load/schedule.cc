@@ -102,12 +102,12 @@ ShuffleMode ParseShuffleMode(std::string_view name) {
       StrCat("Loader: shuffle must be 'none', 'global' or 'block', found '", name, "'"));
 }
 
-void ValidateScheduleOptions(const ScheduleOptions& o) {
+void ValidateScheduleOptions(const ScheduleOptions& o, std::string_view who) {
   if (o.block_size < 1) {
-    throw InvalidArgumentError(StrCat("Loader: block_size must be >= 1, found ", o.block_size));
+    throw InvalidArgumentError(StrCat(who, ": block_size must be >= 1, found ", o.block_size));
   }
   if (o.shard_count < 1 || o.shard_index < 0 || o.shard_index >= o.shard_count) {
-    throw InvalidArgumentError(StrCat("Loader: shard must satisfy 0 <= index < count, found (",
+    throw InvalidArgumentError(StrCat(who, ": shard must satisfy 0 <= index < count, found (",
                                       o.shard_index, ", ", o.shard_count, ")"));
   }
 }

@@ -67,8 +67,9 @@ struct EpochSchedule {
 };
 
 // Throws InvalidArgumentError, naming the option, for a bad block size or
-// shard (0 <= index < count). The planner has its own ValidatePlannerOptions.
-void ValidateScheduleOptions(const ScheduleOptions& options);
+// shard (0 <= index < count); messages start with `who`, the call the user
+// wrote. The planner has its own ValidatePlannerOptions.
+void ValidateScheduleOptions(const ScheduleOptions& options, std::string_view who = "Loader");
 
 // Throws what ValidateScheduleOptions and ValidatePlannerOptions throw, and
 // whatever the planner throws for the data. `edges`: each graph's edge count,

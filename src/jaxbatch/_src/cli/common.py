@@ -9,8 +9,12 @@ EXIT_USAGE, EXIT_INTERRUPTED = 2, 130
 
 def usage_error(command: str, error: BaseException) -> int:
     """Reports a usage or input error of `jaxbatch COMMAND` as argparse does:
-    one line on stderr (pyarrow's messages can span several), exit 2."""
-    print(f"jaxbatch {command}: {' '.join(str(error).split())}", file=sys.stderr)
+    one line on stderr (pyarrow's messages can span several), exit 2. A
+    message that names the command already (the data it opened) keeps its
+    one name."""
+    prefix = f"jaxbatch {command}: "
+    text = " ".join(str(error).split())
+    print(text if text.startswith(prefix) else prefix + text, file=sys.stderr)
     return EXIT_USAGE
 
 

@@ -28,11 +28,11 @@ import numpy as np
 from jaxbatch._src.base.optional import require
 from jaxbatch._src.base.words import counted
 from jaxbatch._src.cli.common import aligned_table, usage_error
-from jaxbatch._src.cli.plan_graphs import graph_plan_command, is_graph_file
-from jaxbatch._src.data.dataset import Dataset
+from jaxbatch._src.cli.plan_graphs import WHO, graph_plan_command, is_graph_file
 from jaxbatch._src.data.default_data import pydoc_lengths
-from jaxbatch._src.data.sources import check_columns, reading
+from jaxbatch._src.data.opening import open_source
 from jaxbatch._src.execute.batch_loop import DEFAULT_MAX_SHAPES  # jb.run's too
+from jaxbatch._src.load.loader import LoaderOptions
 from jaxbatch._src.plan.plan import BatchPlan, plan
 from jaxbatch._src.plan.planners import AutoBuckets, FixedBuckets, Pack, PadToMax
 
@@ -58,25 +58,12 @@ def load_lengths(path: str | None, column: str | None) -> tuple[np.ndarray, str]
         if p.exists() or p.is_symlink():
             raise ValueError(f"{path} is not a regular file (a FIFO, device or symlink loop)")
         raise FileNotFoundError(f"no such file: {path}")
-    suffix = p.suffix.lower()
-    if suffix in (".parquet", ".arrow", ".feather", ".ipc"):
-        feather = require("pyarrow.feather", f"jaxbatch plan reading {path}")
-        pq = require("pyarrow.parquet", f"jaxbatch plan reading {path}")
-
-        kind = "Parquet" if suffix == ".parquet" else "Arrow IPC"
-        with reading(path, kind, prefix=""):
-            schema = pq.read_schema(p) if suffix == ".parquet" else None
-            if schema is not None:
-                name = check_columns(path, schema, None, column, prefix="")
-                table = pq.read_table(p, columns=[name])
-            else:
-                table = feather.read_table(p)
-                name = check_columns(path, table.schema, None, column, prefix="")
-        try:
-            ds = Dataset.from_arrow(table, columns=[name])
-        except ValueError as e:
-            raise ValueError(f"{path}: {e}") from e
-        return ds.lengths(name), f"{path}, column {name!r}"
+    if p.suffix.lower() in (".parquet", ".arrow", ".feather", ".ipc"):
+        require("pyarrow", f"{WHO} reading {path}")
+        # Opened as a Loader opens it, just the column to batch by.
+        opened = open_source(p, LoaderOptions(column=column), who=WHO, lengths_only=True)
+        name = opened.length_column
+        return opened.dataset.lengths(name), f"{path}, column {name!r}"
     with open(p, encoding="utf-8", errors="replace") as f:
         lengths = np.array([len(line.split()) for line in f], dtype=np.int64)
     return lengths, f"{path}, one example per line, whitespace tokens"
@@ -189,22 +176,8 @@ def _pack_features_command(args: argparse.Namespace) -> int:
     suffix = Path(args.file).suffix.lower() if args.file else ""
     if suffix not in (".parquet", ".arrow", ".feather", ".ipc"):
         raise ValueError("--pack plans the list columns of a Parquet/Arrow FILE; give one")
-    names = list(row_lengths)
-    if suffix == ".parquet":
-        pq = require("pyarrow.parquet", f"jaxbatch plan reading {args.file}")
-        with reading(args.file, "Parquet", prefix=""):
-            table = pq.read_table(args.file)
-    else:
-        feather = require("pyarrow.feather", f"jaxbatch plan reading {args.file}")
-        with reading(args.file, "Arrow IPC", prefix=""):
-            table = feather.read_table(args.file)
-    missing = [n for n in names if n not in table.column_names]
-    if missing:
-        raise ValueError(
-            f"--pack names column {missing[0]!r}, which {args.file} does not have; "
-            f"its columns are {', '.join(map(repr, table.column_names))}"
-        )
-    ds = Dataset.from_arrow(table, columns=names)
+    require("pyarrow", f"{WHO} reading {args.file}")
+    ds = open_source(args.file, LoaderOptions(columns=list(row_lengths)), who=WHO).dataset
     rows = max(1, args.token_budget // sum(row_lengths.values()))
     planner = Pack(row_lengths, rows, algorithm="best_fit", too_long="truncate")
     p = plan(ds, planner)

@@ -19,7 +19,9 @@ from jaxbatch._src.base.words import counted
 from jaxbatch._src.cli.common import aligned_table
 from jaxbatch._src.data.dataset import Dataset
 from jaxbatch._src.data.graphs import RECEIVERS, SENDERS
+from jaxbatch._src.data.opening import open_source
 from jaxbatch._src.data.sources import reading
+from jaxbatch._src.load.loader import LoaderOptions
 from jaxbatch._src.plan.graph_fit import DEFAULT_MULTIPLE
 from jaxbatch._src.plan.plan import BatchPlan, plan
 from jaxbatch._src.plan.planners import GraphBuckets, GraphBudget
@@ -27,6 +29,8 @@ from jaxbatch._src.plan.planners import GraphBuckets, GraphBudget
 DEFAULT_GRAPHS = 32
 DEFAULT_GRAPH_SHAPES = 4
 ARROW_SUFFIXES = (".parquet", ".arrow", ".feather", ".ipc")
+#: What messages about the data `jaxbatch plan` opens start with (see usage_error).
+WHO = "jaxbatch plan"
 
 
 def is_graph_file(path: str | None) -> bool:
@@ -40,7 +44,7 @@ def is_graph_file(path: str | None) -> bool:
 def _schema(path: str):
     if Path(path).suffix.lower() == ".parquet":
         pq = require("pyarrow.parquet", f"jaxbatch plan reading {path}")
-        with reading(path, "Parquet", prefix=""):
+        with reading(path, "Parquet", WHO):
             return pq.read_schema(path)
     return _table(path).schema
 
@@ -48,20 +52,17 @@ def _schema(path: str):
 def _table(path: str):
     if Path(path).suffix.lower() == ".parquet":
         pq = require("pyarrow.parquet", f"jaxbatch plan reading {path}")
-        with reading(path, "Parquet", prefix=""):
+        with reading(path, "Parquet", WHO):
             return pq.read_table(path)
     feather = require("pyarrow.feather", f"jaxbatch plan reading {path}")
-    with reading(path, "Arrow IPC", prefix=""):
+    with reading(path, "Arrow IPC", WHO):
         return feather.read_table(path)
 
 
 def load_graphs(path: str) -> Dataset:
-    """The graph Dataset of a graph file; ValueError naming the file for
-    graphs the engine refuses."""
-    try:
-        return Dataset.from_arrow(_table(path))
-    except ValueError as e:
-        raise ValueError(f"{path}: {e}") from e
+    """The graph Dataset of a graph file, opened as a Loader opens it;
+    ValueError naming the file for graphs the engine refuses."""
+    return open_source(path, LoaderOptions(), graphs=True, who=WHO).dataset
 
 
 def plan_graphs(

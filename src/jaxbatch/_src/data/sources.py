@@ -25,11 +25,13 @@ from jaxbatch._src.data.dataset import (
 )
 
 
-def open_source(
+def open_path(
     path: str | os.PathLike,
     columns: Sequence[str] | None,
     length_column: str | None,
     aligned: Sequence[Sequence[str]] | None,
+    who: str = "Loader",
+    lengths_only: bool = False,
 ) -> Dataset:
     """A Dataset over the file (or .npy folder) at `path`, memory-mapped.
 
@@ -40,64 +42,67 @@ def open_source(
 
     Raises before anything starts: FileNotFoundError for a missing path,
     ValueError for a missing column or a length column that is not a list.
+    Messages start with `who`, the call the user wrote. `lengths_only`: read
+    just the column to batch by (what ``jaxbatch plan`` needs).
     """
     p = Path(path)
-    _check_path(p)
-    dataset = _open(p, columns, length_column, aligned)
+    _check_path(p, who)
+    dataset = _open(p, columns, length_column, aligned, who, lengths_only)
     # A pickle of it (for a worker process) opens the file again.
     args = (os.path.abspath(p), None if columns is None else list(columns), length_column, aligned)
-    set_reopen(dataset, open_source, args)
+    set_reopen(dataset, open_path, (*args, who, lengths_only))
     return dataset
 
 
-def _open(p: Path, columns, length_column, aligned) -> Dataset:
+def _open(p: Path, columns, length_column, aligned, who, lengths_only) -> Dataset:
     if p.is_dir():
-        return _open_npy_folder(p, columns, length_column, aligned)
+        return _open_npy_folder(p, columns, length_column, aligned, who, lengths_only)
     suffix = p.suffix.lower()
     if suffix == ".parquet":
-        pq = require("pyarrow.parquet", f"Loader: reading {p}")
+        pq = require("pyarrow.parquet", f"{who}: reading {p}")
 
-        with reading(p, "Parquet"):
-            schema = pq.read_schema(p)
-            check_columns(p, schema, columns, length_column)
+        with reading(p, "Parquet", who):
+            wanted = check_columns(p, pq.read_schema(p), columns, length_column, who)
+            columns = [wanted] if lengths_only else columns
             table = pq.read_table(p, columns=list(columns) if columns else None, memory_map=True)
     elif suffix in (".arrow", ".feather", ".ipc"):
-        table = _read_arrow_ipc(p)
-        check_columns(p, table.schema, columns, length_column)
+        table = _read_arrow_ipc(p, who)
+        wanted = check_columns(p, table.schema, columns, length_column, who)
+        columns = [wanted] if lengths_only else columns
         if columns:
             table = table.select(list(columns))
     else:
         raise ValueError(
-            f"Loader: cannot read {p}: expected a .parquet, .arrow/.feather/.ipc file or a "
+            f"{who}: cannot read {p}: expected a .parquet, .arrow/.feather/.ipc file or a "
             f"folder of .npy files, found suffix {suffix!r}"
         )
     try:
         dataset = Dataset.from_arrow(table, aligned=aligned)
     except ValueError as e:
-        raise ValueError(f"Loader: {p}: {e}") from e
+        raise ValueError(f"{who}: {p}: {e}") from e
     if suffix != ".parquet":  # Arrow IPC is read through its mapping; Parquet is decoded.
         set_mapped_files(dataset, [str(p)])
     return dataset
 
 
-def _check_path(p: Path) -> None:
+def _check_path(p: Path, who: str) -> None:
     """Refuses what cannot be read as data before anything opens it: a
     missing path, a symlink loop, and anything that is neither a regular file
     nor a folder (a FIFO or device would block or never end)."""
     try:
         st = p.stat()
     except FileNotFoundError:
-        raise FileNotFoundError(f"Loader: no such file or folder: {p}") from None
+        raise FileNotFoundError(f"{who}: no such file or folder: {p}") from None
     except OSError as e:
         if e.errno == errno.ELOOP:
             raise OSError(
-                errno.ELOOP, f"Loader: {p} is a symlink loop (too many levels of symbolic links)"
+                errno.ELOOP, f"{who}: {p} is a symlink loop (too many levels of symbolic links)"
             ) from None
-        raise OSError(e.errno, f"Loader: cannot read {p}: {e.strerror}") from None
+        raise OSError(e.errno, f"{who}: cannot read {p}: {e.strerror}") from None
     if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
         kind = "a FIFO" if stat.S_ISFIFO(st.st_mode) else "not a regular file"
         raise ValueError(
-            f"Loader: {p} is {kind}; expected a regular .parquet/.arrow file or a folder of .npy "
+            f"{who}: {p} is {kind}; expected a regular .parquet/.arrow file or a folder of .npy "
             f"files (a FIFO, socket or device would block or never end)"
         )
 
@@ -113,24 +118,24 @@ def _read_errors() -> tuple[type[BaseException], ...]:
 
 
 @contextlib.contextmanager
-def reading(p: Path | str, kind: str, prefix: str = "Loader: ") -> Iterator[None]:
+def reading(p: Path | str, kind: str, who: str) -> Iterator[None]:
     """Turns what pyarrow raises while it reads `p` as `kind` into an
-    OSError naming the file; our own ValueErrors (a missing column) pass
-    unchanged."""
+    OSError naming the file (and `who`, the caller); our own ValueErrors (a
+    missing column) pass unchanged."""
     try:
         yield
     except _read_errors() as e:
-        raise OSError(f"{prefix}cannot read {p} as {kind} (corrupt or truncated?): {e}") from e
+        raise OSError(f"{who}: cannot read {p} as {kind} (corrupt or truncated?): {e}") from e
 
 
-def _read_arrow_ipc(p: Path):
+def _read_arrow_ipc(p: Path, who: str):
     """An Arrow IPC file (or stream) at `p`, memory-mapped; OSError naming `p`
     for a corrupt or truncated file instead of Arrow's bare message."""
-    pa = require("pyarrow", f"Loader: reading {p}")
+    pa = require("pyarrow", f"{who}: reading {p}")
 
     if p.stat().st_size == 0:
-        raise OSError(f"Loader: {p} is empty; expected an Arrow IPC file")
-    with reading(p, "an Arrow IPC file or stream"):
+        raise OSError(f"{who}: {p} is empty; expected an Arrow IPC file")
+    with reading(p, "an Arrow IPC file or stream", who):
         try:
             return pa.ipc.open_file(pa.memory_map(str(p), "r")).read_all()
         except _read_errors() as file_error:
@@ -139,11 +144,12 @@ def _read_arrow_ipc(p: Path):
             raise file_error from None  # The file format's error says most.
 
 
-def check_columns(path, schema, columns, length_column, prefix: str = "Loader: ") -> str:
+def check_columns(path, schema, columns, length_column, who: str) -> str:
     """The column to batch by (`length_column`, else the first list column
     of `columns` or of all); ValueError for a missing column or one that is
     not a list or large_list."""
-    pa = require("pyarrow", f"{prefix}reading {path}")
+    pa = require("pyarrow", f"{who}: reading {path}")
+    prefix = f"{who}: "
 
     names = list(schema.names)
     refuse_repeated_names(names, f"{prefix}{path}")
@@ -169,68 +175,71 @@ def check_columns(path, schema, columns, length_column, prefix: str = "Loader: "
     return wanted
 
 
-def _open_npy_folder(folder: Path, columns, length_column, aligned) -> Dataset:
+def _open_npy_folder(folder: Path, columns, length_column, aligned, who, lengths_only) -> Dataset:
     found: dict[str, object] = {}
     for f in sorted(folder.glob("*.npy")):
         if f.name.endswith(".values.npy"):
             name = f.name[: -len(".values.npy")]
             offsets = folder / f"{name}.offsets.npy"
             if not offsets.exists():
-                raise ValueError(f"Loader: {f} has no matching {offsets.name}")
-            found[name] = (_load_npy(f), _load_npy(offsets))
+                raise ValueError(f"{who}: {f} has no matching {offsets.name}")
+            found[name] = (_load_npy(f, who), _load_npy(offsets, who))
         elif not f.name.endswith(".offsets.npy"):
-            found[f.name[: -len(".npy")]] = _load_npy(f)
+            found[f.name[: -len(".npy")]] = _load_npy(f, who)
     if not found:
         raise ValueError(
-            f"Loader: folder {folder} holds no .npy files; expected NAME.values.npy + "
+            f"{who}: folder {folder} holds no .npy files; expected NAME.values.npy + "
             f"NAME.offsets.npy (ragged) and NAME.npy (fixed) files"
         )
     names = list(columns) if columns else list(found)
     for name in [*names, *([length_column] if length_column else [])]:
         if name not in found:
-            raise ValueError(f"Loader: {folder} has no column {name!r}; found {sorted(found)}")
+            raise ValueError(f"{who}: {folder} has no column {name!r}; found {sorted(found)}")
     # Batch by the named column, else the first ragged one (NAME.npy files may
     # sort before the values/offsets pairs).
     wanted = length_column or next((n for n in names if isinstance(found[n], tuple)), None)
     if wanted is None or not isinstance(found[wanted], tuple):
         shown = wanted or names[0]
         raise ValueError(
-            f"Loader: column {shown!r} of {folder} is fixed-shape ({shown}.npy); batching "
+            f"{who}: column {shown!r} of {folder} is fixed-shape ({shown}.npy); batching "
             f"needs a ragged column ({shown}.values.npy + {shown}.offsets.npy)"
         )
+    names = [wanted] if lengths_only else names
     try:
         return Dataset.from_arrays({n: found[n] for n in names}, aligned=aligned)
     except ValueError as e:
-        raise ValueError(f"Loader: {folder}: {e}") from e
+        raise ValueError(f"{who}: {folder}: {e}") from e
 
 
-def _load_npy(f: Path) -> np.ndarray:
+def _load_npy(f: Path, who: str) -> np.ndarray:
     """A .npy file memory-mapped; OSError naming the file when it is not one."""
     try:
         array = np.load(f, mmap_mode="r", allow_pickle=False)
     except (ValueError, OSError, EOFError) as e:
-        raise OSError(f"Loader: cannot read {f} as a .npy file (corrupt or truncated?): {e}") from e
+        raise OSError(f"{who}: cannot read {f} as a .npy file (corrupt or truncated?): {e}") from e
     if array.dtype == object:
-        raise ValueError(f"Loader: {f} holds objects; expected a numeric .npy array")
+        raise ValueError(f"{who}: {f} holds objects; expected a numeric .npy array")
     return array
 
 
-def _parquet_path(path) -> Path:
+def _parquet_path(path, who: str) -> Path:
     p = Path(path)
-    _check_path(p)
+    _check_path(p, who)
     if p.suffix.lower() != ".parquet":
         raise ValueError(
-            f"Loader: stream=True reads Parquet files by row group; {p} is not a .parquet file"
+            f"{who}: stream=True reads Parquet files by row group; {p} is not a .parquet file"
         )
     return p
 
 
-def parquet_column_names(path: str | os.PathLike, columns: Sequence[str] | None) -> list[str]:
+def parquet_column_names(
+    path: str | os.PathLike, columns: Sequence[str] | None, who: str
+) -> list[str]:
     """The columns a Loader reads from a Parquet file: `columns`, or all."""
-    pq = require("pyarrow.parquet", f"Loader: reading {path}")
+    pq = require("pyarrow.parquet", f"{who}: reading {path}")
 
-    p = _parquet_path(path)
-    with reading(p, "Parquet"):
+    p = _parquet_path(path, who)
+    with reading(p, "Parquet", who):
         names = list(pq.read_schema(p).names)
     return list(columns) if columns else names
 
@@ -239,16 +248,16 @@ def parquet_column_names(path: str | os.PathLike, columns: Sequence[str] | None)
 _PHYSICAL_WIDTH = {"BOOLEAN": 1, "INT32": 4, "FLOAT": 4, "INT64": 8, "DOUBLE": 8, "INT96": 12}
 
 
-def parquet_decoded_bytes(path: str | os.PathLike, columns: Sequence[str] | None) -> int:
+def parquet_decoded_bytes(path: str | os.PathLike, columns: Sequence[str] | None, who: str) -> int:
     """About the bytes the Parquet file's columns (all, or `columns`) take
     decoded, from its footer: values x width for fixed-width types (a
     dictionary-encoded column is far smaller on disk, even uncompressed),
     the uncompressed size for others."""
-    pq = require("pyarrow.parquet", f"Loader: reading {path}")
+    pq = require("pyarrow.parquet", f"{who}: reading {path}")
 
     wanted = set(columns) if columns else None
     total = 0
-    with reading(path, "Parquet"):
+    with reading(path, "Parquet", who):
         meta = pq.ParquetFile(path).metadata
         for g in range(meta.num_row_groups):
             group = meta.row_group(g)
@@ -280,23 +289,28 @@ class StreamedParquet(Columns):
     as batches need them.
     """
 
-    def __init__(self, path, columns, length_column, aligned, schema: list, graphs=False):
-        pa = require("pyarrow", f"Loader: streaming {path}")
-        pq = require("pyarrow.parquet", f"Loader: streaming {path}")
+    def __init__(
+        self, path, columns, length_column, aligned, schema: list, graphs=False, who="Loader"
+    ):
+        pa = require("pyarrow", f"{who}: streaming {path}")
+        pq = require("pyarrow.parquet", f"{who}: streaming {path}")
 
-        self.path = _parquet_path(path)
+        self.who = who  # The call the user wrote, first in every message.
+        self.path = _parquet_path(path, who)
         self.columns = list(columns) if columns else None
         self.aligned = aligned
         self._stamp = file_stamp(self.path)
-        with reading(self.path, "Parquet"):
+        with reading(self.path, "Parquet", who):
             reader = pq.ParquetFile(self.path)
-            check_columns(self.path, reader.schema_arrow, columns, length_column)
+            check_columns(self.path, reader.schema_arrow, columns, length_column, who)
             self.num_row_groups = reader.metadata.num_row_groups
             rows = [reader.metadata.row_group(g).num_rows for g in range(self.num_row_groups)]
         # The file's example index of each row group's first example.
         self._group_begin = np.concatenate([[0], np.cumsum(rows, dtype=np.int64)])
         if self.num_row_groups == 0:
-            raise ValueError(f"Loader: {self.path} has no row groups to stream; it holds no data")
+            raise ValueError(
+                f"{self.who}: {self.path} has no row groups to stream; it holds no data"
+            )
         self.schema_rules = schema  # Applied below, to every row group.
         # Graphs: the engine counts each graph's nodes and edges and checks it
         # as its row group is added; a column= is refused by the Loader.
@@ -308,7 +322,7 @@ class StreamedParquet(Columns):
             try:
                 builder.add(chunk._core)
             except ValueError as e:
-                raise ValueError(f"Loader: {self.path}, row group {g}: {e}") from e
+                raise ValueError(f"{self.who}: {self.path}, row group {g}: {e}") from e
             del chunk
         self._source = builder.finish()
         # pyarrow's allocator keeps the pages of the row groups just decoded
@@ -318,7 +332,7 @@ class StreamedParquet(Columns):
         set_mapped_files(self, [str(self.path)])  # Checked before each batch for changes.
 
     def open_reader(self):
-        pq = require("pyarrow.parquet", f"Loader: streaming {self.path}")
+        pq = require("pyarrow.parquet", f"{self.who}: streaming {self.path}")
 
         return pq.ParquetFile(self.path)
 
@@ -336,13 +350,14 @@ class StreamedParquet(Columns):
         except _read_errors() as e:
             self._check_unchanged()
             raise OSError(
-                f"Loader: cannot read row group {group} of {self.path} (corrupt or truncated?): {e}"
+                f"{self.who}: cannot read row group {group} of {self.path} "
+                f"(corrupt or truncated?): {e}"
             ) from e
         begin = int(self._group_begin[group])
         try:
             return Dataset._from_arrow_part(table, table.column_names, self.aligned, begin)
         except ValueError as e:
-            raise ValueError(f"Loader: {self.path}, row group {group}: {e}") from e
+            raise ValueError(f"{self.who}: {self.path}, row group {group}: {e}") from e
 
     @property
     def num_examples(self) -> int:
@@ -377,7 +392,7 @@ class StreamedParquet(Columns):
             return
         self._rereads = None
         warnings.warn(
-            f"Loader: {counted(reads, 'row-group read')} of {self.path} in "
+            f"{self.who}: {counted(reads, 'row-group read')} of {self.path} in "
             f"{counted(epochs, 'epoch')} so far, more than {REREAD_WARNING} per row group and "
             f"epoch ({counted(self.num_row_groups, 'row group')}): the batches of "
             f"{watch['planner']} take examples from across the file, so a cache smaller than "
@@ -392,7 +407,7 @@ class StreamedParquet(Columns):
         change = self._stamp.describe_change(file_stamp(self.path))
         if change:
             raise OSError(
-                f"Loader: {self.path} changed while the loader reads it: {change}; files must "
+                f"{self.who}: {self.path} changed while the loader reads it: {change}; files must "
                 f"not be changed while a Loader reads them: write new data to a new path or "
                 f"close the Loader first"
             )

@@ -39,14 +39,12 @@ from typing import Any
 import numpy as np
 
 from jaxbatch import _core
-from jaxbatch._src.base.errors import named_for
 from jaxbatch._src.base.interrupt import raise_lost
 from jaxbatch._src.base.optional import install_hint, optional, require
 from jaxbatch._src.base.words import counted
 from jaxbatch._src.collate.collate import GraphRole, pad_values
-from jaxbatch._src.data.dataset import Dataset, mapped_files
-from jaxbatch._src.data.huggingface import is_huggingface_dataset
-from jaxbatch._src.data.sources import StreamedParquet, open_source
+from jaxbatch._src.data.dataset import Dataset
+from jaxbatch._src.data.opening import open_source
 from jaxbatch._src.execute.batch_loop import (
     BatchLoop,
     LoopSettings,
@@ -79,9 +77,7 @@ from jaxbatch._src.load.loader import (
     LoaderOptions,
     OnError,
     Shard,
-    open_streamed,
     resolve_shard,
-    schema_rules,
 )
 from jaxbatch._src.plan.planners import (
     GRAPH_PLANNERS,
@@ -290,52 +286,36 @@ def run(
     raise_lost()
     require("pyarrow", "jb.run (it writes Parquet)")
     _check_args(checkpoint_every)
-    if is_huggingface_dataset(source):  # Read in place; columns= picks its columns.
-        source = Dataset.from_huggingface(source, columns=columns)
     if planner is not None:
         _planner_record(planner)  # Refused before anything is made on disk.
-    # The job's loader reads in example order, once; the engine checks the
-    # rest here, before any folder is made; errors name jb.run, the caller.
-    with named_for("jb.run"):
-        options = LoaderOptions(
-            columns=None if isinstance(source, Dataset) else columns,
-            column=column,
-            shuffle=False,
-            epochs=1,
-            shard=shard,
-            on_error=on_error,
-            max_errors=max_errors,
-            schema=schema,
-            pad_value=pad_value,
-            num_threads=num_threads,
-            host_memory_limit=host_memory_limit,
-            stream=stream,
-            **({} if prefetch is None else {"prefetch": prefetch}),
+    graph = isinstance(planner, GRAPH_PLANNERS)  # Planned by node and edge counts: no column.
+    # The job's loader reads in example order, once. The source is opened and
+    # checked here, before any folder is made, and handed to the loader as it is.
+    options = LoaderOptions(
+        columns=columns,
+        column=column,
+        shuffle=False,
+        epochs=1,
+        shard=shard,
+        on_error=on_error,
+        max_errors=max_errors,
+        schema=schema,
+        pad_value=pad_value,
+        num_threads=num_threads,
+        host_memory_limit=host_memory_limit,
+        stream=stream,
+        **({} if prefetch is None else {"prefetch": prefetch}),
+        who="jb.run",
+    )
+    opened = open_source(source, options, graphs=graph, who="jb.run")
+    if opened.stream is not None and planner is None and batch_size == "auto":
+        raise ValueError(
+            f"jb.run: batch_size='auto' plans memory from an example's values, which a "
+            f"streamed {source} keeps on disk; give planner= or batch_size="
         )
-        if isinstance(source, Dataset):
-            dataset, source_name = source, "a Dataset"
-            input_key = _core.dataset_fingerprint(dataset._core)
-        else:
-            # Opened as a Loader opens it: read whole, or by row group (a file
-            # larger than memory), whose input is keyed on its row groups' values.
-            graphs = isinstance(planner, GRAPH_PLANNERS)
-            dataset = open_streamed(source, options, graphs=graphs) or open_source(
-                source, columns, column, None
-            )
-            source_name = str(source)
-            streamed = isinstance(dataset, StreamedParquet)
-            input_key = (
-                dataset.fingerprint if streamed else _core.dataset_fingerprint(dataset._core)
-            )
-            if not streamed:  # A streamed file's schema was applied as it opened.
-                schema_rules(options.schema or {}, dataset.column_names)
-            if streamed and planner is None and batch_size == "auto":
-                raise ValueError(
-                    f"jb.run: batch_size='auto' plans memory from an example's values, which a "
-                    f"streamed {source} keeps on disk; give planner= or batch_size="
-                )
-        # Before the folder is made, as the Loader checks it.
-        _core.check_pad_values(dataset._core, pad_values(pad_value, "Loader")[0], "Loader")
+    dataset, length_column = opened.dataset, opened.length_column
+    # Before the folder is made, as the Loader's engine checks it.
+    _core.check_pad_values(dataset._core, pad_values(pad_value, "jb.run")[0], "jb.run")
     # The function's flagged examples: raised, or set aside (quarantined or skipped).
     settings = LoopSettings(
         check_finite,
@@ -346,15 +326,13 @@ def run(
         caller="jb.run",
         hint="on_error='quarantine' (or 'skip')",
     )
-    graph = isinstance(planner, GRAPH_PLANNERS)  # Planned by node and edge counts: no column.
-    length_column = "" if graph and column is None else column or dataset.default_length_column
     options = dataclasses.replace(options, column=length_column)
     shard_index, shard_count = resolve_shard(shard)
     fingerprint = {
         "format": _FORMAT_VERSION,
         "function": name or function_key(fun),
         "function_source": function_fingerprint(fun, tag, "the function"),
-        "input": f"{input_key:016x}",
+        "input": f"{opened.fingerprint:016x}",
         "examples": dataset.num_examples,
         "options": {
             "planner": planner_key(planner),
@@ -376,9 +354,10 @@ def run(
     if graph:  # Keyed only where they apply: older jobs resume.
         fingerprint["options"]["per_example"] = bool(per_example)
         fingerprint["options"]["per"] = per if per is None or isinstance(per, str) else dict(per)
-    inputs = mapped_files(dataset) if isinstance(source, Dataset) else (os.fspath(source),)
     folder, journal = claim(
-        process_folder(Path(output), shard_index, shard_count), overwrite=overwrite, inputs=inputs
+        process_folder(Path(output), shard_index, shard_count),
+        overwrite=overwrite,
+        inputs=opened.inputs,
     )
     with journal:
         given = {"schema": schema, "pad_value": pad_value}
@@ -403,7 +382,7 @@ def run(
                     "fingerprint": fingerprint,
                     "planner": _planner_record(resolved),
                     "memory_plan": dataclasses.asdict(plan_count),
-                    "source": source_name,
+                    "source": opened.name if opened.path else "a Dataset",
                     "created": time.time(),
                 }
             )
@@ -423,16 +402,13 @@ def run(
             )
             job = _Job(
                 fun,
-                dataset,
+                opened,
                 resolved,
                 length_column,
                 journal,
                 folder,
                 shards,
-                # The source is open already: the loader takes it as it is.
-                loader_options=dataclasses.replace(
-                    options, shard=(shard_index, shard_count), columns=None, stream=None
-                ),
+                loader_options=dataclasses.replace(options, shard=(shard_index, shard_count)),
                 settings=settings,
                 checkpoint_every=checkpoint_every,
                 progress=progress,
@@ -559,7 +535,7 @@ class _Job:
     def __init__(
         self,
         fun,
-        dataset,
+        opened,
         planner,
         length_column,
         journal,
@@ -574,10 +550,10 @@ class _Job:
         self.journal, self.folder, self.shards = journal, folder, list(shards)
         self.on_error, self.checkpoint_every = loader_options.on_error, checkpoint_every
         count = loader_options.shard[1]
-        self.total = -(-dataset.num_examples // count)  # A shard's, about.
+        self.total = -(-opened.dataset.num_examples // count)  # A shard's, about.
         state = shards[-1]["state"] if shards else None
-        with named_for("jb.run"):
-            self.loader = Loader(dataset, planner, options=loader_options, state=state)
+        # The source opened by jb.run, taken as it is: nothing is opened again.
+        self.loader = Loader(opened, planner, options=loader_options, state=state)
         self.loop = BatchLoop(fun, settings, self.loader, length_column)
         if not shards:  # A resumed job may need only some shapes: compile as they come.
             self.loop.compile_ahead(self.loader.shapes)

@@ -24,8 +24,8 @@ import numpy as np
 
 from jaxbatch import _core
 from jaxbatch._src.collate.collate import pad_values
+from jaxbatch._src.data.opening import schema_rules
 from jaxbatch._src.job.folder import JobError
-from jaxbatch._src.load.loader import schema_rules
 
 # How deep partial arguments and containers are followed.
 _MAX_DEPTH = 8
@@ -134,7 +134,7 @@ def schema_key(schema: Any) -> list[list[Any]]:
     """The column rules the engine enforces for `schema`, by column, as
     JSON values: equal for equal rules however they were spelled
     (``np.int32`` or ``"int32"``)."""
-    rules = schema_rules(schema or {}, list(schema or {}))
+    rules = schema_rules(schema or {}, list(schema or {}), "jb.run")
     return [
         [r.name, r.dtype, r.inner_shape, r.min_length, r.max_length, r.finite]
         for r in sorted(rules, key=lambda r: r.name)

@@ -9,7 +9,6 @@ import os
 import threading
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
 import numpy as np
@@ -17,15 +16,8 @@ import numpy as np
 from jaxbatch import _core
 from jaxbatch._src.base.choices import one_of
 from jaxbatch._src.collate.collate import Batch, batch_from_core, pad_values
-from jaxbatch._src.data.dataset import Dataset, graph_layout, mapped_files
-from jaxbatch._src.data.dtypes import dtype_name
-from jaxbatch._src.data.huggingface import is_huggingface_dataset
-from jaxbatch._src.data.sources import (
-    StreamedParquet,
-    open_source,
-    parquet_column_names,
-    parquet_decoded_bytes,
-)
+from jaxbatch._src.data.dataset import Dataset, mapped_files
+from jaxbatch._src.data.opening import check_int_option, open_source
 from jaxbatch._src.load.agree import agree, loader_settings
 from jaxbatch._src.plan.plan import BatchShape
 from jaxbatch._src.plan.planners import (
@@ -142,33 +134,36 @@ class LoaderOptions:
     padded_segments: bool = _CORE.padded_segments
     host_memory_limit: int | None = None
     stream: bool | None = None
+    #: The call the user wrote, first in every message (jb.run builds the
+    #: options of the Loader it opens); not an option, so not a field.
+    who: dataclasses.InitVar[str] = "Loader"
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, who: str) -> None:
         if self.stream not in (None, True, False):
-            raise ValueError(f"Loader: stream must be None, True or False, found {self.stream!r}")
+            raise ValueError(f"{who}: stream must be None, True or False, found {self.stream!r}")
         # A "jax" shard is known only where the Loader starts.
-        shard = (0, 1) if self.shard == "jax" else resolve_shard(self.shard)
-        _core.validate_loader_options(self._core(shard))
+        shard = (0, 1) if self.shard == "jax" else resolve_shard(self.shard, who)
+        _core.validate_loader_options(self._core(shard, who), who)
 
-    def _core(self, shard: tuple[int, int]) -> _core.LoaderOptions:
+    def _core(self, shard: tuple[int, int], who: str = "Loader") -> _core.LoaderOptions:
         """The engine's options (source, schema and mapped files are the
         Loader's to fill). Only Python types are checked here."""
         o = _core.LoaderOptions()
-        o.schedule.shuffle = _shuffle_mode(self.shuffle)
+        o.schedule.shuffle = _shuffle_mode(self.shuffle, who)
         for option in ("block_size", "prefetch"):
-            _check_int(option, getattr(self, option))
+            _check_int(option, getattr(self, option), who)
         if self.epochs is not None:
-            _check_int("epochs", self.epochs)
+            _check_int("epochs", self.epochs, who)
             if self.epochs == 0:  # The engine's "forever" is None here.
-                raise ValueError("Loader: epochs must be >= 1 or None (forever), found 0")
+                raise ValueError(f"{who}: epochs must be >= 1 or None (forever), found 0")
         for option in ("num_threads", "host_memory_limit"):
             if getattr(self, option) is not None:
-                _check_int(option, getattr(self, option))
+                _check_int(option, getattr(self, option), who)
         seed = self.seed
         if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed >= 2**64:
-            raise ValueError(f"Loader: seed must be an int in [0, 2**64), found {seed!r}")
+            raise ValueError(f"{who}: seed must be an int in [0, 2**64), found {seed!r}")
         if seed < 0:
-            raise ValueError(f"Loader: seed must be an int in [0, 2**64), found {seed!r}")
+            raise ValueError(f"{who}: seed must be an int in [0, 2**64), found {seed!r}")
         o.schedule.block_size = int(self.block_size)
         o.schedule.seed = int(seed)
         o.schedule.shard_index, o.schedule.shard_count = shard
@@ -177,11 +172,11 @@ class LoaderOptions:
         o.prefetch = int(self.prefetch)
         o.epochs = 0 if self.epochs is None else int(self.epochs)
         o.on_error = _core.parse_error_policy(str(self.on_error))
-        o.max_errors, o.max_error_fraction = _resolve_max_errors(self.max_errors)
-        o.pad_values, o.default_pad_value = pad_values(self.pad_value, "Loader")
+        o.max_errors, o.max_error_fraction = _resolve_max_errors(self.max_errors, who)
+        o.pad_values, o.default_pad_value = pad_values(self.pad_value, who)
         if not isinstance(self.padded_segments, bool):
             raise ValueError(
-                f"Loader: padded_segments must be True or False, found {self.padded_segments!r}"
+                f"{who}: padded_segments must be True or False, found {self.padded_segments!r}"
             )
         o.padded_segments = self.padded_segments
         o.host_memory_limit = int(self.host_memory_limit or 0)
@@ -214,24 +209,24 @@ class LoaderKwargs(TypedDict, total=False):
     stream: bool | None
 
 
-def _shuffle_mode(shuffle):
+def _shuffle_mode(shuffle, who: str):
     if shuffle is True:
         return _core.ShuffleMode.global_
     if shuffle is False:
         return _core.ShuffleMode.none
     if not isinstance(shuffle, str):
         names = one_of(tuple(_core.shuffle_mode_name(m) for m in _core.ShuffleMode))
-        raise ValueError(f"Loader: shuffle must be True, False, {names}, found {shuffle!r}")
+        raise ValueError(f"{who}: shuffle must be True, False, {names}, found {shuffle!r}")
     return _core.parse_shuffle_mode(shuffle)
 
 
-def _check_int(option: str, value) -> None:
+def _check_int(option: str, value, who: str) -> None:
     """ValueError naming `option` unless `value` is an int the core's int64
     holds (the engine checks its range)."""
     if isinstance(value, bool) or not isinstance(value, int | np.integer):
-        raise ValueError(f"Loader: {option} must be an int, found {type(value).__name__} {value!r}")
+        raise ValueError(f"{who}: {option} must be an int, found {type(value).__name__} {value!r}")
     if not -(2**63) <= value < 2**63:
-        raise ValueError(f"Loader: {option} must be below 2**63, found {value}")
+        raise ValueError(f"{who}: {option} must be below 2**63, found {value}")
 
 
 class Loader:
@@ -327,53 +322,27 @@ class Loader:
             options = LoaderOptions(**kwargs)
         elif kwargs:
             options = dataclasses.replace(options, **kwargs)
-        self.options = options
-        o = options
+        self.options = o = options
         self._feeder: threading.Thread | None = None
-        self._stream = None
-        if isinstance(source, str | os.PathLike):
-            graphs = isinstance(planner, GRAPH_PLANNERS)
-            source = open_streamed(source, o, graphs=graphs) or source
-        elif is_huggingface_dataset(source):
-            source = Dataset.from_huggingface(source, columns=o.columns, aligned=o.aligned)
-            o = dataclasses.replace(o, columns=None, aligned=None)
-        if isinstance(source, Dataset):
-            if o.columns is not None:
-                raise ValueError("Loader: columns= selects columns of a file; got a Dataset")
-            if o.aligned is not None:
-                raise ValueError(
-                    "Loader: aligned= groups the columns of a file or a Hugging Face dataset; "
-                    "got a Dataset, whose groups are given where it is built "
-                    "(jb.Dataset.from_arrays(..., aligned=...))"
-                )
-            if o.stream:
-                raise ValueError("Loader: stream=True reads a Parquet file; got a Dataset")
-            self.dataset, self.source = source, "dataset"
-            core_schema = rules = schema_rules(o.schema or {}, source.column_names)
-        elif isinstance(source, StreamedParquet):
-            self._stream = source
-            self.dataset, self.source = source, str(source.path)
-            rules, core_schema = source.schema_rules, []  # Applied per row group while opening.
-        else:
-            self.dataset = open_source(source, o.columns, o.column, o.aligned)
-            self.source = str(source)
-            core_schema = rules = schema_rules(o.schema or {}, self.dataset.column_names)
-        self._schema_rules = rules
+        # Opened and checked once (jb.run hands over the source it opened).
+        graphs = isinstance(planner, GRAPH_PLANNERS)
+        opened = open_source(source, o, graphs=graphs)
+        self._stream = opened.stream
+        self.dataset, self.source = opened.dataset, opened.name
+        self._schema_rules = opened.schema_rules
         self.planner = planner
         self._core_loader = None
         self._core_options = o._core(resolve_shard(o.shard))
         self._core_options.schedule.planner = planner._options()
-        self._core_options.schema = core_schema
+        self._core_options.schema = opened.core_schema
         self._core_options.source = self.source
         self._core_options.mapped_files = list(mapped_files(self.dataset))
         fixed = {n: self.dataset._core.column(n).is_fixed for n in self.dataset.column_names}
         self._ragged = tuple(n for n, f in fixed.items() if not f)
         self._fixed = tuple(n for n, f in fixed.items() if f)
-        self._graphs = (
-            graph_layout(self.dataset, "Loader") if isinstance(planner, GRAPH_PLANNERS) else None
-        )
+        self._graphs = opened.graphs
         # A graph planner plans by node and edge counts (the engine refuses column=).
-        self._length_column = "" if self._graphs else o.column or self.dataset.default_length_column
+        self._length_column = opened.length_column
         # A Pack of several features: each one's row length, in the engine's order.
         row_lengths = self._core_options.schedule.planner
         row_lengths = row_lengths.row_length if isinstance(planner, Pack) else None
@@ -577,64 +546,6 @@ class Loader:
             pass
 
 
-def schema_rules(schema: Mapping[str, ColumnSchema], names: list[str]) -> list:
-    """The engine's column rules from a schema, for a source with columns `names`."""
-    out = []
-    for name, spec in schema.items():
-        if name not in names:
-            raise ValueError(f"Loader: schema names column {name!r}; columns are {names}")
-        s = _core.ColumnSchema()
-        s.name = name
-        if spec.dtype is not None:
-            s.dtype = dtype_name(spec.dtype, f"schema for column {name!r}")
-        where = f"schema for column {name!r}"
-        if spec.inner_shape is not None:
-            for d in spec.inner_shape:
-                _check_int_option(f"{where}: inner_shape", d, 0)
-            s.inner_shape = [int(d) for d in spec.inner_shape]
-        _check_int_option(f"{where}: min_length", spec.min_length, 0)
-        if spec.max_length is not None:
-            _check_int_option(f"{where}: max_length", spec.max_length, 0)
-        s.min_length = int(spec.min_length)
-        s.max_length = -1 if spec.max_length is None else int(spec.max_length)
-        s.finite = bool(spec.finite)
-        out.append(s)
-    return out
-
-
-def open_streamed(source, options: LoaderOptions, graphs: bool = False) -> StreamedParquet | None:
-    """The Parquet file at `source` opened to be read by row group, when
-    `options` say so (``stream``; see the Loader), else None. `graphs`: for
-    a graph planner, which plans by each graph's node and edge count (the
-    engine counts and checks the graphs row group by row group)."""
-    if not _should_stream(source, options.stream, options.host_memory_limit, options.columns):
-        return None
-    if not options.host_memory_limit:
-        raise ValueError(
-            "Loader: stream=True needs host_memory_limit (bytes) to size the cache of row groups"
-        )
-    names = parquet_column_names(source, options.columns)
-    rules = schema_rules(options.schema or {}, names)
-    return StreamedParquet(
-        source, options.columns, options.column, options.aligned, rules, graphs=graphs
-    )
-
-
-def _should_stream(source, stream, host_memory_limit, columns) -> bool:
-    """Whether a path is read by row group: see the Loader's ``stream``."""
-    if stream is not None:
-        return stream
-    if not host_memory_limit or Path(source).suffix.lower() != ".parquet":
-        return False
-    if not Path(source).is_file():
-        return False  # open_source names what is wrong with it.
-
-    try:
-        return parquet_decoded_bytes(source, columns) > host_memory_limit
-    except Exception:  # noqa: BLE001 - a corrupt file: open_source raises a clear error
-        return False
-
-
 # How long the feeder waits for a request before it checks for close again.
 _FEED_WAIT_MS = 50
 # Streaming loaders whose feeder may run: closed at exit, before the
@@ -679,7 +590,7 @@ def _feed(core_loader, stream) -> None:
             pass
 
 
-def resolve_shard(shard) -> tuple[int, int]:
+def resolve_shard(shard, who: str = "Loader") -> tuple[int, int]:
     """(index, count) from a shard option; the engine checks the range."""
     if shard is None:
         return 0, 1
@@ -694,7 +605,7 @@ def resolve_shard(shard) -> tuple[int, int]:
         and all(-(2**63) <= v < 2**63 for v in shard)
     ):
         return int(shard[0]), int(shard[1])
-    raise ValueError(f"Loader: shard must be (index, count) or 'jax', found {shard!r}")
+    raise ValueError(f"{who}: shard must be (index, count) or 'jax', found {shard!r}")
 
 
 def _json_int(value: Any) -> int:
@@ -705,32 +616,21 @@ def _json_int(value: Any) -> int:
     raise TypeError(f"{type(value).__name__} {value!r:.80} is not a JSON value")
 
 
-def _check_int_option(option: str, value, low: int | None) -> None:
-    """ValueError naming `option` unless `value` is an int in [low, 2**63)
-    (what the core's int64 options hold)."""
-    if isinstance(value, bool) or not isinstance(value, int | np.integer):
-        raise ValueError(f"Loader: {option} must be an int, found {type(value).__name__} {value!r}")
-    if low is not None and value < low:
-        raise ValueError(f"Loader: {option} must be >= {low}, found {value}")
-    if value >= 2**63:
-        raise ValueError(f"Loader: {option} must be below 2**63, found {value}")
-
-
-def _resolve_max_errors(max_errors) -> tuple[int, float]:
+def _resolve_max_errors(max_errors, who: str) -> tuple[int, float]:
     if max_errors is None:
         return -1, -1.0
     if isinstance(max_errors, int | np.integer) and not isinstance(max_errors, bool):
-        _check_int_option("max_errors", max_errors, 0)
+        check_int_option("max_errors", max_errors, 0, who)
     if isinstance(max_errors, bool) or max_errors < 0:
         raise ValueError(
-            f"Loader: max_errors must be a count >= 0 or a fraction, found {max_errors!r}"
+            f"{who}: max_errors must be a count >= 0 or a fraction, found {max_errors!r}"
         )
     if isinstance(max_errors, int | np.integer):
         return int(max_errors), -1.0
     if max_errors < 1:
         return -1, float(max_errors)
     raise ValueError(
-        "Loader: max_errors must be an int (a count) or a float below 1 (a fraction), "
+        f"{who}: max_errors must be an int (a count) or a float below 1 (a fraction), "
         f"found {max_errors!r}"
     )
 
