@@ -205,6 +205,24 @@ std::vector<Array> CollatePatches(const PatchImages& images, const PatchColumn& 
   return out;
 }
 
+std::vector<Array> CollatePatchColumn(const RaggedColumn& column, const BatchView& view,
+                                      const PatchPackOptions& o, int64_t epoch,
+                                      const CollateOptions& options) {
+  if (!column.is_grid()) {
+    throw InvalidArgumentError(
+        StrCat("PatchPack: column '", column.name(),
+               "' is not an image column: expected examples of [height, width, *inner] (a grid "
+               "column, jb.Dataset.from_arrays(..., axes={'",
+               column.name(), "': ('h', 'w')})), found ",
+               column.is_fixed() ? "a fixed" : "a ragged", " column"));
+  }
+  const PatchImages images = [&column](int64_t i) {
+    return PatchImage{column.example_data(i), column.height(i), column.width(i)};
+  };
+  return CollatePatches(images, {column.name(), column.dtype(), column.inner_shape()}, view, o,
+                        epoch, options);
+}
+
 int64_t PatchCollatedBytes(const PatchColumn& column, const BatchShape& shape,
                            const PatchPackOptions& o, bool split) {
   const int64_t item = static_cast<int64_t>(ItemSize(column.dtype));

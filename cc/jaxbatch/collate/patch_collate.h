@@ -33,13 +33,11 @@
 
 #include "jaxbatch/collate/collator.h"
 #include "jaxbatch/data/dtype.h"
+#include "jaxbatch/data/ragged_column.h"
 #include "jaxbatch/plan/batch_plan.h"
 #include "jaxbatch/plan/patch_pack.h"
 
 namespace jaxbatch {
-
-inline constexpr std::string_view kPixelsSuffix = "_pixels";
-inline constexpr std::string_view kPatchesSuffix = "_patches";
 
 // One image: height x width pixels of the column's inner shape, row-major,
 // back to back from `data`.
@@ -67,6 +65,13 @@ using PatchImages = std::function<PatchImage(int64_t example)>;
 std::vector<Array> CollatePatches(const PatchImages& images, const PatchColumn& column,
                                   const BatchView& view, const PatchPackOptions& o, int64_t epoch,
                                   const CollateOptions& options);
+
+// CollatePatches over a grid column (RaggedColumn::Grid) whose cells are
+// pixels of its inner shape. Throws InvalidArgumentError naming the column
+// when it is not a grid column.
+std::vector<Array> CollatePatchColumn(const RaggedColumn& column, const BatchView& view,
+                                      const PatchPackOptions& o, int64_t epoch,
+                                      const CollateOptions& options);
 
 // Bytes of every array CollatePatches returns for a batch of `shape`.
 int64_t PatchCollatedBytes(const PatchColumn& column, const BatchShape& shape,

@@ -194,5 +194,33 @@ TEST(PatchCollateTest, PlanFromOtherSizesIsRefused) {
   EXPECT_TRUE(Contains(message, "other image sizes")) << message;
 }
 
+TEST(PatchCollateTest, GridColumnIsCutAsItsImages) {
+  std::mt19937_64 rng(5);
+  const Images im = RandomImages(rng, 9, 3, 11);
+  std::vector<float> values;
+  std::vector<int64_t> offsets = {0}, shapes;
+  for (size_t i = 0; i < im.h.size(); ++i) {
+    values.insert(values.end(), im.pixels[i].begin(), im.pixels[i].end());
+    offsets.push_back(offsets.back() + im.h[i] * im.w[i]);
+    shapes.insert(shapes.end(), {im.h[i], im.w[i]});
+  }
+  RaggedColumn cells = RaggedColumn::Ragged("image", DType::kFloat32, {3}, values.data(),
+                                            offsets.back(), offsets.data(), 9, nullptr);
+  const RaggedColumn grid = RaggedColumn::Grid(std::move(cells), shapes);
+  const PatchPackOptions o{.patch = {3, 2},
+                           .row_length = 40,
+                           .rows_per_batch = 2,
+                           .partial_patches = PartialPatches::kPad};
+  const BatchPlan plan = PlanPatchPack(grid.Heights(), grid.Widths(), {}, o);
+  for (int64_t b = 0; b < plan.num_batches(); ++b) {
+    ExpectBatch(im, plan.batch(b), o, 0, 0.0f, CollatePatchColumn(grid, plan.batch(b), o, 0, {}));
+  }
+  RaggedColumn flat = RaggedColumn::Ragged("image", DType::kFloat32, {3}, values.data(),
+                                           offsets.back(), offsets.data(), 9, nullptr);
+  EXPECT_TRUE(Contains(ThrownMessage<InvalidArgumentError>(
+                           [&] { CollatePatchColumn(flat, plan.batch(0), o, 0, {}); }),
+                       "column 'image' is not an image column"));
+}
+
 }  // namespace
 }  // namespace jaxbatch

@@ -18,6 +18,11 @@ inline constexpr std::string_view kLengthsSuffix = "_lengths";
 inline constexpr std::string_view kSegmentIdsSuffix = "_segment_ids";
 inline constexpr std::string_view kPositionsSuffix = "_positions";
 inline constexpr std::string_view kSegmentStartsSuffix = "_segment_starts";  // packed only
+// A PatchPack batch's (collate/patch_collate.h): each patch's real pixels
+// [rows, L] and each image's patch count [rows, S]. Not in kOutputSuffixes:
+// only an image column has them.
+inline constexpr std::string_view kPixelsSuffix = "_pixels";
+inline constexpr std::string_view kPatchesSuffix = "_patches";
 // Every suffix above, for the checks that must consider them all.
 inline constexpr std::string_view kOutputSuffixes[] = {
     kLengthsSuffix, kMaskSuffix, kSegmentIdsSuffix, kPositionsSuffix, kSegmentStartsSuffix};

@@ -123,6 +123,11 @@ void AddPieces(int64_t id, const PatchGrid& grid, const PatchPackOptions& o, Pie
 }
 
 void CheckSizes(std::span<const int64_t> heights, std::span<const int64_t> widths) {
+  if (widths.empty() && !heights.empty()) {
+    throw InvalidArgumentError(
+        StrCat(kName, ": plans images by height and width, found ", heights.size(),
+               " lengths and no widths; plan an image column (axes=('h', 'w')) or [n, 2] sizes"));
+  }
   if (heights.size() != widths.size()) {
     throw InvalidArgumentError(StrCat(kName, ": expected a width for each of the ", heights.size(),
                                       " images, found ", widths.size(), " widths"));
