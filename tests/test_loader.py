@@ -682,3 +682,27 @@ def test_next_after_close_raises_unless_the_data_had_ended():
     for _ in range(2):
         with pytest.raises(StopIteration):
             next(ended)
+
+
+@pytest.mark.parametrize(
+    "planner",
+    [jb.Pack(8, 2), jb.Pack(8, 2, too_long="split"), jb.PadToMax(2),
+     jb.AutoBuckets(2, batch_size=2), jb.FixedBuckets([4, 8], batch_size=2)],
+    ids=lambda p: type(p).__name__,
+)  # fmt: skip
+def test_batch_packed_is_the_engines_layout(planner):
+    """Each batch's `packed` comes from the engine's batch (the binding passes
+    it), the same as the plan's for collate: packed rows for Pack, padded
+    rows otherwise, with the segment slots to match."""
+    # 11 is longer than the rows: split into pieces by the second Pack.
+    lengths = (
+        (3, 5, 2, 7, 11, 1) if getattr(planner, "too_long", "") == "split" else (3, 5, 2, 7, 1)
+    )
+    ds = jb.Dataset.from_arrays({"tokens": [np.arange(n) for n in lengths]})
+    planned = jb.plan(ds, planner)
+    with jb.Loader(ds, planner, shuffle=False) as loader:
+        batches = list(loader)
+    assert len(batches) == len(planned)
+    for batch, spec in zip(batches, planned, strict=True):
+        assert batch.packed is jb.collate(ds, spec).packed is isinstance(planner, jb.Pack)
+        assert batch.segments == (batch.shape.segments if batch.packed else 1)

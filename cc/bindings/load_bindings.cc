@@ -201,7 +201,8 @@ void BindLoad(nb::module_& m) {
              const BatchShape& shape = batch->shape;
              return nb::make_tuple(
                  ToPython(batch->arrays), batch->epoch, batch->step, batch->examples,
-                 nb::make_tuple(shape.rows, shape.length, shape.segments, shape.edges));
+                 nb::make_tuple(shape.rows, shape.length, shape.segments, shape.edges),
+                 batch->packed);
            })
       .def(
           "next_chunk_request",

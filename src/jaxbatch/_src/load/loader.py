@@ -472,10 +472,9 @@ class Loader:
         if item is None:
             self._ended = True
             raise StopIteration
-        arrays, epoch, step, _, planned = item
+        arrays, epoch, step, _, planned, packed = item
         if self._stream is not None:
             self._stream.note_reads(core.chunk_reads, epoch)
-        packed = isinstance(self.planner, Pack)
         shape = BatchShape(*planned, self._feature_lengths)
         batch = batch_from_core(
             arrays, step, shape, packed, self._length_column, self._ragged, self._fixed,
