@@ -28,7 +28,7 @@ import numpy as np
 from jaxbatch._src.base.optional import require
 from jaxbatch._src.base.words import counted
 from jaxbatch._src.cli.common import aligned_table, usage_error
-from jaxbatch._src.cli.plan_graphs import WHO, graph_plan_command, is_graph_file
+from jaxbatch._src.cli.plan_graphs import WHO, file_schema, graph_plan_command, is_graph_file
 from jaxbatch._src.data.default_data import pydoc_lengths
 from jaxbatch._src.data.opening import open_source
 from jaxbatch._src.execute.batch_loop import DEFAULT_MAX_SHAPES  # jb.run's too
@@ -177,6 +177,13 @@ def _pack_features_command(args: argparse.Namespace) -> int:
     if suffix not in (".parquet", ".arrow", ".feather", ".ipc"):
         raise ValueError("--pack plans the list columns of a Parquet/Arrow FILE; give one")
     require("pyarrow", f"{WHO} reading {args.file}")
+    names = file_schema(args.file).names
+    missing = [n for n in row_lengths if n not in names]
+    if missing:  # The flag's own words: which --pack names what.
+        raise ValueError(
+            f"--pack names column {missing[0]!r}, which {args.file} does not have; "
+            f"its columns are {', '.join(map(repr, names))}"
+        )
     ds = open_source(args.file, LoaderOptions(columns=list(row_lengths)), who=WHO).dataset
     rows = max(1, args.token_budget // sum(row_lengths.values()))
     planner = Pack(row_lengths, rows, algorithm="best_fit", too_long="truncate")

@@ -38,10 +38,12 @@ def is_graph_file(path: str | None) -> bool:
     columns: graphs, as the Loader reads them."""
     if path is None or Path(path).suffix.lower() not in ARROW_SUFFIXES or not Path(path).is_file():
         return False
-    return {SENDERS, RECEIVERS} <= set(_schema(path).names)
+    return {SENDERS, RECEIVERS} <= set(file_schema(path).names)
 
 
-def _schema(path: str):
+def file_schema(path: str):
+    """The Arrow schema of a Parquet/Arrow file (OSError naming a file that
+    cannot be read)."""
     if Path(path).suffix.lower() == ".parquet":
         pq = require("pyarrow.parquet", f"jaxbatch plan reading {path}")
         with reading(path, "Parquet", WHO):
