@@ -274,6 +274,7 @@ RaggedColumn RaggedColumn::Grid(RaggedColumn cells, std::vector<int64_t> shapes)
     throw InvalidArgumentError(StrCat("column '", name, "': expected 2 sizes (h, w) for each of ",
                                       n, " examples, found ", shapes.size(), " sizes"));
   }
+  cells.max_height_ = cells.max_width_ = 0;
   for (int64_t i = 0; i < n; ++i) {
     const int64_t h = shapes[2 * i];
     const int64_t w = shapes[2 * i + 1];
@@ -281,6 +282,8 @@ RaggedColumn RaggedColumn::Grid(RaggedColumn cells, std::vector<int64_t> shapes)
       throw InvalidArgumentError(StrCat("column '", name, "', example ", i,
                                         ": expected sizes (h, w) >= 0, found (", h, ", ", w, ")"));
     }
+    cells.max_height_ = std::max(cells.max_height_, h);
+    cells.max_width_ = std::max(cells.max_width_, w);
     const int64_t cells_i = cells.length(i);
     if (CheckedMul(h, w) != cells_i) {
       throw InvalidArgumentError(StrCat("column '", name, "', example ", i, ": its shape (", h,

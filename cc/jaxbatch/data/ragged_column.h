@@ -188,6 +188,9 @@ class RaggedColumn {
   // Example i's two variable sizes; only for a grid column.
   int64_t height(int64_t i) const { return (*grid_)[static_cast<size_t>(2 * i)]; }
   int64_t width(int64_t i) const { return (*grid_)[static_cast<size_t>(2 * i + 1)]; }
+  // The largest height and width of any example (0 when not a grid).
+  int64_t max_height() const { return max_height_; }
+  int64_t max_width() const { return max_width_; }
   // h_0, w_0, h_1, w_1, ... (empty when not a grid column).
   std::span<const int64_t> grid_shapes() const;
   // Every example's heights or widths, as a planner takes them (for a
@@ -228,6 +231,8 @@ class RaggedColumn {
   std::shared_ptr<const void> gather_;
   // A grid column's h_0, w_0, h_1, w_1, ...; null otherwise.
   std::shared_ptr<const std::vector<int64_t>> grid_;
+  int64_t max_height_ = 0;
+  int64_t max_width_ = 0;
   std::vector<std::string> axes_;
   Keepalive owner_;
 };

@@ -8,6 +8,7 @@ import numpy as np
 
 from jaxbatch import _core
 from jaxbatch._src.base.optional import require
+from jaxbatch._src.data.arrow_grid import grid_from_arrow, is_grid_type
 from jaxbatch._src.data.arrow_nulls import refuse_nulls, values_in_use
 from jaxbatch._src.data.dtypes import as_bytes, dtype_name
 
@@ -19,8 +20,11 @@ def _require_pyarrow():
 def supported_type(arrow_type: Any) -> bool:
     """Whether a column of `arrow_type` can be a core column: numbers or
     bools, as they are (fixed), in one list or large_list (ragged), with
-    fixed_size_lists inside (an inner shape)."""
+    fixed_size_lists inside (an inner shape), or nested lists and tensor
+    types of two variable axes (a grid: see arrow_grid)."""
     pa = _require_pyarrow()
+    if is_grid_type(arrow_type):
+        return True
     if pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type):
         arrow_type = arrow_type.value_type
     while pa.types.is_fixed_size_list(arrow_type):
@@ -160,6 +164,8 @@ def column_from_arrow(
     arrays = _chunks(name, column)
     if order is not None:  # None: as they are; an empty order: no examples
         order = np.ascontiguousarray(order, dtype=np.int64)
+    if is_grid_type(arrays[0].type):
+        return grid_from_arrow(name, arrays, first_example, order)
     refuse_nulls(name, arrays, first_example, order)
     parts = [_chunk_parts(name, array) for array in arrays]
     dtype, inner, extent, offsets, count, keep = parts[0]

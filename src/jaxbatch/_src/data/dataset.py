@@ -13,6 +13,16 @@ from jaxbatch._src.base.words import counted
 from jaxbatch._src.data.arrow import column_from_arrow, refuse_repeated_names
 from jaxbatch._src.data.dtypes import as_bytes, dtype_name, numpy_dtype
 from jaxbatch._src.data.graphs import GraphLayout, graph_columns
+from jaxbatch._src.data.grids import (
+    Axes,
+    axes_of,
+    grid_from_arrays,
+    grid_from_pair,
+    grid_state,
+    is_grid,
+    named,
+    rebuilt,
+)
 from jaxbatch._src.data.huggingface import huggingface_columns
 
 
@@ -81,6 +91,7 @@ class Dataset(Columns):
         *,
         aligned: Sequence[Sequence[str]] | None = None,
         dtypes: Mapping[str, Any] | None = None,
+        axes: Axes | None = None,
     ) -> Dataset:
         """Builds a dataset from numpy data, per column one of:
 
@@ -93,9 +104,27 @@ class Dataset(Columns):
         lengths in every example (tokens and labels). ``dtypes`` fixes a
         column's dtype (needed for an empty list; examples are converted).
         Raises ``ValueError`` naming the column and example for bad input.
+
+        ``axes`` names a column's variable axes: one name for a ragged
+        column, two for a *grid* column whose examples are ``[h, w, *inner]``
+        (images, L x L pair features), given as a list of such arrays (one
+        copy), a tuple ``(values, shapes)`` of the cells ``[sum h*w, *inner]``
+        and ``[num_examples, 2]`` sizes (no copy), or a stacked array
+        ``[num_examples, h, w, *inner]``. An axis name used twice is a tie,
+        checked for every example: ``("L", "L")`` is square, and beside
+        ``tokens`` named ``("L",)`` as long as the tokens on both axes::
+
+            jb.Dataset.from_arrays(
+                {"tokens": tokens, "pair": pairs, "image": images},
+                axes={"tokens": ("L",), "pair": ("L", "L"), "image": ("h", "w")},
+            )
         """
         dtypes = dict(dtypes or {})
-        built = [_make_column(name, data, dtypes.get(name)) for name, data in columns.items()]
+        declared = axes_of(axes, list(columns), "Dataset.from_arrays")
+        built = [
+            named(_make_column(name, data, dtypes.get(name), is_grid(declared, name)), declared)
+            for name, data in columns.items()
+        ]
         groups = [list(g) for g in (aligned or [])]
         dataset = cls(_core.Dataset(built, groups))
         set_mapped_files(dataset, _memmap_files(columns.values()))
@@ -153,6 +182,7 @@ class Dataset(Columns):
         *,
         columns: Sequence[str] | None = None,
         aligned: Sequence[Sequence[str]] | None = None,
+        axes: Axes | None = None,
     ) -> Dataset:
         """Builds a dataset from a ``pyarrow.Table`` (or RecordBatch).
 
@@ -162,7 +192,10 @@ class Dataset(Columns):
         inner shape; primitive columns become fixed columns. A column of
         several chunks (a file's record batches) is read in place, chunk by
         chunk, without a copy either. Nulls are refused, and so are two
-        columns of one name.
+        columns of one name. Nested lists ``list<list<...>>`` (each example
+        rows of equal length) and ``fixed_shape_tensor`` columns of rank >= 2
+        become grid columns ``[h, w, *inner]``, their values read in place;
+        ``axes`` names variable axes and ties as in :meth:`from_arrays`.
         """
         refuse_repeated_names(list(table.column_names), "Dataset.from_arrow")
         names = list(columns) if columns is not None else list(table.column_names)
@@ -172,7 +205,7 @@ class Dataset(Columns):
                 f"Dataset.from_arrow: no column {missing[0]!r}; "
                 f"the table has {list(table.column_names)}"
             )
-        return cls._from_arrow_part(table, names, aligned, first_example=0)
+        return cls._from_arrow_part(table, names, aligned, first_example=0, axes=axes)
 
     @classmethod
     def from_huggingface(
@@ -181,6 +214,7 @@ class Dataset(Columns):
         *,
         columns: Sequence[str] | None = None,
         aligned: Sequence[Sequence[str]] | None = None,
+        axes: Axes | None = None,
     ) -> Dataset:
         """Builds a dataset from a Hugging Face ``datasets.Dataset``, reading
         its memory-mapped Arrow files in place: no value is copied, whatever
@@ -203,6 +237,12 @@ class Dataset(Columns):
         are refused only in the rows an indices mapping selects, and errors
         number examples as ``ds[i]`` does.
 
+        ``Array2D`` and ``Array3D`` columns are grid columns ``[h, w, *inner]``
+        read in place; an ``Image`` column named in ``columns=`` is decoded
+        (Pillow) into a grid column of its pixels ``[h, w]`` or
+        ``[h, w, channels]`` (one copy: the file holds compressed bytes).
+        ``axes`` names variable axes and ties as in :meth:`from_arrays`.
+
         Example::
 
             ds = datasets.load_from_disk("tokenized")  # input_ids, attention_mask, text
@@ -213,24 +253,31 @@ class Dataset(Columns):
             loader = jb.Loader(data, jb.Pack(row_length=512, rows_per_batch=8))
         """
         built, files = huggingface_columns(ds, columns, "Dataset.from_huggingface")
+        declared = axes_of(axes, [c.name for c in built], "Dataset.from_huggingface")
+        built = [named(c, declared) for c in built]
         groups = [list(g) for g in (aligned or [])]
         dataset = cls(_core.Dataset(built, groups))
         set_mapped_files(dataset, files)
         # Pickled as the datasets.Dataset itself: datasets pickles a
         # memory-mapped one as its cache files, an in-memory one with its table.
         set_reopen(
-            dataset, Dataset.from_huggingface, (ds,), {"columns": columns, "aligned": aligned}
+            dataset,
+            Dataset.from_huggingface,
+            (ds,),
+            {"columns": columns, "aligned": aligned, "axes": axes},
         )
         return dataset
 
     @classmethod
     def _from_arrow_part(
-        cls, table: Any, names: Sequence[str], aligned, first_example: int
+        cls, table: Any, names: Sequence[str], aligned, first_example: int, axes: Axes | None = None
     ) -> Dataset:
         """from_arrow for a part of a file (a row group) that starts at
         example `first_example` of the file: errors number examples so."""
-
-        built = [column_from_arrow(n, table.column(n), first_example) for n in names]
+        declared = axes_of(axes, list(names), "Dataset.from_arrow")
+        built = [
+            named(column_from_arrow(n, table.column(n), first_example), declared) for n in names
+        ]
         groups = [list(g) for g in (aligned or [])]
         return cls(_core.Dataset(built, groups))
 
@@ -256,6 +303,8 @@ class Dataset(Columns):
             col = self._core.column(name)
             raw = col.example(index).view(numpy_dtype(col.dtype))
             lead = () if col.is_fixed else (-1,)
+            if col.is_grid:
+                lead = (int(col.heights()[index]), int(col.widths()[index]))
             out[name] = raw.reshape(lead + tuple(col.inner_shape))
         return out
 
@@ -264,6 +313,9 @@ class Dataset(Columns):
         for name in self.column_names:
             col = self._core.column(name)
             kind = "fixed" if col.is_fixed else f"ragged, max length {col.max_length}"
+            if col.is_grid:
+                high, wide = col.heights().max(initial=0), col.widths().max(initial=0)
+                kind = f"grid, max {high} x {wide}"
             cols.append(f"{name}: {col.dtype}{list(col.inner_shape)} ({kind})")
         return f"Dataset({counted(len(self), 'example')}; " + "; ".join(cols) + ")"
 
@@ -343,6 +395,7 @@ def _column_state(col: _core.RaggedColumn) -> tuple:
         col.copy_values(),
         lengths,
         col.num_examples,
+        *grid_state(col),
     )
 
 
@@ -350,15 +403,16 @@ def _from_values(columns: list[tuple], aligned: list[list[str]], layout: Any) ->
     """A pickled in-memory dataset rebuilt over its unpickled values
     (Dataset.__reduce__); the engine checks them as it checks any input."""
     built = []
-    for name, dtype, inner, values, lengths, count in columns:
+    for name, dtype, inner, values, lengths, count, shapes, axes in columns:
         if lengths is None:
             built.append(_core.RaggedColumn.fixed(name, dtype, inner, values, count, values))
         else:
             offsets = np.zeros(len(lengths) + 1, np.int64)
             np.cumsum(lengths, out=offsets[1:])
-            built.append(
-                _core.RaggedColumn.ragged(name, dtype, inner, values, offsets, (values, offsets))
+            cells = _core.RaggedColumn.ragged(
+                name, dtype, inner, values, offsets, (values, offsets)
             )
+            built.append(rebuilt(cells, shapes, axes))
     dataset = Dataset(_core.Dataset(built, aligned))
     if layout is not None:
         dataset._graph_layout = layout
@@ -387,7 +441,9 @@ def _native(array: np.ndarray) -> np.ndarray:
     return array
 
 
-def _make_column(name: str, data: Any, dtype: Any) -> _core.RaggedColumn:
+def _make_column(name: str, data: Any, dtype: Any, grid: bool = False) -> _core.RaggedColumn:
+    if grid:
+        return _grid_column(name, data, dtype)
     if isinstance(data, tuple) and len(data) == 2:
         return _ragged_from_pair(name, data, dtype)
     if isinstance(data, np.ndarray) and data.dtype != object:
@@ -397,6 +453,29 @@ def _make_column(name: str, data: Any, dtype: Any) -> _core.RaggedColumn:
     raise ValueError(
         f"column {name!r}: expected a list of per-example arrays, a (values, offsets) "
         f"tuple or a stacked numpy array, found {type(data).__name__}"
+    )
+
+
+def _grid_column(name: str, data: Any, dtype: Any) -> _core.RaggedColumn:
+    """A column declared with two axes: (values, shapes), a stacked array
+    [n, h, w, ...] (both without a copy) or a list of [h, w, ...] arrays."""
+    if isinstance(data, tuple) and len(data) == 2:
+        return grid_from_pair(name, _native(_as_array(name, data[0], dtype)), data[1])
+    if isinstance(data, np.ndarray) and data.dtype != object:
+        array = _native(_as_array(name, data, dtype))
+        if array.ndim < 3:
+            raise ValueError(
+                f"column {name!r}: a stacked grid column needs [num_examples, h, w, ...], "
+                f"found shape {array.shape}"
+            )
+        shapes = np.tile(np.array(array.shape[1:3], np.int64), (array.shape[0], 1))
+        return grid_from_pair(name, array.reshape(-1, *array.shape[3:]), shapes)
+    if isinstance(data, Iterable) and not isinstance(data, str | bytes):
+        arrays = [_native(_as_array(name, a, dtype, example=i)) for i, a in enumerate(data)]
+        return grid_from_arrays(name, arrays, dtype)
+    raise ValueError(
+        f"column {name!r}: expected a list of [h, w, ...] arrays, a (values, shapes) tuple or "
+        f"a stacked [num_examples, h, w, ...] array, found {type(data).__name__}"
     )
 
 

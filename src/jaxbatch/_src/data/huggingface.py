@@ -11,6 +11,7 @@ here: a caller that has a datasets.Dataset has imported it.
 
 from __future__ import annotations
 
+import io
 import sys
 import warnings
 from collections.abc import Sequence
@@ -20,6 +21,7 @@ import numpy as np
 
 from jaxbatch import _core
 from jaxbatch._src.data.arrow import column_from_arrow, supported_type
+from jaxbatch._src.data.grids import grid_from_arrays
 
 
 def is_huggingface_dataset(obj: Any) -> bool:
@@ -110,7 +112,10 @@ def huggingface_columns(
         missing = [n for n in chosen if n not in names]
         if missing:
             raise ValueError(f"{who}: no column {missing[0]!r}; the dataset has {names}")
-        bad = [n for n in chosen if not supported_type(table.schema.field(n).type)]
+        images = set(_image_columns(ds))
+        bad = [
+            n for n in chosen if n not in images and not supported_type(table.schema.field(n).type)
+        ]
         if bad:
             raise ValueError(
                 f"{who}: column {bad[0]!r} is {table.schema.field(bad[0]).type}; expected "
@@ -125,7 +130,13 @@ def huggingface_columns(
     order = None
     if ds._indices is not None:  # select / shuffle / split / filter: rows in this order.
         order = ds._indices.column(0).to_numpy().astype(np.int64, copy=False)
-    built = [column_from_arrow(n, table.column(n), 0, order) for n in chosen]
+    images = set(_image_columns(ds)) if columns is not None else set()
+    built = [
+        _decoded_images(n, table.column(n), order, ds.features[n].mode)
+        if n in images
+        else column_from_arrow(n, table.column(n), 0, order)
+        for n in chosen
+    ]
     files = [f["filename"] for f in ds.cache_files] if _is_memory_mapped(ds) else []
     return built, files
 
@@ -136,3 +147,41 @@ def _is_memory_mapped(ds: Any) -> bool:
     return type(ds.data).__name__ in ("MemoryMappedTable", "ConcatenationTable") and bool(
         ds.cache_files
     )
+
+
+def _image_columns(ds: Any) -> list[str]:
+    """The columns whose feature is ``datasets.Image`` (PNG/JPEG bytes)."""
+    module = sys.modules.get("datasets")
+    kind = getattr(module, "Image", None)
+    return [n for n, f in (ds.features or {}).items() if kind is not None and isinstance(f, kind)]
+
+
+def _decoded_images(
+    name: str, column: Any, order: np.ndarray | None, mode: str | None
+) -> _core.RaggedColumn:
+    """An Image column decoded with Pillow into a grid column of pixels
+    [h, w] or [h, w, channels] (one copy: the file holds compressed bytes).
+    Every image must decode to one dtype and channel count; the error names
+    the first that does not, so a user converts them (ds.cast_column with
+    Image(mode=...)) instead of jaxbatch converting silently."""
+    from PIL import Image  # datasets' own dependency for Image columns
+
+    rows = column.combine_chunks() if hasattr(column, "combine_chunks") else column
+    picked = range(len(rows)) if order is None else order
+    arrays = []
+    for i, row in enumerate(picked):
+        item = rows[int(row)].as_py()
+        if item is None:
+            raise ValueError(f"column {name!r}, example {i}: expected an image, found a null")
+        source = io.BytesIO(item["bytes"]) if item.get("bytes") is not None else item["path"]
+        with Image.open(source) as image:
+            # What ds[i] holds: a feature's mode= converts on decoding.
+            pixels = np.asarray(image.convert(mode) if mode and image.mode != mode else image)
+        if arrays and (pixels.dtype, pixels.shape[2:]) != (arrays[0].dtype, arrays[0].shape[2:]):
+            raise ValueError(
+                f"column {name!r}, example {i}: decodes to {pixels.dtype} pixels of shape "
+                f"{pixels.shape[2:]} but example 0 to {arrays[0].dtype} of {arrays[0].shape[2:]}; "
+                f"give every image one mode (ds.cast_column({name!r}, datasets.Image(mode='RGB')))"
+            )
+        arrays.append(pixels)
+    return grid_from_arrays(name, arrays, np.uint8 if not arrays else None)
