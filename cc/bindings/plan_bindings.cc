@@ -15,10 +15,13 @@
 #include <utility>
 
 #include "bindings.h"
+#include "jaxbatch/base/checked.h"
 #include "jaxbatch/base/error.h"
 #include "jaxbatch/plan/batch_plan.h"
+#include "jaxbatch/plan/buckets.h"
 #include "jaxbatch/plan/graph_fit.h"
 #include "jaxbatch/plan/graph_replan.h"
+#include "jaxbatch/plan/grid_buckets.h"
 #include "jaxbatch/plan/planner.h"
 #include "jaxbatch/plan/planner_key.h"
 
@@ -29,6 +32,11 @@ namespace {
 template <typename T>
 nb::ndarray<nb::numpy, const T, nb::ndim<1>> View(const std::vector<T>& v) {
   return nb::ndarray<nb::numpy, const T, nb::ndim<1>>(v.data(), {v.size()}, nb::handle());
+}
+
+// A BatchShape as Python reads it: (rows, length, segments, edges, width).
+std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t> ShapeTuple(const BatchShape& s) {
+  return {s.rows, s.length, s.segments, s.edges, s.width};
 }
 
 std::span<const int64_t> Span(const std::optional<Int64Input>& a) {
@@ -227,17 +235,16 @@ void BindPlan(nb::module_& m) {
 
   // Pickled as its flags, shapes, vectors and stats; unpickling checks
   // that they fit together (CheckPlan) before anything indexes with them.
-  using Shapes = std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t>>;
+  using Shapes = std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t>>;
   using PlanState =
       std::tuple<bool, bool, bool, std::string, Shapes, Int64Input, Int64Input, Int64Input,
                  Int64Input, Int64Input, Int64Input, PlanStats, bool, Int64Input, Int64Input,
-                 Int64Input, std::vector<std::string>, std::vector<int64_t>>;
+                 Int64Input, std::vector<std::string>, std::vector<int64_t>, bool>;
   nb::class_<BatchPlan>(m, "BatchPlan")
       .def("__getstate__",
            [](const BatchPlan& p) {
              Shapes shapes;
-             for (const BatchShape& s : p.shapes)
-               shapes.emplace_back(s.rows, s.length, s.segments, s.edges);
+             for (const BatchShape& s : p.shapes) shapes.push_back(ShapeTuple(s));
              std::vector<int64_t> shape_ids(p.batch_shape_ids.begin(), p.batch_shape_ids.end());
              return nb::make_tuple(p.packed, p.graph, p.allow_truncate, p.length_column, shapes,
                                    ToNumpy(std::move(shape_ids)), ToNumpy(p.batch_row_begin),
@@ -245,7 +252,7 @@ void BindPlan(nb::module_& m) {
                                    ToNumpy(p.dropped_examples), ToNumpy(p.skipped_examples),
                                    p.stats, p.split, ToNumpy(p.example_pieces),
                                    ToNumpy(p.piece_starts), ToNumpy(p.piece_lengths),
-                                   p.feature_names, p.feature_row_lengths);
+                                   p.feature_names, p.feature_row_lengths, p.grid);
            })
       .def("__setstate__",
            [](BatchPlan& p, const PlanState& t) {
@@ -257,8 +264,8 @@ void BindPlan(nb::module_& m) {
              plan.graph = std::get<1>(t);
              plan.allow_truncate = std::get<2>(t);
              plan.length_column = std::get<3>(t);
-             for (const auto& [rows, length, segments, edges] : std::get<4>(t))
-               plan.shapes.push_back({rows, length, segments, edges});
+             for (const auto& [rows, length, segments, edges, width] : std::get<4>(t))
+               plan.shapes.push_back({rows, length, segments, edges, width});
              for (int64_t id : vec(std::get<5>(t))) {
                if (id < 0 || id > INT32_MAX) {
                  throw InvalidArgumentError("BatchPlan: a batch's shape id is out of range");
@@ -277,6 +284,7 @@ void BindPlan(nb::module_& m) {
              plan.piece_lengths = vec(std::get<15>(t));
              plan.feature_names = std::get<16>(t);
              plan.feature_row_lengths = std::get<17>(t);
+             plan.grid = std::get<18>(t);
              CheckPlan(plan);
              new (&p) BatchPlan(std::move(plan));
            })
@@ -284,6 +292,7 @@ void BindPlan(nb::module_& m) {
       .def_ro("allow_truncate", &BatchPlan::allow_truncate)
       .def_ro("split", &BatchPlan::split)
       .def_ro("graph", &BatchPlan::graph)
+      .def_ro("grid", &BatchPlan::grid)
       .def_rw("length_column", &BatchPlan::length_column)
       // Pack with several features: each feature's row length, by name.
       .def_prop_ro("feature_row_lengths",
@@ -297,9 +306,8 @@ void BindPlan(nb::module_& m) {
       .def_prop_ro("num_batches", &BatchPlan::num_batches)
       .def_prop_ro("shapes",
                    [](const BatchPlan& p) {
-                     std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t>> out;
-                     for (const BatchShape& s : p.shapes)
-                       out.emplace_back(s.rows, s.length, s.segments, s.edges);
+                     Shapes out;
+                     for (const BatchShape& s : p.shapes) out.push_back(ShapeTuple(s));
                      return out;
                    })
       .def_prop_ro(
@@ -329,25 +337,42 @@ void BindPlan(nb::module_& m) {
       .def_prop_ro(
           "skipped_examples", [](const BatchPlan& p) { return View(p.skipped_examples); },
           nb::rv_policy::reference_internal)
-      .def("batch_shape", [](const BatchPlan& p, int64_t b) {
-        const BatchShape s = p.batch(b).shape;
-        return std::make_tuple(s.rows, s.length, s.segments, s.edges);
-      });
+      .def("batch_shape",
+           [](const BatchPlan& p, int64_t b) { return ShapeTuple(p.batch(b).shape); });
 
   m.def(
       "plan",
       [](Int64Input lengths, const PlannerOptions& options, std::optional<Int64Input> order,
-         std::optional<Int64Input> edges) {
+         std::optional<Int64Input> edges, std::optional<Int64Input> widths) {
         const std::span<const int64_t> l(lengths.data(), lengths.shape(0));
-        std::span<const int64_t> o;
-        std::span<const int64_t> e;
-        if (order) o = std::span<const int64_t>(order->data(), order->shape(0));
-        if (edges) e = std::span<const int64_t>(edges->data(), edges->shape(0));
+        const std::span<const int64_t> o = Span(order), e = Span(edges), w = Span(widths);
         nb::gil_scoped_release release;
-        return Plan(l, options, o, e);
+        return Plan(l, options, o, e, w);
       },
       nb::arg("lengths"), nb::arg("options"), nb::arg("order").none() = nb::none(),
-      nb::arg("edges").none() = nb::none());
+      nb::arg("edges").none() = nb::none(), nb::arg("widths").none() = nb::none());
+  // grid_buckets.h's shape choice with a fixed rows per batch, for tests
+  // that compare it with a brute-force reference: (shapes, cost, exact).
+  m.def(
+      "choose_grid_shapes",
+      [](Int64Input heights, Int64Input widths, int64_t max_shapes, int64_t rows,
+         bool pad_remainder, int64_t max_evaluations) {
+        const std::span<const int64_t> h(heights.data(), heights.shape(0));
+        const std::span<const int64_t> w(widths.data(), widths.shape(0));
+        if (rows <= 0) throw InvalidArgumentError(StrCat("choose_grid_shapes: rows=", rows));
+        nb::gil_scoped_release release;
+        const GridChoice choice = ChooseGridShapes(
+            h, w, max_shapes,
+            [&](int64_t a, int64_t b, int64_t n) {
+              return BucketCost(SaturatingMul(a, b), n, rows, pad_remainder);
+            },
+            max_evaluations);
+        std::vector<std::pair<int64_t, int64_t>> shapes;
+        for (const GridShape& s : choice.shapes) shapes.emplace_back(s.height, s.width);
+        return std::make_tuple(shapes, choice.cost, choice.exact);
+      },
+      nb::arg("heights"), nb::arg("widths"), nb::arg("max_shapes"), nb::arg("rows"),
+      nb::arg("pad_remainder"), nb::arg("max_evaluations"));
   m.def(
       "replan_graphs_halved",
       [](Int64Input nodes, Int64Input edges, Int64Input ids, int64_t graphs, int64_t node_slots,

@@ -1,6 +1,7 @@
 #include "jaxbatch/plan/batch_plan.h"
 
 #include <algorithm>
+#include <optional>
 #include <string>
 
 #include "jaxbatch/base/checked.h"
@@ -43,6 +44,28 @@ void CheckShape(const BatchShape& shape, const std::string& what) {
     throw InvalidArgumentError(StrCat("BatchPlan: ", what, " of ", shape.rows, " rows x ",
                                       shape.length, " elements x ", shape.segments,
                                       " segments: expected sizes >= 0 whose products fit int64"));
+  }
+  const std::optional<int64_t> cells = CheckedMul(shape.length, shape.width);
+  if (shape.width < 0 || !cells || !CheckedMul(shape.rows, *cells)) {
+    throw InvalidArgumentError(StrCat("BatchPlan: ", what, " of ", shape.rows, " rows x ",
+                                      shape.length, " x ", shape.width,
+                                      " cells: expected sizes >= 0 whose product fits int64"));
+  }
+}
+
+// A grid plan's shapes all have a width (> 0) and its rows one example
+// each; every other plan's shapes have none.
+void CheckGridShapes(const BatchPlan& plan) {
+  if (plan.grid && (plan.packed || plan.graph || plan.split)) {
+    throw InvalidArgumentError(
+        "BatchPlan: a grid plan cannot also be packed, a graph plan or split");
+  }
+  for (size_t s = 0; s < plan.shapes.size(); ++s) {
+    if ((plan.shapes[s].width > 0) != plan.grid) {
+      throw InvalidArgumentError(StrCat(
+          "BatchPlan: shape ", s, " has width ", plan.shapes[s].width, ", expected ",
+          plan.grid ? "> 0 (the plan is a grid plan)" : "0 (the plan is not a grid plan)"));
+    }
   }
 }
 
@@ -106,6 +129,7 @@ void CheckPlan(const BatchPlan& plan) {
   for (size_t s = 0; s < plan.shapes.size(); ++s) {
     CheckShape(plan.shapes[s], StrCat("shape ", s));
   }
+  CheckGridShapes(plan);
   // A collator sizes each feature's arrays by its row length.
   if (plan.feature_names.size() != plan.feature_row_lengths.size()) {
     throw InvalidArgumentError(StrCat("BatchPlan: ", plan.feature_names.size(),
@@ -226,7 +250,9 @@ double Ratio(int64_t real, int64_t padded) {
 }  // namespace
 
 int64_t PaddedElements(const BatchShape& shape, bool graph) {
-  return graph ? shape.length : SaturatingMul(shape.rows, shape.length);
+  if (graph) return shape.length;
+  const int64_t elements = SaturatingMul(shape.rows, shape.length);
+  return shape.width > 0 ? SaturatingMul(elements, shape.width) : elements;
 }
 
 int64_t ExamplesStarted(const BatchView& view) {
@@ -249,8 +275,26 @@ int64_t SegmentLength(const BatchView& view, std::span<const int64_t> lengths, i
   return SegmentSpan(view, q, length).length;
 }
 
-int64_t RealElements(const BatchView& view, std::span<const int64_t> lengths, bool graph) {
+namespace {
+
+// The cells of an example of `height` x `width` that a grid batch of
+// `shape` holds: cut to the shape on each axis.
+int64_t GridCells(const BatchShape& shape, int64_t height, int64_t width) {
+  return SaturatingMul(std::min(height, shape.length), std::min(width, shape.width));
+}
+
+}  // namespace
+
+int64_t RealElements(const BatchView& view, std::span<const int64_t> lengths, bool graph,
+                     std::span<const int64_t> widths) {
   int64_t real = 0;
+  if (view.shape.width > 0) {
+    for (int64_t e : view.all_examples()) {
+      const auto i = static_cast<size_t>(e);
+      real = SaturatingAdd(real, GridCells(view.shape, lengths[i], widths[i]));
+    }
+    return real;
+  }
   for (int64_t r = 0; r < view.stored_rows(); ++r) {
     int64_t used = 0;
     for (int64_t q = view.row_begin[r]; q < view.row_begin[r + 1]; ++q) {
@@ -289,6 +333,27 @@ BatchPlan PlanBuilder::FinishGraphs(std::span<const int64_t> nodes, std::span<co
     }
   }
   stats.occupied_elements = stats.padded_elements;
+  stats.efficiency = Ratio(stats.real_elements, stats.padded_elements);
+  return std::move(plan_);
+}
+
+BatchPlan PlanBuilder::FinishGrid(std::span<const int64_t> heights,
+                                  std::span<const int64_t> widths, int64_t num_examples) && {
+  StartStats(num_examples);
+  PlanStats& stats = plan_.stats;
+  for (int64_t b = 0; b < stats.batches; ++b) {
+    const BatchView view = plan_.batch(b);
+    ++stats.batches_per_shape[static_cast<size_t>(plan_.batch_shape_ids[static_cast<size_t>(b)])];
+    const int64_t cells = SaturatingMul(view.shape.length, view.shape.width);
+    stats.padded_elements = SaturatingAdd(stats.padded_elements, PaddedElements(view.shape, false));
+    for (int64_t e : view.all_examples()) {
+      const auto i = static_cast<size_t>(e);
+      if (heights[i] > view.shape.length || widths[i] > view.shape.width) ++stats.truncated;
+      stats.real_elements =
+          SaturatingAdd(stats.real_elements, GridCells(view.shape, heights[i], widths[i]));
+      stats.occupied_elements = SaturatingAdd(stats.occupied_elements, cells);
+    }
+  }
   stats.efficiency = Ratio(stats.real_elements, stats.padded_elements);
   return std::move(plan_);
 }

@@ -47,12 +47,15 @@ void CheckExtent(int64_t value, std::string_view planner, std::string_view optio
 // A batch's padded shape: `rows` x `length` elements, and for packed rows
 // `segments` = the most examples one row can hold (0 when not packed). A
 // graph batch (graph_planner.h) has `rows` graph slots, `length` node slots
-// and `edges` edge slots.
+// and `edges` edge slots. A grid batch (images [h, w, ...], pair features
+// [L, L, ...]) pads every example to `length` x `width` cells: H = length,
+// W = width; `width` is 0 for every other batch.
 struct BatchShape {
   int64_t rows = 0;
   int64_t length = 0;
   int64_t segments = 0;
   int64_t edges = 0;
+  int64_t width = 0;
   friend bool operator==(const BatchShape&, const BatchShape&) = default;
 };
 
@@ -63,7 +66,7 @@ struct PlanStats {
   int64_t batches = 0;
   int64_t shapes = 0;  // distinct batch shapes = compilations
   // Element counts saturate at 2^63 - 1 rather than wrap (a plan of huge
-  // batches): they are never negative.
+  // batches): they are never negative. A grid plan counts cells (h x w).
   int64_t real_elements = 0;    // sum of (possibly truncated) lengths placed
   int64_t padded_elements = 0;  // sum over batches of rows * length
   double efficiency = 0.0;      // real / padded (1.0 for an empty plan)
@@ -133,11 +136,15 @@ inline int64_t PieceCount(int64_t length, int64_t row_length) {
 // split plan's piece (PieceOf), or a concat_then_split plan's stored span.
 PieceSpan SegmentSpan(const BatchView& view, int64_t q, int64_t length);
 
-// Elements a batch pads to: rows x length, or a graph batch's node slots.
+// Elements a batch pads to: rows x length (x width for a grid batch), or a
+// graph batch's node slots.
 int64_t PaddedElements(const BatchShape& shape, bool graph);
 // Real elements of `view`: each example's length (from `lengths`, by
-// example id), cut to what its row has room for as a collator cuts it.
-int64_t RealElements(const BatchView& view, std::span<const int64_t> lengths, bool graph);
+// example id), cut to what its row has room for as a collator cuts it. A
+// grid batch (shape.width > 0) reads `lengths` as heights and `widths` as
+// widths and counts min(h, H) x min(w, W) cells per example.
+int64_t RealElements(const BatchView& view, std::span<const int64_t> lengths, bool graph,
+                     std::span<const int64_t> widths = {});
 // The examples a batch counts: its segments, less a split plan's pieces
 // after the first, so that each example counts once over a plan.
 int64_t ExamplesStarted(const BatchView& view);
@@ -150,6 +157,9 @@ class BatchPlan {
   bool packed = false;
   // Graph batches (graph_planner.h): each stored row is one graph.
   bool graph = false;
+  // Grid batches (grid_planner.h): every shape has width > 0, a row holds
+  // one example padded to length x width cells.
+  bool grid = false;
   // True when too_long="truncate": a collator may cut examples to the shape.
   bool allow_truncate = false;
   // True when too_long="split": segments are pieces (example_pieces), and
@@ -209,6 +219,12 @@ class PlanBuilder {
     builder.plan_.graph = true;
     return builder;
   }
+  // A builder of grid batches: shapes with width > 0, one example a row.
+  static PlanBuilder Grid() {
+    PlanBuilder builder(false);
+    builder.plan_.grid = true;
+    return builder;
+  }
   void BeginBatch(const BatchShape& shape);
   void AddRow(std::span<const int64_t> examples);
   // A split plan's row: segment q is piece pieces[q] of examples[q].
@@ -231,6 +247,9 @@ class PlanBuilder {
   bool split() const { return plan_.split; }
   // Computes stats from `lengths` (indexed by example id).
   BatchPlan Finish(std::span<const int64_t> lengths, int64_t num_examples) &&;
+  // Finish for grid batches, from each example's height and width.
+  BatchPlan FinishGrid(std::span<const int64_t> heights, std::span<const int64_t> widths,
+                       int64_t num_examples) &&;
   // Finish for graph batches, from each graph's node and edge count.
   BatchPlan FinishGraphs(std::span<const int64_t> nodes, std::span<const int64_t> edges,
                          int64_t num_examples) &&;

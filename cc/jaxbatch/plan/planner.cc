@@ -8,6 +8,7 @@
 #include "jaxbatch/base/error.h"
 #include "jaxbatch/plan/buckets.h"
 #include "jaxbatch/plan/concat_split.h"
+#include "jaxbatch/plan/grid_planner.h"
 #include "jaxbatch/plan/pack_features.h"
 #include "jaxbatch/plan/pack_lengths.h"
 #include "jaxbatch/plan/packer.h"
@@ -717,7 +718,8 @@ int64_t Longest(std::span<const int64_t> lengths) {
 }  // namespace
 
 void CheckExamplesFit(std::span<const int64_t> lengths, const PlannerOptions& options,
-                      std::span<const int64_t> edges) {
+                      std::span<const int64_t> edges, std::span<const int64_t> widths) {
+  if (!widths.empty()) return CheckGridExamplesFit(lengths, widths, options);
   if (lengths.empty()) return;
   std::visit(
       [&](const auto& o) {
@@ -753,8 +755,13 @@ void CheckExamplesFit(std::span<const int64_t> lengths, const PlannerOptions& op
 }
 
 BatchPlan Plan(std::span<const int64_t> lengths, const PlannerOptions& options,
-               std::span<const int64_t> order, std::span<const int64_t> edges) {
+               std::span<const int64_t> order, std::span<const int64_t> edges,
+               std::span<const int64_t> widths) {
   ValidatePlannerOptions(options);
+  if (!widths.empty()) {
+    CheckGridSizes(lengths, widths, options);
+    return PlanGrid(lengths, widths, ResolveOrder(lengths, order), options);
+  }
   const std::vector<int64_t> ids = ResolveOrder(lengths, order);
   return std::visit(
       [&](const auto& o) -> BatchPlan {

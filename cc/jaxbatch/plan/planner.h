@@ -183,9 +183,10 @@ void ValidatePlannerOptions(const PlannerOptions& options);
 // token_budget, or a PadToMax batch of it past int64. One pass over the
 // lengths (node counts, and `edges` for a graph planner): a Loader calls it
 // when it is made, so such data is named before any batch, in every epoch
-// and shard alike.
+// and shard alike. With `widths` (grid data), `lengths` are the heights
+// (grid_planner.h).
 void CheckExamplesFit(std::span<const int64_t> lengths, const PlannerOptions& options,
-                      std::span<const int64_t> edges = {});
+                      std::span<const int64_t> edges = {}, std::span<const int64_t> widths = {});
 
 // Plans batches over `lengths` (indexed by example id). `order` lists the
 // example ids to plan, in the order to consider them (a shuffle or a shard);
@@ -193,10 +194,14 @@ void CheckExamplesFit(std::span<const int64_t> lengths, const PlannerOptions& op
 // as node counts and needs `edges`, the edge counts; a Pack with several
 // features (row_lengths) reads `lengths` as its first feature's lengths (by
 // name) and `edges` as the other features', feature after feature, n each
-// (pack_features.h); the others ignore `edges`. Throws InvalidArgumentError for bad options or a
-// too-long example under TooLong::kError.
+// (pack_features.h); the others ignore `edges`. Data with two variable axes
+// (images, pair features) passes each example's width in `widths` and its
+// height in `lengths`: a grid plan (grid_planner.h); empty `widths` is 1-D
+// data. Throws InvalidArgumentError for bad options or a too-long example
+// under TooLong::kError.
 BatchPlan Plan(std::span<const int64_t> lengths, const PlannerOptions& options,
-               std::span<const int64_t> order = {}, std::span<const int64_t> edges = {});
+               std::span<const int64_t> order = {}, std::span<const int64_t> edges = {},
+               std::span<const int64_t> widths = {});
 
 }  // namespace jaxbatch
 

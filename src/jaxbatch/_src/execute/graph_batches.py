@@ -313,7 +313,7 @@ class GraphOomSplitter:
                 f"jb.map: out of memory on graph batch {batch.index} ({shape.length} nodes, "
                 f"{shape.edges} edges, {shape.rows} graphs): {e}"
             ) from error
-        rows, length, _, edge_slots = plan.batch_shape(0)
+        rows, length, _, edge_slots, _ = plan.batch_shape(0)
         half = GraphBudget(nodes=length, edges=edge_slots, graphs=rows)
         if error is not None:  # Once per shape: later batches of it come straight here.
             log.warning(

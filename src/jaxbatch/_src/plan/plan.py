@@ -82,13 +82,30 @@ class BatchShape:
     ``rows`` graph slots, ``length`` node slots and ``edges`` edge slots.
     A ``Pack`` with several features gives each its own row length in
     ``feature_lengths`` (``(("inputs", 512), ("targets", 128))``, by name;
-    ``feature_length(name)`` reads one), and ``length`` is their sum."""
+    ``feature_length(name)`` reads one), and ``length`` is their sum.
+    A grid batch (images, pair features) pads each example to ``length`` x
+    ``width`` cells (H x W; ``grid`` is ``(rows, H, W)``); ``width`` is 0
+    for every other batch."""
 
     rows: int
     length: int
     segments: int = 0
     edges: int = 0
     feature_lengths: tuple[tuple[str, int], ...] = ()
+    width: int = 0
+
+    @classmethod
+    def from_core(
+        cls, shape: tuple[int, ...], feature_lengths: tuple[tuple[str, int], ...] = ()
+    ) -> BatchShape:
+        """From the engine's (rows, length, segments, edges[, width]) tuple."""
+        rows, length, segments, edges, *width = shape
+        return cls(rows, length, segments, edges, feature_lengths, width[0] if width else 0)
+
+    @property
+    def grid(self) -> tuple[int, int, int] | None:
+        """``(rows, H, W)`` for a grid batch, else None."""
+        return (self.rows, self.length, self.width) if self.width else None
 
     def feature_length(self, name: str) -> int:
         """The row length of feature `name` (``length`` with one feature)."""
@@ -106,7 +123,7 @@ class BatchSpec:
     def __init__(self, plan: BatchPlan, index: int):
         self.plan = plan
         self.index = index
-        self.shape = BatchShape(*plan._core.batch_shape(index), plan._feature_lengths)
+        self.shape = BatchShape.from_core(plan._core.batch_shape(index), plan._feature_lengths)
 
     @property
     def rows(self) -> list[np.ndarray]:
@@ -157,12 +174,18 @@ class BatchPlan:
         return self._core.graph
 
     @property
+    def grid(self) -> bool:
+        """Whether the batches are grid batches (examples of h x w cells,
+        planned from ``(h, w)`` sizes): each shape has a ``width``."""
+        return self._core.grid
+
+    @property
     def length_column(self) -> str | None:
         return self._core.length_column or None
 
     @property
     def shapes(self) -> list[BatchShape]:
-        return [BatchShape(*s, self._feature_lengths) for s in self._core.shapes]
+        return [BatchShape.from_core(s, self._feature_lengths) for s in self._core.shapes]
 
     @property
     def _feature_lengths(self) -> tuple[tuple[str, int], ...]:
@@ -217,6 +240,10 @@ def plan(
     A graph planner (:class:`GraphBudget`, :class:`GraphBuckets`) plans a
     graph dataset (:meth:`Dataset.from_graphs`) by its node and edge counts.
 
+    Sizes of shape ``[n, 2]`` (each example's height and width: images,
+    pair features) make a grid plan: each batch's shape is ``(rows, H, W)``
+    (:attr:`BatchShape.grid`) and its examples are padded to H x W cells.
+
     Example::
 
         plan = jb.plan(ds, jb.AutoBuckets(max_shapes=8, token_budget=65536))
@@ -252,10 +279,12 @@ def plan(
             raise ValueError("plan: column= needs a Dataset, found plain lengths")
         name = ""
         lengths = np.asarray(data)
-        if lengths.ndim != 1 or (lengths.size and not np.issubdtype(lengths.dtype, np.integer)):
+        if lengths.ndim == 2 and lengths.shape[1] == 2 and _integers(lengths):
+            return _plan_grid(lengths, planner, order)
+        if lengths.ndim != 1 or not _integers(lengths):
             raise ValueError(
-                f"plan: expected a Dataset or 1-D integer lengths, found shape {lengths.shape} "
-                f"and dtype {lengths.dtype}"
+                f"plan: expected a Dataset, 1-D integer lengths or [n, 2] integer (height, "
+                f"width) sizes, found shape {lengths.shape} and dtype {lengths.dtype}"
             )
         lengths = np.ascontiguousarray(lengths, dtype=np.int64)
     core = _core.plan(lengths, planner._options(), order)
@@ -283,6 +312,18 @@ def _plan_features(
     core = _core.plan(lengths[0], planner._options(), order, others)
     core.length_column = names[0]
     return BatchPlan(core, planner)
+
+
+def _integers(sizes: np.ndarray) -> bool:
+    return sizes.size == 0 or np.issubdtype(sizes.dtype, np.integer)
+
+
+def _plan_grid(sizes: np.ndarray, planner: Planner, order: np.ndarray | None) -> BatchPlan:
+    """A grid plan from each example's (height, width): images or pair
+    features, each padded to its batch's H x W cells."""
+    heights = np.ascontiguousarray(sizes[:, 0], dtype=np.int64)
+    widths = np.ascontiguousarray(sizes[:, 1], dtype=np.int64)
+    return BatchPlan(_core.plan(heights, planner._options(), order, None, widths), planner)
 
 
 def _order(order: Any) -> np.ndarray | None:

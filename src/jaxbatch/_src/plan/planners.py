@@ -137,7 +137,11 @@ class PadToMax(_Planner):
     example rounded up to ``pad_to_multiple``: the usual hand-written baseline.
     Every distinct padded length is one more compilation. ``batch_size``
     must be a multiple of ``rows_multiple`` (for a kept remainder the last
-    batch's rows are rounded up to it)."""
+    batch's rows are rounded up to it).
+
+    Over grid sizes (images ``[h, w, ...]``, pair features ``[L, L, ...]``)
+    each axis pads to the batch's largest, both rounded up to
+    ``pad_to_multiple``: a batch of ``(rows, H, W)``."""
 
     batch_size: int
     pad_to_multiple: int = _default(_PAD, "pad_to_multiple")
@@ -205,7 +209,24 @@ class AutoBuckets(_Planner):
     ``rows_multiple`` makes every batch's row count a multiple of it: set
     ``jax.local_device_count()`` so each process's batch splits evenly over
     its devices (:func:`jaxbatch.global_batches`). A token budget's rows are
-    rounded down to it, a kept remainder's rows up."""
+    rounded down to it, a kept remainder's rows up.
+
+    Over grid sizes (images ``[h, w, ...]``, pair features ``[L, L, ...]``)
+    it chooses at most ``max_shapes`` shapes ``(H, W)`` from the joint
+    ``(h, w)`` histogram, minimising padded cells: each example goes to the
+    smallest-area shape that holds it, a shape gets ``batch_size`` rows
+    and/or ``token_budget // (H * W)`` (so ``token_budget`` counts cells per
+    batch), and each shape is cut to the bounding box of its examples.
+    Exact (every set of shapes scored) when the distinct sizes are few (up
+    to ~30 bounding-box candidates at 4 shapes); otherwise each axis is
+    first reduced to 32 values by the 1-D optimum over its marginal, and
+    shapes are added greedily and improved by single swaps, and the better
+    of that and an exhaustive search over a coarser grid is kept: within
+    5% of the exhaustive optimum on the histograms of
+    tests/test_grid_planners.py (worst measured 3.1%). Square
+    data (every ``h == w``, tied axes) gets square shapes. The empty rows
+    of a shape's last batch are not filled from other shapes (the 1-D
+    planner's ``remainder="pad"`` filling)."""
 
     max_shapes: int
     token_budget: int | None = None
