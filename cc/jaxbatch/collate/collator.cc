@@ -6,6 +6,7 @@
 #include <limits>
 #include <optional>
 #include <thread>
+#include <utility>
 
 #include "jaxbatch/base/arena.h"
 #include "jaxbatch/base/checked.h"
@@ -13,6 +14,7 @@
 #include "jaxbatch/base/mapped_read.h"
 #include "jaxbatch/base/threads.h"
 #include "jaxbatch/collate/fill_rows.h"
+#include "jaxbatch/collate/grid_collator.h"
 #include "jaxbatch/collate/internal.h"
 
 namespace jaxbatch {
@@ -176,6 +178,37 @@ std::vector<int64_t> WithInner(std::vector<int64_t> lead, const RaggedColumn& co
   return lead;
 }
 
+// The H x W a grid column is padded to in a batch of `shape`: the batch's
+// own when the batch is planned by it (or a column aligned with it), L x L
+// in a 1-D batch whose length column it is tied to (a pair feature beside
+// its tokens), else its largest example's in the data, so its shape never
+// changes (as a ragged column's that is not planned).
+std::pair<int64_t, int64_t> GridExtent(const Dataset& dataset, const BatchShape& shape,
+                                       const std::string& length_column,
+                                       const RaggedColumn& column) {
+  if (shape.width > 0 && dataset.AreAligned(column.name(), length_column)) {
+    return {shape.length, shape.width};
+  }
+  if (shape.width == 0 && dataset.IsTiedSquare(column, length_column)) {
+    return {shape.length, shape.length};
+  }
+  return {column.max_height(), column.max_width()};
+}
+
+// The extent of a 1-D ragged column tied to an axis of the grid length column
+// of a grid batch (tokens beside the L x L feature the batch is planned by).
+std::optional<int64_t> TiedToGridAxis(const Dataset& dataset, const BatchShape& shape,
+                                      const std::string& length_column,
+                                      const RaggedColumn& column) {
+  const RaggedColumn& by = dataset.column(length_column);
+  if (shape.width == 0 || !by.is_grid() || by.axes().size() != 2 || column.axes().size() != 1) {
+    return std::nullopt;
+  }
+  if (column.axes()[0] == by.axes()[0]) return shape.length;
+  if (column.axes()[0] == by.axes()[1]) return shape.width;
+  return std::nullopt;
+}
+
 // Rows [r0, r1) of <k>_segment_starts from the lengths FillPackedRows wrote:
 // the exclusive running sum, so a row's segments lie back to back from cell
 // 0 and its unused slots (length 0) start at the row's end. Sums stay within
@@ -217,6 +250,8 @@ class BatchCollator {
     for (const RaggedColumn& column : dataset_.columns()) {
       if (column.is_fixed()) {
         Fixed(column, out);
+      } else if (column.is_grid()) {
+        Grid(column, out);
       } else if (layout_.packed) {
         Packed(column, out);
       } else {
@@ -273,7 +308,9 @@ class BatchCollator {
           length_column_, "', but ragged column '", column.name(),
           "' has other lengths; drop it from the data or use too_long=\"truncate\" or \"skip\""));
     }
-    const int64_t length = planned ? view_.shape.length : column.max_length();
+    const std::optional<int64_t> tied =
+        TiedToGridAxis(dataset_, view_.shape, length_column_, column);
+    const int64_t length = planned ? view_.shape.length : tied.value_or(column.max_length());
     CheckInt32(length, "padded length", column, view_.index);
     const PadValue pad = EncodePad(column, options_);
     const size_t item = ItemSize(column.dtype());
@@ -292,7 +329,7 @@ class BatchCollator {
     // Short rows: clear the whole batch once, then copy the examples in, so
     // each row costs one memcpy instead of four calls.
     const bool bulk = pad.zero && row_bytes < kBulkClearRowBytes;
-    const bool truncate = planned && layout_.allow_truncate;
+    const bool truncate = (planned || tied) && layout_.allow_truncate;
     const PaddedFill fill{
         .row_begin = view_.row_begin.data(),
         .examples = view_.examples.data(),
@@ -331,6 +368,50 @@ class BatchCollator {
       out.push_back(std::move(segment_ids));
       out.push_back(std::move(positions));
     }
+  }
+
+  // A grid column (grid_collator.h): [rows, H, W, *inner], its mask and
+  // (h, w) per row.
+  void Grid(const RaggedColumn& column, std::vector<Array>& out) {
+    if (layout_.packed || !view_.starts.empty()) {
+      throw InvalidArgumentError(
+          StrCat("collate: column '", column.name(), "' is a grid (examples [h, w, ...]), which ",
+                 layout_.packed ? "Pack's rows of one variable axis" : "a batch of split pieces",
+                 " cannot hold; pad it (PadToMax, AutoBuckets), use PatchPack, or leave it out"));
+    }
+    const auto [height, width] = GridExtent(dataset_, view_.shape, length_column_, column);
+    CheckInt32(height, "padded height", column, view_.index);
+    CheckInt32(width, "padded width", column, view_.index);
+    Array values = Alloc(column.name(), column.dtype(), WithInner({rows(), height, width}, column));
+    Array mask = Alloc(Suffixed(column.name(), kMaskSuffix), DType::kBool, {rows(), height, width});
+    Array lengths = Alloc(Suffixed(column.name(), kLengthsSuffix), DType::kInt32, {rows(), 2});
+    const bool planned = dataset_.AreAligned(column.name(), length_column_) ||
+                         dataset_.IsTiedSquare(column, length_column_);
+    const GridFill fill{.row_begin = view_.row_begin.data(),
+                        .examples = view_.examples.data(),
+                        .stored_rows = view_.stored_rows(),
+                        .batch = view_.index,
+                        .height = height,
+                        .width = width,
+                        .cell_bytes = column.row_bytes(),
+                        .inner = column.inner_size(),
+                        .item = ItemSize(column.dtype()),
+                        .pad = EncodePad(column, options_),
+                        .truncate = planned && layout_.allow_truncate,
+                        .values = values.data,
+                        .mask = mask.data,
+                        .lengths = reinterpret_cast<int32_t*>(lengths.data),
+                        .column = &column};
+    const bool takes_index = !index_taken_;
+    index_taken_ = true;
+    fillers_.push_back([fill, takes_index, this](int64_t r0, int64_t r1) {
+      GridFill f = fill;
+      f.index = takes_index ? index_data_ : nullptr;
+      FillGridRows(f, r0, r1);
+    });
+    out.push_back(std::move(values));
+    out.push_back(std::move(mask));
+    out.push_back(std::move(lengths));
   }
 
   void Packed(const RaggedColumn& column, std::vector<Array>& out) {
@@ -515,6 +596,9 @@ int64_t CollatedBytes(const Dataset& dataset, const BatchShape& shape, const Bat
   for (const RaggedColumn& column : dataset.columns()) {
     if (column.is_fixed()) {
       add(total, array({rows, slots, column.row_bytes()}));
+    } else if (column.is_grid()) {
+      const auto [height, width] = GridExtent(dataset, shape, length_column, column);
+      add(total, GridCollatedBytes(column, rows, height, width));
     } else if (layout.packed) {
       const int64_t length = PackedLength(dataset, layout, column, shape.length);
       add(total, array({rows, length, column.row_bytes()}));
@@ -524,7 +608,9 @@ int64_t CollatedBytes(const Dataset& dataset, const BatchShape& shape, const Bat
       add(total, array({rows, slots, 4}));  // segment starts
     } else {
       const int64_t length =
-          dataset.AreAligned(column.name(), length_column) ? shape.length : column.max_length();
+          dataset.AreAligned(column.name(), length_column)
+              ? shape.length
+              : TiedToGridAxis(dataset, shape, length_column, column).value_or(column.max_length());
       add(total, array({rows, length, column.row_bytes()}));
       add(total, array({rows, length}));
       add(total, array({rows, 4}));

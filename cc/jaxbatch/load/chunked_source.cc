@@ -25,6 +25,43 @@ const std::vector<int64_t>& ChunkedSource::lengths(std::string_view column) cons
       StrCat("ChunkedSource: no ragged column '", column, "'; the ragged columns are ", names));
 }
 
+namespace {
+
+// Axis `axis` (0: heights, 1: widths) of a grid column's shapes.
+std::vector<int64_t> GridAxis(const ChunkedSource& source, std::string_view column, int axis) {
+  std::string names;
+  for (const auto& [name, shapes] : source.grid_shapes) {
+    if (name != column) {
+      names += (names.empty() ? "'" : ", '") + name + "'";
+      continue;
+    }
+    std::vector<int64_t> out(shapes.size() / 2);
+    for (size_t i = 0; i < out.size(); ++i) out[i] = shapes[2 * i + axis];
+    return out;
+  }
+  throw InvalidArgumentError(StrCat("ChunkedSource: no grid column '", column,
+                                    "'; the grid columns are ", names.empty() ? "none" : names));
+}
+
+// Whether `c` names an axis `by` (the length column) names: it is then
+// padded to the batch's extent on that axis, never to its longest example.
+bool SharesAnAxis(const RaggedColumn& c, const RaggedColumn& by) {
+  for (const std::string& axis : c.axes()) {
+    if (std::find(by.axes().begin(), by.axes().end(), axis) != by.axes().end()) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+std::vector<int64_t> ChunkedSource::heights(std::string_view column) const {
+  return GridAxis(*this, column, 0);
+}
+
+std::vector<int64_t> ChunkedSource::widths(std::string_view column) const {
+  return GridAxis(*this, column, 1);
+}
+
 ChunkedSourceBuilder::ChunkedSourceBuilder(std::string length_column, Schema schema)
     : length_column_(std::move(length_column)), schema_(std::move(schema)) {}
 
@@ -64,8 +101,10 @@ void ChunkedSourceBuilder::Add(const Dataset& chunk) {
     first_ = DatasetBuilder(chunk).Finish();  // The columns, no examples.
     for (const RaggedColumn& c : chunk.columns()) {
       if (!c.is_fixed()) source_.ragged_lengths.emplace_back(c.name(), std::vector<int64_t>{});
+      if (c.is_grid()) source_.grid_shapes.emplace_back(c.name(), std::vector<int64_t>{});
     }
     max_lengths_.assign(source_.ragged_lengths.size(), 0);
+    max_shapes_.assign(source_.grid_shapes.size(), {0, 0});
   } else {
     try {
       DatasetBuilder(*first_).CheckColumns(chunk);
@@ -94,6 +133,14 @@ void ChunkedSourceBuilder::Add(const Dataset& chunk) {
     for (int64_t i = 0; i < column.num_examples(); ++i) lengths.push_back(column.length(i));
     max_lengths_[k] = std::max(max_lengths_[k], column.max_length());
   }
+  for (size_t k = 0; k < source_.grid_shapes.size(); ++k) {
+    const RaggedColumn& column = chunk.column(source_.grid_shapes[k].first);
+    const std::span<const int64_t> shapes = column.grid_shapes();
+    source_.grid_shapes[k].second.insert(source_.grid_shapes[k].second.end(), shapes.begin(),
+                                         shapes.end());
+    max_shapes_[k] = {std::max(max_shapes_[k].first, column.max_height()),
+                      std::max(max_shapes_[k].second, column.max_width())};
+  }
   source_.chunk_bytes.push_back(OwnedBytes(chunk));
   source_.chunk_begin.push_back(base + chunk.num_examples());
 }
@@ -102,22 +149,34 @@ ChunkedSource ChunkedSourceBuilder::Finish() && {
   if (!first_) throw InvalidArgumentError("ChunkedSource: expected at least one chunk, found none");
   // The prototype example: zeros, as long as collation pads each column.
   std::vector<RaggedColumn> columns;
-  size_t ragged = 0;
+  size_t ragged = 0, grid = 0;
   for (const RaggedColumn& c : first_->columns()) {
     int64_t rows = 1;
+    std::vector<int64_t> grid_shape;  // a grid column's (h, w)
     if (!c.is_fixed()) {
       // Graph collation pads to the budget, never to a column's longest:
-      // the prototype of graphs is an empty graph.
-      const bool empty = graphs_ || first_->AreAligned(c.name(), length_column_);
+      // the prototype of graphs is an empty graph. A column that takes the
+      // batch's extent (planned by, aligned or tied) is empty too.
+      const bool empty = graphs_ || first_->AreAligned(c.name(), length_column_) ||
+                         first_->IsTiedSquare(c, length_column_) ||
+                         SharesAnAxis(c, first_->column(length_column_));
       rows = empty ? 0 : max_lengths_[ragged];
       ++ragged;
+      if (c.is_grid()) {
+        const auto [h, w] = empty ? std::pair<int64_t, int64_t>{0, 0} : max_shapes_[grid];
+        grid_shape = {h, w};
+        rows = h * w;
+        ++grid;
+      }
     }
     const std::vector<uint8_t> zeros(static_cast<size_t>(rows * c.row_bytes()));
     std::vector<int64_t> shape = c.inner_shape();
     if (!c.is_fixed()) shape.insert(shape.begin(), rows);
     const RaggedColumn::Piece piece{zeros.data(), c.dtype(), shape};
-    columns.push_back(RaggedColumn::FromPieces(c.name(), c.dtype(), c.inner_shape(), c.is_fixed(),
-                                               std::span<const RaggedColumn::Piece>(&piece, 1)));
+    RaggedColumn column = RaggedColumn::FromPieces(c.name(), c.dtype(), c.inner_shape(),
+                                                   c.is_fixed(), std::span(&piece, 1));
+    if (c.is_grid()) column = RaggedColumn::Grid(std::move(column), std::move(grid_shape));
+    columns.push_back(RaggedColumn::WithAxes(std::move(column), c.axes()));
   }
   source_.prototype = std::make_shared<const Dataset>(std::move(columns), first_->aligned_groups());
   source_.length_column = length_column_;

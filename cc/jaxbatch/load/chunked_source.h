@@ -51,6 +51,8 @@ struct ChunkedSource {
   std::vector<int64_t> chunk_bytes;     // OwnedBytes of each decoded chunk
   // Every ragged column's lengths over the whole data, in column order.
   std::vector<std::pair<std::string, std::vector<int64_t>>> ragged_lengths;
+  // Every grid column's h_0, w_0, h_1, w_1, ... over the whole data.
+  std::vector<std::pair<std::string, std::vector<int64_t>>> grid_shapes;
   std::vector<BadRecord> bad_records;  // whole-data example indices, in order
   // Every value's fingerprint: DatasetFingerprint of each chunk, chained in
   // chunk order (what a job keys a streamed input on).
@@ -67,6 +69,10 @@ struct ChunkedSource {
   int64_t ChunkOf(int64_t example) const;
   // Throws InvalidArgumentError naming the ragged columns when `column` is not one.
   const std::vector<int64_t>& lengths(std::string_view column) const;
+  // A grid column's heights and widths over the whole data; throws
+  // InvalidArgumentError naming the grid columns when `column` is not one.
+  std::vector<int64_t> heights(std::string_view column) const;
+  std::vector<int64_t> widths(std::string_view column) const;
 };
 
 class ChunkedSourceBuilder {
@@ -91,6 +97,7 @@ class ChunkedSourceBuilder {
   ChunkedSource source_;
   std::optional<Dataset> first_;  // the first chunk's columns (no examples kept)
   std::vector<int64_t> max_lengths_;
+  std::vector<std::pair<int64_t, int64_t>> max_shapes_;  // per grid column: largest h, w
   bool graphs_ = false;
 
   void AddGraphs(const Dataset& chunk, std::vector<BadRecord>& bad);

@@ -153,6 +153,7 @@ Loader::Loader(std::shared_ptr<const Dataset> dataset, std::shared_ptr<const Chu
     excluded_[static_cast<size_t>(r.example)] = 1;
     // A bad graph's counts may be anything: it is never planned.
     lengths_[static_cast<size_t>(r.example)] = 0;
+    if (!widths_.empty()) widths_[static_cast<size_t>(r.example)] = 0;
     // An edge count, or each further feature's length.
     for (size_t k = static_cast<size_t>(r.example); k < edge_lengths_.size();
          k += lengths_.size()) {
@@ -161,7 +162,7 @@ Loader::Loader(std::shared_ptr<const Dataset> dataset, std::shared_ptr<const Chu
   }
   // A graph over the budget or a sequence too long for the planner is named
   // now, not when a worker plans the first epoch.
-  CheckExamplesFit(lengths_, options_.schedule.planner, edge_lengths_);
+  CheckExamplesFit(lengths_, options_.schedule.planner, edge_lengths_, widths_);
   if (const auto* pack = std::get_if<PackOptions>(&options_.schedule.planner);
       pack && !pack->row_lengths.empty()) {
     real_lengths_ = PackFeatureTotals(lengths_, edge_lengths_, *pack);
@@ -347,8 +348,8 @@ void Loader::CheckStartState(const LoaderState& start) {
                " or epoch ", last_epoch, " with step 0"));
   }
   if (start.step == 0) return;
-  auto schedule = std::make_shared<const EpochSchedule>(
-      MakeEpochSchedule(lengths_, excluded_, options_.schedule, start.epoch, edge_lengths_));
+  auto schedule = std::make_shared<const EpochSchedule>(MakeEpochSchedule(
+      lengths_, excluded_, options_.schedule, start.epoch, edge_lengths_, widths_));
   const auto steps = static_cast<int64_t>(schedule->steps.size());
   if (start.step >= steps) {
     throw InvalidArgumentError(StrCat("Loader: the state's step ", start.step,
@@ -362,8 +363,8 @@ void Loader::CheckStartState(const LoaderState& start) {
 void Loader::CheckMemoryLimit() {
   // Workers fill prefetch batches ahead while the consumer holds one (and a
   // Python loop the one before): a limit below that would wait forever.
-  auto schedule = std::make_shared<const EpochSchedule>(
-      MakeEpochSchedule(lengths_, excluded_, options_.schedule, claim_epoch_, edge_lengths_));
+  auto schedule = std::make_shared<const EpochSchedule>(MakeEpochSchedule(
+      lengths_, excluded_, options_.schedule, claim_epoch_, edge_lengths_, widths_));
   int64_t largest = 0;
   for (const BatchShape& shape : schedule->plan.shapes) {
     largest = std::max(largest,
@@ -479,7 +480,7 @@ std::shared_ptr<const EpochSchedule> Loader::ScheduleFor(int64_t epoch,
   std::exception_ptr error;
   try {
     schedule = std::make_shared<const EpochSchedule>(
-        MakeEpochSchedule(lengths_, excluded_, options_.schedule, epoch, edge_lengths_));
+        MakeEpochSchedule(lengths_, excluded_, options_.schedule, epoch, edge_lengths_, widths_));
   } catch (...) {
     error = std::current_exception();
   }
@@ -554,8 +555,8 @@ void Loader::WorkerLoop() {
       layout.allow_truncate = schedule->plan.allow_truncate;
       result.examples = ExamplesStarted(view);
       result.shape = view.shape;
-      result.real_elements =
-          RealElements(view, real_lengths_.empty() ? lengths_ : real_lengths_, layout_.graph);
+      result.real_elements = RealElements(view, real_lengths_.empty() ? lengths_ : real_lengths_,
+                                          layout_.graph, widths_);
       if (layout_.graph) {
         for (int64_t e : view.all_examples()) {
           result.real_edges += edge_lengths_[static_cast<size_t>(e)];
@@ -781,7 +782,7 @@ std::shared_ptr<const EpochSchedule> Loader::PlannedEpoch(int64_t epoch) const {
   }
   // Lengths, exclusions and options never change after construction.
   return std::make_shared<const EpochSchedule>(
-      MakeEpochSchedule(lengths_, excluded_, options_.schedule, epoch, edge_lengths_));
+      MakeEpochSchedule(lengths_, excluded_, options_.schedule, epoch, edge_lengths_, widths_));
 }
 
 void Loader::InitFeatureLengths(const PackOptions& pack) {
@@ -827,11 +828,28 @@ void Loader::InitLengths() {
   }
   lengths_ =
       chunked_ ? chunked_->lengths(length_column) : dataset_->column(length_column).Lengths();
+  if (chunked_ ? chunked_->prototype->column(length_column).is_grid()
+               : dataset_->column(length_column).is_grid()) {
+    InitGridSizes(length_column);
+  }
   const auto* pack = std::get_if<PackOptions>(&options_.schedule.planner);
   layout_ = BatchLayout{.packed = pack != nullptr,
                         .allow_truncate = false,
                         .split = YieldsPieces(options_.schedule.planner),
                         .length_column = length_column};
+}
+
+// A grid length column is planned by its heights and widths (a square or
+// tied one's are equal, so its shapes are square); stats count its cells
+// (RealElements over heights and widths).
+void Loader::InitGridSizes(const std::string& length_column) {
+  if (chunked_) {
+    lengths_ = chunked_->heights(length_column);
+    widths_ = chunked_->widths(length_column);
+    return;
+  }
+  lengths_ = dataset_->column(length_column).Heights();
+  widths_ = dataset_->column(length_column).Widths();
 }
 
 void Loader::InitGraphs() {

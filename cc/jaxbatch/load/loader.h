@@ -270,6 +270,7 @@ class Loader {
   void InitLengths();
   void InitFeatureLengths(const PackOptions& pack);
   void InitGraphs();
+  void InitGridSizes(const std::string& length_column);
   void WorkerLoop();
   // Throws IoError naming a mapped file whose size or modification time
   // differs from when the loader started.
@@ -308,6 +309,9 @@ class Loader {
   // Edge counts for a graph planner; for a Pack with several features the
   // features after the first, feature after feature (Plan()'s `edges`).
   std::vector<int64_t> edge_lengths_;
+  // A grid length column's widths (lengths_ then holds its heights); empty
+  // for 1-D data.
+  std::vector<int64_t> widths_;
   // A Pack with several features: each example's elements over them, cut
   // to their row lengths (the real elements a batch reports). Else empty.
   std::vector<int64_t> real_lengths_;

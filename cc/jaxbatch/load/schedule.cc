@@ -114,7 +114,7 @@ void ValidateScheduleOptions(const ScheduleOptions& o, std::string_view who) {
 
 EpochSchedule MakeEpochSchedule(std::span<const int64_t> lengths, std::span<const uint8_t> excluded,
                                 const ScheduleOptions& o, int64_t epoch,
-                                std::span<const int64_t> edges) {
+                                std::span<const int64_t> edges, std::span<const int64_t> widths) {
   ValidateScheduleOptions(o);
   std::vector<int64_t> candidates;
   candidates.reserve(lengths.size());
@@ -123,9 +123,9 @@ EpochSchedule MakeEpochSchedule(std::span<const int64_t> lengths, std::span<cons
   }
   EpochSchedule schedule;
   // Plan() reads an empty order as "every example": with none left, plan none.
-  schedule.plan = candidates.empty()
-                      ? Plan({}, o.planner)
-                      : Plan(lengths, o.planner, OrderExamples(candidates, o, epoch), edges);
+  schedule.plan = candidates.empty() ? Plan({}, o.planner)
+                                     : Plan(lengths, o.planner, OrderExamples(candidates, o, epoch),
+                                            edges, widths);
   BatchPlan& plan = schedule.plan;
   // Block shuffle keeps the planner's batch order, which follows the
   // shuffled blocks, so a batch reads from the blocks read just before it;

@@ -73,10 +73,12 @@ void ValidateScheduleOptions(const ScheduleOptions& options, std::string_view wh
 
 // Throws what ValidateScheduleOptions and ValidatePlannerOptions throw, and
 // whatever the planner throws for the data. `edges`: each graph's edge count,
-// for a graph planner (which reads `lengths` as node counts).
+// for a graph planner (which reads `lengths` as node counts). `widths`: each
+// example's width when the length column is a grid (`lengths` its heights).
 EpochSchedule MakeEpochSchedule(std::span<const int64_t> lengths, std::span<const uint8_t> excluded,
                                 const ScheduleOptions& options, int64_t epoch,
-                                std::span<const int64_t> edges = {});
+                                std::span<const int64_t> edges = {},
+                                std::span<const int64_t> widths = {});
 
 }  // namespace jaxbatch
 
