@@ -137,7 +137,7 @@ test-tsan: $(VENV)/.deps
 	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:handle_abort=1 \
 	  $(HANG_CHECK) 600 build/tsan/jaxbatch_load_test
 	TSAN_OPTIONS=halt_on_error=1:handle_abort=1 \
-	  $(HANG_CHECK) 600 build/tsan/jaxbatch_core_test --gtest_filter='Collat*:GraphCollat*'
+	  $(HANG_CHECK) 600 build/tsan/jaxbatch_core_test --gtest_filter='Collat*:GraphCollat*:GridCollat*'
 
 # libFuzzer targets (cc/fuzz/), built with clang, ASan and UBSan in their own
 # folder. `make fuzz` grows build/fuzz/corpus/<name> from the committed seeds;
