@@ -150,3 +150,28 @@ def test_pair_features_match_a_per_batch_reference(quick_result):
         assert tied["batches"] <= per["batches"] and tied["shapes"] <= bench_images.PAIR_SHAPES
         assert tied["real"] == per["real"]
         assert pairs["ratio"] == pytest.approx(per["padded"] / tied["padded"])
+
+
+@pytest.mark.skipif(bench_images.available("patchpack") is not None, reason="no jb.PatchPack yet")
+def test_packed_patches_are_the_padded_ways_patches(quick_images):
+    """The patchpack way feeds the model each image's patches and positions
+    exactly as patchify cuts them from a padded batch: the ways differ in
+    batching only."""
+    images, labels = quick_images
+    seen = 0
+    for b in bench_images.patchpack_batches(images, labels):
+        patches, positions, segments = (np.asarray(b[k]) for k in ("patches", "positions",
+                                                                     "segments"))  # fmt: skip
+        for row, examples in enumerate(np.asarray(b["index"])):
+            for s, e in enumerate(examples):
+                if e < 0:
+                    continue
+                image = images[e]
+                mask = np.ones(image.shape[:2], bool)
+                want = [np.asarray(a)[0] for a in bench_images.patchify(image[None], mask[None])]
+                at = segments[row] == s + 1
+                assert np.array_equal(patches[row, at], want[0]), e
+                assert np.array_equal(positions[row, at], want[1]), e
+                assert b["labels"][row, s] == labels[e]
+                seen += 1
+    assert seen == len(images)
