@@ -169,18 +169,20 @@ def image_dataset(images: list[np.ndarray]):
 
 
 def bucket_batches(images: list[np.ndarray], labels: np.ndarray) -> Iterator[dict]:
+    """jb.AutoBuckets over the images' (h, w) sizes, planned over a shuffled
+    order with jb.plan and collated batch by batch with jb.collate (a plan
+    of the dataset itself does not see (h, w) yet)."""
     import jaxbatch as jb
 
     planner = jb.AutoBuckets(BUCKET_SHAPES, token_budget=PIXEL_BUDGET)
     ds = image_dataset(images)
-    if not all(getattr(s, "width", 0) for s in jb.plan(ds, planner).shapes):
-        raise NotImplementedError(f"{planner} plans cells, not (h, w) shapes, in this jaxbatch")
-    with jb.Loader(ds, planner, shuffle=True, seed=0, epochs=1, num_threads=2) as loader:
-        for b in loader:
-            index = np.asarray(b["example_index"]).reshape(-1)
-            mask = np.asarray(b["image_mask"])
-            yield {"images": b["image"], "mask": mask, "labels": _labels(labels, index),
-                   "index": index, "real": int(mask.sum()), "fed": mask.size}  # fmt: skip
+    sizes = np.array([x.shape[:2] for x in images], np.int64)
+    for spec in jb.plan(sizes, planner, order=shuffled(len(images))):
+        b = jb.collate(ds, spec)
+        index = np.asarray(b["example_index"]).reshape(-1)
+        mask = np.asarray(b["image_mask"])
+        yield {"images": b["image"], "mask": mask, "labels": _labels(labels, index),
+               "index": index, "real": int(mask.sum()), "fed": mask.size}  # fmt: skip
 
 
 def patchpack_batches(images: list[np.ndarray], labels: np.ndarray) -> Iterator[dict]:
@@ -376,29 +378,16 @@ def padded_per_batch(lengths: np.ndarray) -> dict:
     return {"batches": batches, "real": real, "elements": padded, "padded": padded - real}
 
 
-def pair_dataset(lengths: np.ndarray):
-    """A (L, L) pair column tied to a token column, 1 byte per cell (the plan
-    sees sizes only)."""
-    import jaxbatch as jb
-
-    tokens = [np.zeros(int(n), np.int32) for n in lengths]
-    pairs = [np.zeros((int(n), int(n)), np.uint8) for n in lengths]
-    return jb.Dataset.from_arrays(
-        {"tokens": tokens, "pair": pairs}, axes={"tokens": ("L",), "pair": ("L", "L")}
-    )
-
-
 def tied_buckets(lengths: np.ndarray, batches: int) -> dict:
-    """jb.AutoBuckets(PAIR_SHAPES) on the tied column at the smallest
-    element budget whose plan has at most ``batches`` batches."""
+    """jb.AutoBuckets(PAIR_SHAPES) over the tied (L, L) sizes at the
+    smallest element budget whose plan has at most ``batches`` batches."""
     import jaxbatch as jb
 
-    ds = pair_dataset(lengths)
+    sizes = np.stack([lengths, lengths], 1)  # tied: (L, L)
     order = shuffled(len(lengths))
 
     def stats(budget: int):
-        plan = jb.plan(ds, jb.AutoBuckets(PAIR_SHAPES, token_budget=budget), column="pair",
-                       order=order)  # fmt: skip
+        plan = jb.plan(sizes, jb.AutoBuckets(PAIR_SHAPES, token_budget=budget), order=order)
         if not all(s.width == s.length for s in plan.shapes):
             raise NotImplementedError("AutoBuckets plans cells, not (L, L) shapes, here")
         return plan.stats
