@@ -42,9 +42,9 @@ is 1 - real pixels / pixels the model is fed.
 Pair features: for each pydoc paragraph (jaxbatch's embedded corpus, its
 whitespace-token counts) an L x L feature; padded per batch (32 paragraphs,
 shuffled, each batch padded to its longest L: B x L_max^2 elements) against
-jb.AutoBuckets(4) over the tied (L, L) column at the same number of batches
-(the smallest element budget that plans no more batches): padded pair
-elements of each, and their ratio.
+jb.AutoBuckets(4, batch_size=32) over the tied (L, L) sizes, the same rows a
+batch (so about the same batches: a bucket's last one adds at most one
+each): padded pair elements of each, and their ratio.
 
 Targets (issue 30) are printed beside the measurements, never asserted.
 
@@ -378,33 +378,21 @@ def padded_per_batch(lengths: np.ndarray) -> dict:
     return {"batches": batches, "real": real, "elements": padded, "padded": padded - real}
 
 
-def tied_buckets(lengths: np.ndarray, batches: int) -> dict:
-    """jb.AutoBuckets(PAIR_SHAPES) over the tied (L, L) sizes at the
-    smallest element budget whose plan has at most ``batches`` batches."""
+def tied_buckets(lengths: np.ndarray) -> dict:
+    """jb.AutoBuckets(PAIR_SHAPES, batch_size=PAIR_BATCH) over the tied
+    (L, L) sizes: the same rows a batch as per-batch padding, so about the
+    same batch count (a bucket's last batch adds at most one each)."""
     import jaxbatch as jb
 
     sizes = np.stack([lengths, lengths], 1)  # tied: (L, L)
-    order = shuffled(len(lengths))
-
-    def stats(budget: int):
-        plan = jb.plan(sizes, jb.AutoBuckets(PAIR_SHAPES, token_budget=budget), order=order)
-        if not all(s.width == s.length for s in plan.shapes):
-            raise NotImplementedError("AutoBuckets plans cells, not (L, L) shapes, here")
-        return plan.stats
-
-    lo, hi = int(np.max(lengths)) ** 2, PAIR_BATCH * int(np.max(lengths)) ** 2
-    while stats(hi).batches > batches:
-        hi *= 2
-    while lo < hi:  # smallest budget with no more batches
-        mid = (lo + hi) // 2
-        if stats(mid).batches <= batches:
-            hi = mid
-        else:
-            lo = mid + 1
-    s = stats(hi)
+    planner = jb.AutoBuckets(PAIR_SHAPES, batch_size=PAIR_BATCH)
+    plan = jb.plan(sizes, planner, order=shuffled(len(lengths)))
+    if not all(s.width == s.length for s in plan.shapes):
+        raise NotImplementedError("AutoBuckets plans cells, not (L, L) shapes, here")
+    s = plan.stats
     real, elements = s.real_elements, s.padded_elements
-    return {"batches": s.batches, "budget": hi, "shapes": s.shapes, "real": real,
-            "elements": elements, "padded": elements - real}  # fmt: skip
+    return {"batches": s.batches, "shapes": s.shapes, "real": real, "elements": elements,
+            "padded": elements - real}  # fmt: skip
 
 
 def pair_features(quick: bool) -> dict:
@@ -413,7 +401,7 @@ def pair_features(quick: bool) -> dict:
     result: dict[str, Any] = {"examples": len(lengths), "padded_per_batch": per_batch}
     why = None
     try:
-        tied = tied_buckets(lengths, per_batch["batches"])
+        tied = tied_buckets(lengths)
     except (TypeError, AttributeError, ValueError, NotImplementedError) as e:
         why = f"{type(e).__name__}: {e}"
     if why is None:
@@ -514,7 +502,7 @@ def pair_report(pairs: dict) -> str:
     if "tied_buckets" in pairs:
         t = pairs["tied_buckets"]
         lines.append(
-            f"  tied buckets (AutoBuckets({PAIR_SHAPES}), budget {t['budget']:,}): "
+            f"  tied buckets (AutoBuckets({PAIR_SHAPES}, batch_size={PAIR_BATCH})): "
             f"{t['batches']} batches, {t['shapes']} shapes, {t['elements']:,} elements, "
             f"{t['padded']:,} padded ({t['real'] / t['elements']:.1%} real)"
         )
