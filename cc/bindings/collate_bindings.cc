@@ -6,8 +6,22 @@
 
 #include "bindings.h"
 #include "jaxbatch/collate/collator.h"
+#include "jaxbatch/collate/patch_collate.h"
 
 namespace jaxbatch::bindings {
+namespace {
+
+// (name, dtype name, array) per array: bfloat16 arrives as uint16, see ToDLPack.
+nb::list ArrayList(std::vector<Array>& arrays) {
+  nb::list out;
+  for (Array& a : arrays) {
+    out.append(nb::make_tuple(a.name, std::string(DTypeName(a.dtype)),
+                              WrapArray(a.data, a.dtype, a.shape, std::move(a.owner))));
+  }
+  return out;
+}
+
+}  // namespace
 
 void BindCollate(nb::module_& m) {
   m.attr("MASK_SUFFIX") = std::string(kMaskSuffix);
@@ -15,6 +29,8 @@ void BindCollate(nb::module_& m) {
   m.attr("SEGMENT_IDS_SUFFIX") = std::string(kSegmentIdsSuffix);
   m.attr("POSITIONS_SUFFIX") = std::string(kPositionsSuffix);
   m.attr("SEGMENT_STARTS_SUFFIX") = std::string(kSegmentStartsSuffix);
+  m.attr("PIXELS_SUFFIX") = std::string(kPixelsSuffix);
+  m.attr("PATCHES_SUFFIX") = std::string(kPatchesSuffix);
   m.attr("EXAMPLE_INDEX") = std::string(kExampleIndexName);
   m.attr("EXAMPLE_PIECE") = std::string(kExamplePieceName);
   m.attr("NODE_MASK") = std::string(kNodeMaskName);
@@ -45,17 +61,31 @@ void BindCollate(nb::module_& m) {
           nb::gil_scoped_release release;
           arrays = Collate(dataset, plan, batch_index, options);
         }
-        // (name, dtype name, array): bfloat16 arrives as uint16, see ToDLPack.
-        nb::list out;
-        for (Array& a : arrays) {
-          out.append(nb::make_tuple(a.name, std::string(DTypeName(a.dtype)),
-                                    WrapArray(a.data, a.dtype, a.shape, std::move(a.owner))));
-        }
-        return out;
+        return ArrayList(arrays);
       },
       nb::arg("dataset"), nb::arg("plan"), nb::arg("batch_index"), nb::arg("pad_values"),
       nb::arg("default_pad_value"), nb::arg("num_threads"),
       nb::arg("padded_segments") = kDefaultPaddedSegments);
+  m.def(
+      "collate_patches",
+      [](const Dataset& dataset, std::string_view column, const BatchPlan& plan,
+         int64_t batch_index, const PatchPackOptions& patch_pack, int64_t epoch,
+         std::vector<std::pair<std::string, Scalar>> pad_values, Scalar default_pad_value,
+         int64_t num_threads) {
+        CollateOptions options{.pad_values = std::move(pad_values),
+                               .default_pad_value = default_pad_value,
+                               .num_threads = num_threads};
+        std::vector<Array> arrays;
+        {
+          nb::gil_scoped_release release;
+          arrays = CollatePatchColumn(dataset.column(column), plan.batch(batch_index), patch_pack,
+                                      epoch, options);
+        }
+        return ArrayList(arrays);
+      },
+      nb::arg("dataset"), nb::arg("column"), nb::arg("plan"), nb::arg("batch_index"),
+      nb::arg("patch_pack"), nb::arg("epoch"), nb::arg("pad_values"), nb::arg("default_pad_value"),
+      nb::arg("num_threads"));
 }
 
 }  // namespace jaxbatch::bindings

@@ -170,6 +170,35 @@ void BindPlan(nb::module_& m) {
       .def_rw("too_long", &PackOptions::too_long)
       .def_rw("remainder", &PackOptions::remainder)
       .def_rw("rows_multiple", &PackOptions::rows_multiple);
+  nb::enum_<PartialPatches>(m, "PartialPatches")
+      .value("error", PartialPatches::kError)
+      .value("pad", PartialPatches::kPad);
+  nb::class_<PatchPackOptions>(m, "PatchPackOptions")
+      .def(nb::init<>())
+      .def(nb::self == nb::self)
+      .def_rw("patch", &PatchPackOptions::patch)
+      .def_rw("row_length", &PatchPackOptions::row_length)
+      // None (0) beside a token_budget.
+      .def_prop_rw(
+          "rows_per_batch",
+          [](const PatchPackOptions& o) -> std::optional<int64_t> {
+            if (o.rows_per_batch == 0) return std::nullopt;
+            return o.rows_per_batch;
+          },
+          [](PatchPackOptions& o, std::optional<int64_t> rows) {
+            o.rows_per_batch = rows.value_or(0);
+          })
+      .def_rw("token_budget", &PatchPackOptions::token_budget)
+      .def_rw("max_segments_per_row", &PatchPackOptions::max_segments_per_row)
+      .def_rw("algorithm", &PatchPackOptions::algorithm)
+      .def_rw("lookahead", &PatchPackOptions::lookahead)
+      .def_rw("open_rows", &PatchPackOptions::open_rows)
+      .def_rw("too_long", &PatchPackOptions::too_long)
+      .def_rw("partial_patches", &PatchPackOptions::partial_patches)
+      .def_rw("drop_percent", &PatchPackOptions::drop_percent)
+      .def_rw("drop_seed", &PatchPackOptions::drop_seed)
+      .def_rw("remainder", &PatchPackOptions::remainder)
+      .def_rw("rows_multiple", &PatchPackOptions::rows_multiple);
   nb::class_<GraphBudgetOptions>(m, "GraphBudgetOptions")
       .def(nb::init<>())
       .def(nb::self == nb::self)

@@ -52,6 +52,7 @@ from jaxbatch._src.plan.planners import (
     GraphBudgetKwargs,
     Pack,
     PadToMax,
+    PatchPack,
     Planner,
 )
 
@@ -82,6 +83,7 @@ __all__ = [
     "MemoryEstimate",
     "Pack",
     "PadToMax",
+    "PatchPack",
     "PlanStats",
     "Planner",
     "autotune",

@@ -41,7 +41,7 @@
 
 #include "jaxbatch/plan/batch_plan.h"
 #include "jaxbatch/plan/packer.h"
-#include "jaxbatch/plan/planner.h"
+#include "jaxbatch/plan/plan_policies.h"
 
 namespace jaxbatch {
 

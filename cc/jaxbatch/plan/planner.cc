@@ -657,10 +657,8 @@ BatchPlan PlanPack(std::span<const int64_t> lengths, const std::vector<int64_t>&
   const int64_t segments = o.max_segments_per_row
                                ? *o.max_segments_per_row
                                : DefaultSegments(item_lengths, items, o.row_length);
-  const PackedRows rows = o.open_rows ? PackRowsStreaming(item_lengths, items, o.row_length,
-                                                          segments, o.algorithm, *o.open_rows)
-                                      : PackRows(item_lengths, items, o.row_length, segments,
-                                                 o.algorithm, o.lookahead.value_or(0));
+  const PackedRows rows = PackRowsWith(item_lengths, items, o.row_length, segments, o.algorithm,
+                                       o.lookahead, o.open_rows);
   AddPackedBatches(
       rows, o, {.rows = o.rows_per_batch, .length = o.row_length, .segments = segments},
       [&](int64_t r) { AddPackedRow(rows, r, split, builder); }, builder);
@@ -670,8 +668,8 @@ BatchPlan PlanPack(std::span<const int64_t> lengths, const std::vector<int64_t>&
 }  // namespace
 
 const char* PlannerName(const PlannerOptions& options) {
-  static constexpr const char* kNames[] = {"PadToMax", "FixedBuckets", "AutoBuckets",
-                                           "Pack",     "GraphBudget",  "GraphBuckets"};
+  static constexpr const char* kNames[] = {"PadToMax",    "FixedBuckets", "AutoBuckets", "Pack",
+                                           "GraphBudget", "GraphBuckets", "PatchPack"};
   return kNames[options.index()];
 }
 
@@ -681,6 +679,9 @@ bool IsGraphPlanner(const PlannerOptions& options) {
 }
 
 bool YieldsPieces(const PlannerOptions& options) {
+  if (const auto* patches = std::get_if<PatchPackOptions>(&options)) {
+    return patches->too_long == TooLong::kSplit;
+  }
   if (const auto* pack = std::get_if<PackOptions>(&options)) {
     return pack->too_long == TooLong::kSplit || pack->algorithm == PackAlgorithm::kConcatThenSplit;
   }
@@ -698,6 +699,7 @@ void ValidatePlannerOptions(const PlannerOptions& options) {
         if constexpr (std::is_same_v<T, PackOptions>) ValidatePack(o);
         if constexpr (std::is_same_v<T, GraphBudgetOptions>) ValidateGraphBudget(o);
         if constexpr (std::is_same_v<T, GraphBucketsOptions>) ValidateGraphBuckets(o);
+        if constexpr (std::is_same_v<T, PatchPackOptions>) ValidatePatchPack(o);
       },
       options);
 }
@@ -719,6 +721,10 @@ int64_t Longest(std::span<const int64_t> lengths) {
 
 void CheckExamplesFit(std::span<const int64_t> lengths, const PlannerOptions& options,
                       std::span<const int64_t> edges, std::span<const int64_t> widths) {
+  // PatchPack plans images by height and width, whatever the other planners do with them.
+  if (const auto* patches = std::get_if<PatchPackOptions>(&options)) {
+    return CheckPatchesFit(lengths, widths, *patches);
+  }
   if (!widths.empty()) return CheckGridExamplesFit(lengths, widths, options);
   if (lengths.empty()) return;
   std::visit(
@@ -758,6 +764,9 @@ BatchPlan Plan(std::span<const int64_t> lengths, const PlannerOptions& options,
                std::span<const int64_t> order, std::span<const int64_t> edges,
                std::span<const int64_t> widths) {
   ValidatePlannerOptions(options);
+  if (const auto* patches = std::get_if<PatchPackOptions>(&options)) {
+    return PlanPatchPack(lengths, widths, ResolveOrder(lengths, order), *patches);
+  }
   if (!widths.empty()) {
     CheckGridSizes(lengths, widths, options);
     return PlanGrid(lengths, widths, ResolveOrder(lengths, order), options);
@@ -783,6 +792,9 @@ BatchPlan Plan(std::span<const int64_t> lengths, const PlannerOptions& options,
         }
         if constexpr (std::is_same_v<T, GraphBucketsOptions>) {
           return PlanGraphBuckets(lengths, edges, ids, o);
+        }
+        if constexpr (std::is_same_v<T, PatchPackOptions>) {
+          return PlanPatchPack(lengths, widths, ids, o);  // no widths: the error naming them
         }
       },
       options);

@@ -14,6 +14,9 @@
 //                       (FillRemainders), and a bucket pads to its longest
 //                       example left.
 //   PackOptions         sequence packing into rows (see packer.h).
+//   PatchPackOptions    images cut into patches, packed into rows of
+//                       patches (NaViT; patch_pack.h): planned from heights
+//                       as `lengths` and `widths`.
 //   GraphBudgetOptions, GraphBucketsOptions
 //                       graphs to node, edge and graph budgets (see
 //                       graph_planner.h): planned from node counts as
@@ -43,33 +46,12 @@
 #include "jaxbatch/plan/batch_plan.h"
 #include "jaxbatch/plan/graph_planner.h"
 #include "jaxbatch/plan/packer.h"
+#include "jaxbatch/plan/patch_pack.h"
+#include "jaxbatch/plan/plan_policies.h"
 
 namespace jaxbatch {
 
-// What happens to the last, partial batch of a shape.
-enum class Remainder {
-  kPad,   // fill with empty rows: no new shape, so no new compile (default)
-  kKeep,  // keep it with fewer rows: one more shape
-  kDrop,  // leave its examples out, counted in stats.dropped
-};
-
-// What happens to an example longer than the largest shape.
-enum class TooLong {
-  kError,     // InvalidArgumentError naming the example and its length (default)
-  kTruncate,  // cut to the shape, counted in stats.truncated
-  kSkip,      // left out, counted in stats.skipped
-  // Pack: cut into pieces of at most row_length, each packed as a segment
-  // of its own (BatchPlan::example_pieces); FixedBuckets: into pieces of at
-  // most the last boundary, each padded into the bucket its length falls in
-  // (BatchPlan::piece_starts). Every element is kept.
-  kSplit,
-};
-
 inline constexpr int64_t kDefaultPadToMultiple = 1;
-inline constexpr int64_t kDefaultRowsMultiple = 1;
-inline constexpr Remainder kDefaultRemainder = Remainder::kPad;
-inline constexpr TooLong kDefaultTooLong = TooLong::kError;
-inline constexpr PackAlgorithm kDefaultPackAlgorithm = PackAlgorithm::kBestFit;
 // Attention's share of a packed batch's time at the demo's 256-token rows,
 // float32 on CPU (issue 27's measurement: 34%).
 inline constexpr int64_t kDefaultAttentionPercent = 34;
@@ -152,11 +134,12 @@ struct PackOptions {
   bool operator==(const PackOptions&) const = default;
 };
 
-using PlannerOptions = std::variant<PadToMaxOptions, FixedBucketsOptions, AutoBucketsOptions,
-                                    PackOptions, GraphBudgetOptions, GraphBucketsOptions>;
+using PlannerOptions =
+    std::variant<PadToMaxOptions, FixedBucketsOptions, AutoBucketsOptions, PackOptions,
+                 GraphBudgetOptions, GraphBucketsOptions, PatchPackOptions>;
 
 // The planner's name: "PadToMax", "FixedBuckets", "AutoBuckets", "Pack",
-// "GraphBudget" or "GraphBuckets".
+// "GraphBudget", "GraphBuckets" or "PatchPack".
 const char* PlannerName(const PlannerOptions& options);
 
 // Whether `options` plan graphs (GraphBudget, GraphBuckets).

@@ -29,6 +29,7 @@ constexpr const char* kTooLongNames[] = {"error", "truncate", "skip", "split"};
 constexpr const char* kAlgorithmNames[] = {"first_fit", "best_fit", "concat_then_split"};
 constexpr const char* kGraphAlgorithmNames[] = {"next_fit", "first_fit", "best_fit"};
 constexpr const char* kTooBigNames[] = {"error", "skip"};
+constexpr const char* kPartialPatchesNames[] = {"error", "pad"};
 
 // One field of a planner's key: how it is written (nullopt: left out) and read.
 template <typename T>
@@ -184,15 +185,17 @@ Field<PackOptions> PackRowLength() {
           }};
 }
 
-// Pack's rows_per_batch: an integer, or None (0) beside a token_budget.
-Field<PackOptions> PackRowsPerBatchField() {
-  Field<PackOptions> count = Count<PackOptions>("rows_per_batch", &PackOptions::rows_per_batch);
+// Pack's and PatchPack's rows_per_batch: an integer, or None (0) beside a
+// token_budget.
+template <typename O>
+Field<O> RowsPerBatchField() {
+  Field<O> count = Count<O>("rows_per_batch", &O::rows_per_batch);
   return {"rows_per_batch",
-          [=](const PackOptions& o) -> std::optional<std::string> {
+          [=](const O& o) -> std::optional<std::string> {
             if (o.rows_per_batch == 0 && o.token_budget) return std::string("None");
             return count.write(o);
           },
-          [=](PackOptions& o, const Value& v, std::string_view key) {
+          [=](O& o, const Value& v, std::string_view key) {
             if (v.kind == Value::Kind::kNone) {
               o.rows_per_batch = 0;
             } else {
@@ -205,7 +208,7 @@ const std::vector<Field<PackOptions>>& FieldsOf(const PackOptions*) {
   using O = PackOptions;
   static const std::vector<Field<O>> fields = {
       PackRowLength(),
-      PackRowsPerBatchField(),
+      RowsPerBatchField<O>(),
       Optional<O>("max_segments_per_row", &O::max_segments_per_row),
       Choice<O>("algorithm", &O::algorithm, kAlgorithmNames),
       Optional<O>("lookahead", &O::lookahead),
@@ -216,6 +219,26 @@ const std::vector<Field<PackOptions>>& FieldsOf(const PackOptions*) {
       Optional<O>("token_budget", &O::token_budget, true),
       Optional<O>("max_shapes", &O::max_shapes, true),
       Count<O>("attention_percent", &O::attention_percent, true, kDefaultAttentionPercent)};
+  return fields;
+}
+
+const std::vector<Field<PatchPackOptions>>& FieldsOf(const PatchPackOptions*) {
+  using O = PatchPackOptions;
+  static const std::vector<Field<O>> fields = {
+      List<O>("patch", &O::patch),
+      Count<O>("row_length", &O::row_length),
+      RowsPerBatchField<O>(),
+      Optional<O>("token_budget", &O::token_budget),
+      Optional<O>("max_segments_per_row", &O::max_segments_per_row),
+      Choice<O>("algorithm", &O::algorithm, kAlgorithmNames),
+      Optional<O>("lookahead", &O::lookahead),
+      Optional<O>("open_rows", &O::open_rows),
+      Choice<O>("too_long", &O::too_long, kTooLongNames),
+      Choice<O>("partial_patches", &O::partial_patches, kPartialPatchesNames),
+      Count<O>("drop_percent", &O::drop_percent),
+      Count<O>("drop_seed", &O::drop_seed),
+      Choice<O>("remainder", &O::remainder, kRemainderNames),
+      Count<O>("rows_multiple", &O::rows_multiple)};
   return fields;
 }
 
@@ -421,10 +444,12 @@ PlannerOptions ParsePlannerKey(std::string_view key) {
     options = ParseFields<GraphBudgetOptions>(reader, key);
   } else if (name == "GraphBuckets") {
     options = ParseFields<GraphBucketsOptions>(reader, key);
+  } else if (name == "PatchPack") {
+    options = ParseFields<PatchPackOptions>(reader, key);
   } else {
     Refuse(key, StrCat("unknown planner '", name,
-                       "'; expected PadToMax, FixedBuckets, AutoBuckets, Pack, GraphBudget or "
-                       "GraphBuckets"));
+                       "'; expected PadToMax, FixedBuckets, AutoBuckets, Pack, GraphBudget, "
+                       "GraphBuckets or PatchPack"));
   }
   if (!reader.AtEnd()) reader.Fail("unexpected text after the planner");
   return options;

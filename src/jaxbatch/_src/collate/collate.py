@@ -14,6 +14,7 @@ from jaxbatch._src.data import graphs
 from jaxbatch._src.data.dataset import Dataset, graph_layout
 from jaxbatch._src.data.dtypes import numpy_dtype
 from jaxbatch._src.plan.plan import BatchShape, BatchSpec
+from jaxbatch._src.plan.planners import PatchPack
 
 _AUX_SUFFIXES = keys.SUFFIXES
 #: What a graph batch's output is per: unbatch(..., per=).
@@ -117,6 +118,7 @@ def collate(
     pad_value: int | float | Mapping[str, int | float] = _core.DEFAULT_PAD_VALUE,
     num_threads: int | None = None,
     padded_segments: bool = _core.DEFAULT_PADDED_SEGMENTS,
+    epoch: int = 0,
 ) -> Batch:
     """Fills one planned batch with the dataset's examples, in C++ (GIL
     released): ragged columns padded to the batch shape with ``pad_value``
@@ -126,6 +128,9 @@ def collate(
     positions (a padded row is one segment: ids 1 on real elements, positions
     0..length-1, both 0 in padding; ``padded_segments=False`` leaves them out
     of padded batches), fixed columns stacked, and ``example_index``.
+    A :class:`~jaxbatch.PatchPack` batch holds its image column cut into
+    patches (see PatchPack for the keys; other columns are not collated
+    yet); ``epoch`` picks the patches its ``drop_percent`` keeps.
     A large batch (over 4 MiB of output per thread) is filled by up to
     ``num_threads`` threads (default: the CPU count; at most 1024); buffers are reused
     across calls once numpy frees them.
@@ -146,6 +151,8 @@ def collate(
     threads = 0 if num_threads is None else int(num_threads)
     if not isinstance(padded_segments, bool):
         raise TypeError(f"collate: padded_segments must be a bool, found {padded_segments!r}")
+    if isinstance(batch.plan.planner, PatchPack):
+        return _collate_patches(dataset, batch, pads, default, threads, epoch)
     arrays = _core.collate(
         dataset._core, batch.plan._core, batch.index, pads, default, threads, padded_segments
     )
@@ -160,6 +167,18 @@ def collate(
         tuple(n for n, f in fixed.items() if f),
         graph_layout(dataset, "collate") if batch.plan.graph else None,
     )
+
+
+def _collate_patches(
+    dataset: Dataset, batch: BatchSpec, pads: Any, default: Any, threads: int, epoch: int
+) -> Batch:
+    """A PatchPack batch: its image column's patches, cut in C++."""
+    column = batch.plan.length_column or dataset.default_length_column
+    options = batch.plan.planner._options()
+    arrays = _core.collate_patches(
+        dataset._core, column, batch.plan._core, batch.index, options, epoch, pads, default, threads
+    )
+    return batch_from_core(arrays, batch.index, batch.shape, True, column, (column,), ())
 
 
 def _pad_scalar(value: Any, what: str) -> int | float:

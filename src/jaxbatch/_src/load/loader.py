@@ -25,6 +25,7 @@ from jaxbatch._src.plan.planners import (
     PLANNERS,
     Pack,
     Planner,
+    refuse_patch_pack,
 )
 
 
@@ -316,6 +317,7 @@ class Loader:
         state: Mapping[str, Any] | None = None,
         **kwargs: Unpack[LoaderKwargs],
     ):
+        refuse_patch_pack(planner, "Loader")
         if not isinstance(planner, PLANNERS):
             raise TypeError(f"Loader: expected a planner, found {type(planner).__name__}")
         if options is None:

@@ -11,7 +11,14 @@ import numpy as np
 from jaxbatch import _core
 from jaxbatch._src.base.words import counted
 from jaxbatch._src.data.dataset import Dataset
-from jaxbatch._src.plan.planners import GRAPH_PLANNERS, PLANNERS, Pack, Planner
+from jaxbatch._src.plan.planners import (
+    GRAPH_PLANNERS,
+    PATCH_PLANNERS,
+    PLANNERS,
+    Pack,
+    PatchPack,
+    Planner,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,7 +163,7 @@ class BatchPlan:
     :func:`jaxbatch.collate`. ``stats`` says what it costs.
     """
 
-    def __init__(self, core: _core.BatchPlan, planner: Planner):
+    def __init__(self, core: _core.BatchPlan, planner: Planner | PatchPack):
         self._core = core
         self.planner = planner
         s = core.stats
@@ -225,7 +232,7 @@ class BatchPlan:
 
 def plan(
     data: Dataset | Any,
-    planner: Planner,
+    planner: Planner | PatchPack,
     *,
     column: str | None = None,
     order: Any = None,
@@ -249,12 +256,15 @@ def plan(
         plan = jb.plan(ds, jb.AutoBuckets(max_shapes=8, token_budget=65536))
         print(plan.stats.efficiency, plan.boundaries)
     """
-    if not isinstance(planner, PLANNERS):
+    if not isinstance(planner, PLANNERS + PATCH_PLANNERS):
         raise TypeError(
-            f"plan: expected a planner ({', '.join(c.__name__ for c in PLANNERS)}), "
+            f"plan: expected a planner "
+            f"({', '.join(c.__name__ for c in PLANNERS + PATCH_PLANNERS)}), "
             f"found {type(planner).__name__}"
         )
     order = _order(order)
+    if isinstance(planner, PatchPack) and isinstance(data, Dataset):
+        return _plan_patches(data, planner, column, order)
     if isinstance(planner, GRAPH_PLANNERS):
         if not isinstance(data, Dataset):
             raise TypeError(
@@ -311,6 +321,23 @@ def _plan_features(
     others = np.concatenate(lengths[1:]) if len(lengths) > 1 else np.zeros(0, np.int64)
     core = _core.plan(lengths[0], planner._options(), order, others)
     core.length_column = names[0]
+    return BatchPlan(core, planner)
+
+
+def _plan_patches(
+    data: Dataset, planner: PatchPack, column: str | None, order: np.ndarray | None
+) -> BatchPlan:
+    """PatchPack plans an image column (two variable axes) by each image's
+    (height, width)."""
+    name = column if column is not None else data.default_length_column
+    images = data._core.column(name)
+    if not images.is_grid:
+        raise ValueError(
+            f"plan: PatchPack plans images, a column with two variable axes "
+            f"(axes={{{name!r}: ('h', 'w')}}); column {name!r} has one"
+        )
+    core = _core.plan(images.heights(), planner._options(), order, None, images.widths())
+    core.length_column = name
     return BatchPlan(core, planner)
 
 

@@ -27,6 +27,8 @@ TooLong = Literal["error", "truncate", "skip", "split"]
 Algorithm = Literal["first_fit", "best_fit", "concat_then_split"]
 GraphAlgorithm = Literal["next_fit", "first_fit", "best_fit"]
 TooBig = Literal["error", "skip"]
+PartialPatches = Literal["error", "pad"]
+PatchAlgorithm = Literal["first_fit", "best_fit"]
 
 _INT64 = (-(2**63), 2**63 - 1)
 
@@ -125,6 +127,7 @@ _PAD, _FIXED, _AUTO, _PACK, _GRAPH, _GRAPH_BUCKETS = (
     _core.GraphBudgetOptions,
     _core.GraphBucketsOptions,
 )
+_PATCH = _core.PatchPackOptions
 # The fits' defaults for the planners' other options: the engine's.
 _BUDGET_ALGORITHM, _BUDGET_TOO_BIG = _default(_GRAPH, "algorithm"), _default(_GRAPH, "too_big")
 _BUCKETS_ALGORITHM = _default(_GRAPH_BUCKETS, "algorithm")
@@ -448,6 +451,55 @@ class GraphBuckets(_Planner):
         return _fit(cls, _core.fit_graph_buckets, data, graphs, multiple, seed, order, options)
 
 
+@dataclasses.dataclass(frozen=True)
+class PatchPack(_Planner):
+    """NaViT's patch packing ("Patch n' Pack"): images of any size, each cut
+    into ``patch`` = (height, width) pixel patches in C++, an image's
+    patches one segment of a row of ``row_length`` patches, rows packed from
+    the patch counts by :class:`Pack`'s first or best fit, so one
+    compilation whatever the sizes. Plans an image column (a Dataset with
+    ``axes={"image": ("h", "w")}``) or ``[n, 2]`` (height, width) sizes.
+
+    A batch of column ``k`` holds ``k`` ``[rows, L, ph * pw * C]`` (each
+    patch flattened as ``[ph, pw, C]``), ``k_segment_ids`` ``[rows, L]`` (1..
+    per image, 0 padding: :func:`jaxbatch.masked.attention_mask` and
+    ``segment_mean`` work per image), ``k_positions`` ``[rows, L, 2]``
+    (patch row, patch column in its image), ``k_pixels`` ``[rows, L]`` (real
+    pixels a patch holds), ``k_patches`` ``[rows, S]`` (patches per image)
+    and ``example_index`` ``[rows, S]``. Give ``rows_per_batch`` or
+    ``token_budget`` (patches per batch: ``token_budget // row_length``
+    rows).
+
+    jaxbatch never resizes. A side that is not a multiple of the patch is a
+    ValueError naming the image (``partial_patches="error"``, the default)
+    or, with ``"pad"``, its last patch row and column are padded with the
+    pad value and ``k_pixels`` counts the real pixels. An image of more
+    patches than a row follows ``too_long``: ``"error"`` (default),
+    ``"skip"`` (counted in ``plan.stats.skipped``) or ``"split"`` into runs
+    of whole patch rows (``row_length // patch columns`` rows a piece, each
+    a segment, ``example_piece`` says which); ``"truncate"`` is refused.
+    ``drop_percent`` is NaViT's random patch dropping: an image of ``n``
+    patches keeps ``n - n * drop_percent // 100`` (at least one), which
+    ones drawn from (``drop_seed``, epoch, image), so a batch collated again
+    for the same epoch (a restored loader's) has the same patches."""
+
+    row_length: int
+    patch: Sequence[int] = _default(_PATCH, "patch")
+    rows_per_batch: int | None = None
+    token_budget: int | None = None
+    max_segments_per_row: int | None = None
+    algorithm: PatchAlgorithm = _default(_PATCH, "algorithm")
+    lookahead: int | None = None
+    open_rows: int | None = None
+    too_long: TooLong = _default(_PATCH, "too_long")
+    partial_patches: PartialPatches = _default(_PATCH, "partial_patches")
+    drop_percent: int = _default(_PATCH, "drop_percent")
+    drop_seed: int = _default(_PATCH, "drop_seed")
+    remainder: Remainder = _default(_PATCH, "remainder")
+    rows_multiple: int = _default(_PATCH, "rows_multiple")
+    _core_type: ClassVar[Any] = _PATCH
+
+
 def _fit(cls, fit_core, data, graphs, multiple, seed, order, options) -> Any:
     """GraphBudget.fit / GraphBuckets.fit: the arguments as the engine takes
     them (checked as the planner's own fields are), the planner it fits."""
@@ -507,7 +559,22 @@ def refuse_split(planner: Planner | None, who: str) -> None:
         )
 
 
-_BY_NAME = {c.__name__: c for c in PLANNERS}
+# Planned and collated by jb.plan / jb.collate; not yet a Loader's or a job's
+# planner (PLANNERS), whose collation does not cut patches.
+PATCH_PLANNERS = (PatchPack,)
+
+
+def refuse_patch_pack(planner: Any, who: str) -> None:
+    """Raises for a PatchPack where only jb.plan and jb.collate take one."""
+    if isinstance(planner, PATCH_PLANNERS):
+        raise TypeError(
+            f"{who}: PatchPack is not supported here yet (the {who}'s collation does not cut "
+            "patches); plan and collate its batches with jb.plan(ds, planner) and "
+            "jb.collate(ds, spec)"
+        )
+
+
+_BY_NAME = {c.__name__: c for c in PLANNERS + PATCH_PLANNERS}
 
 
 def planner_key(planner: Planner | None) -> str:
