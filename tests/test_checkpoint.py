@@ -20,7 +20,7 @@ from launch import launch_local
 
 import jaxbatch as jb
 import jaxbatch.checkpoint as jbc
-from jaxbatch._src.load import checkpoint as jbc_checkpoint
+from jaxbatch._src.integrations import orbax as jbc_checkpoint
 
 WORKER = str(Path(__file__).with_name("checkpoint_worker.py"))
 TIMEOUT = 60  # seconds for any one subprocess (each takes a few)

@@ -90,7 +90,7 @@ def test_without_grain_the_import_names_the_extra(monkeypatch):
     for name in [m for m in sys.modules if m.split(".")[0] == "grain"]:
         monkeypatch.setitem(sys.modules, name, None)
     monkeypatch.setitem(sys.modules, "grain", None)
-    for name in ("jaxbatch.grain", "jaxbatch._src.load.grain"):
+    for name in ("jaxbatch.grain", "jaxbatch._src.integrations.grain"):
         monkeypatch.delitem(sys.modules, name)
     with pytest.raises(ImportError, match=r"jaxbatch.grain needs grain.*jaxbatch\[grain\]"):
         importlib.import_module("jaxbatch.grain")

@@ -108,6 +108,20 @@ def test_the_implementation_mirrors_the_engine():
     assert loose == [], loose
 
 
+def test_integrations_have_an_area_of_their_own():
+    """Hugging Face, Grain and Orbax code lives in _src/integrations (each
+    with an optional dependency), so load/ holds loading and data/ the
+    engine's sources; every module of the area names its optional package."""
+    area = PACKAGE / "_src" / "integrations"
+    assert {p.stem for p in area.glob("*.py")} == {"__init__", "grain", "huggingface", "orbax"}
+    for other in ("load", "data"):
+        held = {p.stem for p in (PACKAGE / "_src" / other).glob("*.py")}
+        assert not held & {"grain", "checkpoint", "huggingface", "orbax"}, (other, held)
+    for name in ("grain", "huggingface", "orbax"):
+        text = (area / f"{name}.py").read_text()
+        assert {"grain": "grain", "huggingface": "datasets", "orbax": "orbax"}[name] in text, name
+
+
 def test_public_option_defaults_are_the_engines():
     """Every planner's and LoaderOptions' defaults, against the core's
     options types (an engine default changed in C++ reaches Python)."""

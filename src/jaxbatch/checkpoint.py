@@ -22,9 +22,9 @@ Example::
     params = restored.model
 """
 
-from jaxbatch._src.load.checkpoint import Checkpointable as Checkpointable
-from jaxbatch._src.load.checkpoint import LoaderCheckpointHandler as LoaderCheckpointHandler
-from jaxbatch._src.load.checkpoint import LoaderRestore as LoaderRestore
-from jaxbatch._src.load.checkpoint import LoaderSave as LoaderSave
+from jaxbatch._src.integrations.orbax import Checkpointable as Checkpointable
+from jaxbatch._src.integrations.orbax import LoaderCheckpointHandler as LoaderCheckpointHandler
+from jaxbatch._src.integrations.orbax import LoaderRestore as LoaderRestore
+from jaxbatch._src.integrations.orbax import LoaderSave as LoaderSave
 
 __all__ = ["Checkpointable", "LoaderCheckpointHandler", "LoaderRestore", "LoaderSave"]

@@ -22,9 +22,9 @@ Example::
     it = jbg.LoaderIterator(jb.Loader(data, jb.Pack(row_length=512, rows_per_batch=8)))
 """
 
-from jaxbatch._src.load.grain import BatchIterDataset as BatchIterDataset
-from jaxbatch._src.load.grain import LoaderIterator as LoaderIterator
-from jaxbatch._src.load.grain import LoaderIterDataset as LoaderIterDataset
-from jaxbatch._src.load.grain import PlannedBatchIterator as PlannedBatchIterator
+from jaxbatch._src.integrations.grain import BatchIterDataset as BatchIterDataset
+from jaxbatch._src.integrations.grain import LoaderIterator as LoaderIterator
+from jaxbatch._src.integrations.grain import LoaderIterDataset as LoaderIterDataset
+from jaxbatch._src.integrations.grain import PlannedBatchIterator as PlannedBatchIterator
 
 __all__ = ["BatchIterDataset", "LoaderIterDataset", "LoaderIterator", "PlannedBatchIterator"]

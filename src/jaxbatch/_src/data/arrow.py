@@ -10,7 +10,8 @@ from jaxbatch import _core
 from jaxbatch._src.base.optional import require
 from jaxbatch._src.data.arrow_grid import grid_from_arrow, is_grid_type
 from jaxbatch._src.data.arrow_nulls import refuse_nulls, values_in_use
-from jaxbatch._src.data.dtypes import as_bytes, dtype_name
+from jaxbatch._src.data.arrow_values import primitive_values, values_and_inner
+from jaxbatch._src.data.dtypes import dtype_name
 
 
 def _require_pyarrow():
@@ -77,54 +78,6 @@ def _chunks(name: str, column: Any) -> list:
     return [column]
 
 
-def _primitive_values(name: str, array: Any) -> tuple[np.ndarray, np.ndarray]:
-    """The values of a primitive array (no copy, but bools) and the bytes
-    the core may read: from its first value to the end of those it declares,
-    cut at the end of the Arrow buffer that holds them (its real size)."""
-    pa = _require_pyarrow()
-    if array.null_count:  # Only in rows no example reads (refuse_nulls checked).
-        array = pa.Array.from_buffers(array.type, len(array), [None, array.buffers()[1]], 0,
-                                      array.offset)  # fmt: skip
-    if pa.types.is_boolean(array.type):  # Arrow packs bools in bits: one copy.
-        values = array.to_numpy(zero_copy_only=False).astype(np.bool_)
-        return values, as_bytes(values)
-    try:
-        values = array.to_numpy(zero_copy_only=True)
-    except (pa.ArrowInvalid, NotImplementedError) as e:
-        raise ValueError(
-            f"column {name!r}: unsupported Arrow value type {array.type}; expected a "
-            f"numeric or bool type, maybe inside list / large_list / fixed_size_list"
-        ) from e
-    return values, _buffer_extent(array, values.dtype.itemsize)
-
-
-def _buffer_extent(array: Any, itemsize: int) -> np.ndarray:
-    buffer = array.buffers()[1]
-    if buffer is None or len(array) == 0:
-        return np.zeros(0, np.uint8)
-    start = array.offset * itemsize
-    end = min(buffer.size, start + len(array) * itemsize)
-    return np.frombuffer(buffer, np.uint8)[start:end]
-
-
-def _values_and_inner(name: str, child: Any) -> tuple[np.ndarray, np.ndarray, list[int]]:
-    """The flat values of a list's child (or of a fixed_size_list column),
-    the bytes the core may read (see _primitive_values) and the inner shape
-    its nesting gives. Nulls were refused before (refuse_nulls): those left
-    are in rows no example reads, and only their values' bytes are used."""
-    pa = _require_pyarrow()
-    inner: list[int] = []
-    while pa.types.is_fixed_size_list(child.type):
-        size = child.type.list_size
-        inner.append(size)
-        # Slice to the rows in use (a sliced parent's child starts at its offset).
-        child = child.values.slice(child.offset * size, len(child) * size)
-    # Flat: the core takes the bytes (`extent`) and the shape, and refuses
-    # a child shorter than a fixed_size_list's offset and length claim.
-    values, extent = _primitive_values(name, child)
-    return values, extent, inner
-
-
 def _chunk_parts(name: str, array: Any) -> tuple:
     """One Arrow array's part of a core column: (dtype name, inner shape,
     the bytes the core may read, int64 offsets or None when fixed, examples,
@@ -132,14 +85,14 @@ def _chunk_parts(name: str, array: Any) -> tuple:
     pa = _require_pyarrow()
     if pa.types.is_list(array.type) or pa.types.is_large_list(array.type):
         offsets, child = values_in_use(array)
-        values, extent, inner = _values_and_inner(name, child)
+        values, extent, inner = values_and_inner(name, child)
         offsets = np.ascontiguousarray(offsets)
         keep: tuple = (values, offsets, array)
     else:
         if pa.types.is_fixed_size_list(array.type):
-            values, extent, inner = _values_and_inner(name, array)
+            values, extent, inner = values_and_inner(name, array)
         else:
-            values, extent = _primitive_values(name, array)
+            values, extent = primitive_values(name, array)
             inner = []
         offsets, keep = None, (values, array)
     dtype = dtype_name(values.dtype, f"column {name!r}")

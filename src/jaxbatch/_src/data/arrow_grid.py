@@ -22,6 +22,7 @@ import numpy as np
 from jaxbatch import _core
 from jaxbatch._src.base.optional import require
 from jaxbatch._src.data.arrow_nulls import refuse_nulls, values_in_use
+from jaxbatch._src.data.arrow_values import values_and_inner
 from jaxbatch._src.data.dtypes import dtype_name
 
 
@@ -65,8 +66,6 @@ def _is_fixed_shape_tensor(t: Any) -> bool:
 
 def _tensor_chunk(name: str, array: Any) -> tuple:
     """A fixed_shape_tensor chunk: every example h x w cells of the rest."""
-    from jaxbatch._src.data.arrow import _values_and_inner
-
     t = array.type
     if t.permutation is not None and list(t.permutation) != sorted(t.permutation):
         raise ValueError(
@@ -74,7 +73,7 @@ def _tensor_chunk(name: str, array: Any) -> tuple:
             f"not row-major; expected none (cast it to its logical layout first)"
         )
     shape = list(t.shape)
-    values, extent, _ = _values_and_inner(name, array.storage)
+    values, extent, _ = values_and_inner(name, array.storage)
     h, w = shape[0], shape[1]
     offsets = np.arange(len(array) + 1, dtype=np.int64) * (h * w)
     shapes = np.tile(np.array([h, w], np.int64), (len(array), 1))
@@ -85,8 +84,6 @@ def _nested_chunk(name: str, array: Any) -> tuple:
     """A nested-list chunk: (values, bytes the core may read, inner shape,
     cell offsets, [n, 2] shapes, per example whether its rows differ in
     length)."""
-    from jaxbatch._src.data.arrow import _values_and_inner
-
     pa = _pa()
     if hasattr(array, "storage"):
         array = array.storage
@@ -112,7 +109,7 @@ def _nested_chunk(name: str, array: Any) -> tuple:
             )
         inner = [int(sizes[0])] if sizes.size else [0]
         cells = leaf
-    values, extent, more = _values_and_inner(name, cells)
+    values, extent, more = values_and_inner(name, cells)
     offsets = np.ascontiguousarray(middle[outer])
     shapes = np.stack([heights, widths], axis=1).astype(np.int64)
     return values, extent, inner + more, offsets, shapes, uneven

@@ -23,7 +23,7 @@ from jaxbatch._src.data.grids import (
     named,
     rebuilt,
 )
-from jaxbatch._src.data.huggingface import huggingface_columns
+from jaxbatch._src.integrations.huggingface import huggingface_columns
 
 
 class Columns:

@@ -60,7 +60,7 @@ class JobError(ValueError):
 # -- Names: made and read here only ------------------------------------------
 # Process folders are named ``process-IIIII-of-NNNNN``, zero-padded so they
 # sort in process order; a loader state in a checkpoint is named as Grain
-# names its iterators' (``process_<i>-of-<n>.json``, load/checkpoint.py), so
+# names its iterators' (``process_<i>-of-<n>.json``, integrations/orbax.py), so
 # it sits where Orbax users look for one. Both are in folders users already
 # have: renaming either would orphan them, so each rule stays with its owner.
 

@@ -1,0 +1,2 @@
+"""Integrations: Hugging Face datasets as a source, Grain pipelines and Orbax checkpoints,
+each importing its optional dependency lazily."""
