@@ -62,9 +62,9 @@ void CheckGridShapes(const BatchPlan& plan) {
   }
   for (size_t s = 0; s < plan.shapes.size(); ++s) {
     if ((plan.shapes[s].width > 0) != plan.grid) {
-      throw InvalidArgumentError(StrCat(
-          "BatchPlan: shape ", s, " has width ", plan.shapes[s].width, ", expected ",
-          plan.grid ? "> 0 (the plan is a grid plan)" : "0 (the plan is not a grid plan)"));
+      throw InvalidArgumentError(
+          StrCat("BatchPlan: shape ", s, " has width ", plan.shapes[s].width, ", expected ",
+                 plan.grid ? "> 0 (the plan is a grid plan)" : "0 (the plan is not a grid plan)"));
     }
   }
 }
@@ -337,8 +337,8 @@ BatchPlan PlanBuilder::FinishGraphs(std::span<const int64_t> nodes, std::span<co
   return std::move(plan_);
 }
 
-BatchPlan PlanBuilder::FinishGrid(std::span<const int64_t> heights,
-                                  std::span<const int64_t> widths, int64_t num_examples) && {
+BatchPlan PlanBuilder::FinishGrid(std::span<const int64_t> heights, std::span<const int64_t> widths,
+                                  int64_t num_examples) && {
   StartStats(num_examples);
   PlanStats& stats = plan_.stats;
   for (int64_t b = 0; b < stats.batches; ++b) {

@@ -22,13 +22,13 @@ import numpy as np
 from jaxbatch import _core
 from jaxbatch._src.data.dataset import Columns, Dataset, graph_layout, mapped_files
 from jaxbatch._src.data.dtypes import dtype_name
-from jaxbatch._src.integrations.huggingface import is_huggingface_dataset
 from jaxbatch._src.data.sources import (
     StreamedParquet,
     open_path,
     parquet_column_names,
     parquet_decoded_bytes,
 )
+from jaxbatch._src.integrations.huggingface import is_huggingface_dataset
 
 
 class SourceOptions(Protocol):
