@@ -217,3 +217,20 @@ def test_autobuckets_pads_far_less_than_pad_to_max_on_images():
     # 114 shapes (the areas are continuous, so 4 shapes cannot fit closely).
     assert auto.shapes <= 4 < pad.shapes
     assert auto.efficiency > pad.efficiency + 0.15
+
+
+def test_a_dataset_grid_column_plans_by_its_heights_and_widths():
+    """jb.plan of a Dataset whose length column is a grid plans it by (h, w),
+    as the Loader does, not by its cell counts: the same plan as its sizes."""
+    rng = np.random.default_rng(4)
+    sizes = rng.integers(1, 30, size=(60, 2))
+    images = [np.zeros((h, w, 3), np.float32) for h, w in sizes]
+    ds = jb.Dataset.from_arrays({"image": images}, axes={"image": ("h", "w")})
+    for planner in (jb.PadToMax(batch_size=8), jb.AutoBuckets(max_shapes=3, token_budget=8000)):
+        by_column, by_sizes = jb.plan(ds, planner), jb.plan(sizes, planner)
+        assert by_column.grid and by_sizes.grid
+        assert [b.shape for b in by_column] == [b.shape for b in by_sizes]
+        assert [list(b.example_ids) for b in by_column] == [list(b.example_ids) for b in by_sizes]
+        for spec in by_column:
+            batch = jb.collate(ds, spec)
+            assert batch["image"].shape[1:3] == spec.shape.grid[1:]

@@ -283,6 +283,8 @@ def plan(
         return _plan_features(data, planner, list(row_lengths), column, order)
     if isinstance(data, Dataset):
         name = column if column is not None else data.default_length_column
+        if data._core.column(name).is_grid:  # Images, pair features: by (h, w), as a Loader plans.
+            return _plan_column_grid(data, planner, name, order)
         lengths = data.lengths(name)
     else:
         if column is not None:
@@ -336,6 +338,15 @@ def _plan_patches(
             f"plan: PatchPack plans images, a column with two variable axes "
             f"(axes={{{name!r}: ('h', 'w')}}); column {name!r} has one"
         )
+    return _plan_column_grid(data, planner, name, order)
+
+
+def _plan_column_grid(
+    data: Dataset, planner: Planner, name: str, order: np.ndarray | None
+) -> BatchPlan:
+    """A plan of a grid column (two variable axes) by each example's
+    (height, width)."""
+    images = data._core.column(name)
     core = _core.plan(images.heights(), planner._options(), order, None, images.widths())
     core.length_column = name
     return BatchPlan(core, planner)
