@@ -177,8 +177,8 @@ void BindData(nb::module_& m) {
           nb::rv_policy::reference_internal);
 
   nb::class_<Dataset>(m, "Dataset")
-      .def(nb::init<std::vector<RaggedColumn>, std::vector<std::vector<std::string>>>(),
-           nb::arg("columns"), nb::arg("aligned"))
+      .def(nb::init<std::vector<RaggedColumn>, std::vector<std::vector<std::string>>, int64_t>(),
+           nb::arg("columns"), nb::arg("aligned"), nb::arg("first_example") = 0)
       .def_prop_ro("num_examples", &Dataset::num_examples)
       .def_prop_ro("aligned_groups", &Dataset::aligned_groups)
       .def_prop_ro("default_length_column", &Dataset::default_length_column)

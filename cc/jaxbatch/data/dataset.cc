@@ -53,7 +53,8 @@ struct AxisUse {
   size_t axis;
 };
 
-void CheckAxes(const std::vector<RaggedColumn>& columns, int64_t num_examples) {
+void CheckAxes(const std::vector<RaggedColumn>& columns, int64_t num_examples,
+               int64_t first_example) {
   std::vector<std::pair<std::string, std::vector<AxisUse>>> names;
   for (const RaggedColumn& col : columns) {
     for (size_t a = 0; a < col.axes().size(); ++a) {
@@ -72,9 +73,9 @@ void CheckAxes(const std::vector<RaggedColumn>& columns, int64_t num_examples) {
         const int64_t found = AxisSize(*use.column, use.axis, i);
         if (want == found) continue;
         throw InvalidArgumentError(StrCat(
-            "Dataset: example ", i, ": axis '", axis, "' is tied but its sizes differ: column '",
-            ref.column->name(), "' axis ", ref.axis, " is ", want, ", column '", use.column->name(),
-            "' axis ", use.axis, " is ", found));
+            "Dataset: example ", first_example + i, ": axis '", axis,
+            "' is tied but its sizes differ: column '", ref.column->name(), "' axis ", ref.axis,
+            " is ", want, ", column '", use.column->name(), "' axis ", use.axis, " is ", found));
       }
     }
   }
@@ -82,7 +83,8 @@ void CheckAxes(const std::vector<RaggedColumn>& columns, int64_t num_examples) {
 
 }  // namespace
 
-Dataset::Dataset(std::vector<RaggedColumn> columns, std::vector<std::vector<std::string>> aligned)
+Dataset::Dataset(std::vector<RaggedColumn> columns, std::vector<std::vector<std::string>> aligned,
+                 int64_t first_example)
     : columns_(std::move(columns)), aligned_(std::move(aligned)) {
   if (columns_.empty())
     throw InvalidArgumentError("Dataset: expected at least one column, found none");
@@ -102,7 +104,7 @@ Dataset::Dataset(std::vector<RaggedColumn> columns, std::vector<std::vector<std:
     }
   }
   CheckNoOutputCollision(columns_);
-  CheckAxes(columns_, num_examples_);
+  CheckAxes(columns_, num_examples_, first_example);
   for (const std::vector<std::string>& group : aligned_) {
     if (group.empty()) continue;
     for (const std::string& name : group) {
@@ -125,17 +127,17 @@ Dataset::Dataset(std::vector<RaggedColumn> columns, std::vector<std::vector<std:
       for (int64_t i = 0; i < num_examples_; ++i) {
         if (first.is_grid() &&
             (first.height(i) != other.height(i) || first.width(i) != other.width(i))) {
-          throw InvalidArgumentError(StrCat("Dataset: aligned grid columns '", first.name(),
-                                            "' and '", other.name(), "' differ at example ", i,
-                                            ": '", first.name(), "' is ", first.height(i), " x ",
-                                            first.width(i), ", '", other.name(), "' is ",
-                                            other.height(i), " x ", other.width(i)));
+          throw InvalidArgumentError(
+              StrCat("Dataset: aligned grid columns '", first.name(), "' and '", other.name(),
+                     "' differ at example ", first_example + i, ": '", first.name(), "' is ",
+                     first.height(i), " x ", first.width(i), ", '", other.name(), "' is ",
+                     other.height(i), " x ", other.width(i)));
         }
         if (first.length(i) != other.length(i)) {
           throw InvalidArgumentError(StrCat("Dataset: aligned columns '", first.name(), "' and '",
-                                            other.name(), "' differ at example ", i, ": '",
-                                            first.name(), "' has length ", first.length(i), ", '",
-                                            other.name(), "' has length ", other.length(i)));
+                                            other.name(), "' differ at example ", first_example + i,
+                                            ": '", first.name(), "' has length ", first.length(i),
+                                            ", '", other.name(), "' has length ", other.length(i)));
         }
       }
     }

@@ -30,9 +30,11 @@ class Dataset {
   // that differ, an aligned group naming an unknown or fixed column, or
   // aligned columns whose lengths (or grid shapes) differ (naming the first
   // such example), or a tied axis whose sizes differ (naming the columns,
-  // the example, the axes and both sizes).
+  // the example, the axes and both sizes). `first_example` numbers the
+  // examples in those messages: a file's row group read as a data set of its
+  // own names its examples as the whole file does.
   explicit Dataset(std::vector<RaggedColumn> columns,
-                   std::vector<std::vector<std::string>> aligned = {});
+                   std::vector<std::vector<std::string>> aligned = {}, int64_t first_example = 0);
 
   int64_t num_examples() const { return num_examples_; }
   const std::vector<RaggedColumn>& columns() const { return columns_; }

@@ -145,6 +145,12 @@ TEST(GridColumnTest, SquareAndTiedAxesAreChecked) {
   EXPECT_TRUE(Contains(message, "example 2")) << message;
   EXPECT_TRUE(Contains(message, "column 'pair' axis 0 is 1, column 'pair' axis 1 is 2")) << message;
 
+  // A part of a larger data set (a file's row group starting at example 40)
+  // names the example as the whole data does.
+  message = ThrownMessage<InvalidArgumentError>(
+      [&] { Dataset({f.Pair({2, 2, 3, 3, 1, 2}, {0, 4, 13, 15})}, {}, 40); });
+  EXPECT_TRUE(Contains(message, "example 42:")) << message;
+
   // Independent axes: any shapes.
   const Dataset free({f.Tokens({"n"}), f.Pair({2, 2, 3, 3, 1, 2}, {0, 4, 13, 15}, {"h", "w"})});
   EXPECT_FALSE(free.IsTiedSquare(free.column("pair"), "tokens"));
@@ -160,6 +166,9 @@ TEST(GridColumnTest, AlignedGridColumnsMustShareShapes) {
       [&] { Dataset({f.Grid("image"), transposed}, {{"image", "mask"}}); });
   EXPECT_TRUE(Contains(message, "differ at example 0: 'image' is 2 x 3, 'mask' is 3 x 2"))
       << message;
+  const std::string later = ThrownMessage<InvalidArgumentError>(
+      [&] { Dataset({f.Grid("image"), transposed}, {{"image", "mask"}}, 7); });
+  EXPECT_TRUE(Contains(later, "differ at example 7:")) << later;
 }
 
 TEST(GridColumnTest, BuilderCopiesShapesAndAxes) {

@@ -279,7 +279,7 @@ class Dataset(Columns):
             named(column_from_arrow(n, table.column(n), first_example), declared) for n in names
         ]
         groups = [list(g) for g in (aligned or [])]
-        return cls(_core.Dataset(built, groups))
+        return cls(_core.Dataset(built, groups, first_example))
 
     @property
     def num_examples(self) -> int:

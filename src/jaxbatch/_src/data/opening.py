@@ -22,6 +22,7 @@ import numpy as np
 from jaxbatch import _core
 from jaxbatch._src.data.dataset import Columns, Dataset, graph_layout, mapped_files
 from jaxbatch._src.data.dtypes import dtype_name
+from jaxbatch._src.data.grids import Axes
 from jaxbatch._src.data.sources import (
     StreamedParquet,
     open_path,
@@ -40,6 +41,7 @@ class SourceOptions(Protocol):
     schema: Mapping[str, Any] | None
     stream: bool | None
     host_memory_limit: int | None
+    axes: Axes | None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,11 +112,14 @@ def open_source(
     path = None
     if isinstance(source, str | os.PathLike):
         path = os.fspath(source)
+        axes = None if lengths_only else options.axes  # Ties need the columns they tie.
         dataset = open_streamed(source, options, graphs, who) or open_path(
-            source, options.columns, options.column, options.aligned, who, lengths_only
+            source, options.columns, options.column, options.aligned, who, lengths_only, axes
         )
     elif is_huggingface_dataset(source):  # Read in place; columns= picks its columns.
-        dataset = Dataset.from_huggingface(source, columns=options.columns, aligned=options.aligned)
+        dataset = Dataset.from_huggingface(
+            source, columns=options.columns, aligned=options.aligned, axes=options.axes
+        )
         _refuse_file_options(options, who, grouped=False)
     elif isinstance(source, Dataset):
         dataset = source
@@ -145,6 +150,12 @@ def _refuse_file_options(options: SourceOptions, who: str, grouped: bool) -> Non
     (`grouped`: a Dataset, whose column groups were given where it was built)."""
     if grouped and options.columns is not None:
         raise ValueError(f"{who}: columns= selects columns of a file; got a Dataset")
+    if grouped and options.axes is not None:
+        raise ValueError(
+            f"{who}: axes= names the axes of a file's or a Hugging Face dataset's columns; "
+            "got a Dataset, whose axes are given where it is built "
+            "(jb.Dataset.from_arrays(..., axes=...))"
+        )
     if grouped and options.aligned is not None:
         raise ValueError(
             f"{who}: aligned= groups the columns of a file or a Hugging Face dataset; "
@@ -206,7 +217,14 @@ def open_streamed(source, options: SourceOptions, graphs: bool, who: str) -> Str
     names = parquet_column_names(source, options.columns, who)
     rules = schema_rules(options.schema or {}, names, who)
     return StreamedParquet(
-        source, options.columns, options.column, options.aligned, rules, graphs=graphs, who=who
+        source,
+        options.columns,
+        options.column,
+        options.aligned,
+        rules,
+        graphs=graphs,
+        who=who,
+        axes=options.axes,
     )
 
 

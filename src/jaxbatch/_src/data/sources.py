@@ -23,6 +23,7 @@ from jaxbatch._src.data.dataset import (
     set_mapped_files,
     set_reopen,
 )
+from jaxbatch._src.data.grids import Axes
 
 
 def open_path(
@@ -32,6 +33,7 @@ def open_path(
     aligned: Sequence[Sequence[str]] | None,
     who: str = "Loader",
     lengths_only: bool = False,
+    axes: Axes | None = None,
 ) -> Dataset:
     """A Dataset over the file (or .npy folder) at `path`, memory-mapped.
 
@@ -43,20 +45,21 @@ def open_path(
     Raises before anything starts: FileNotFoundError for a missing path,
     ValueError for a missing column or a length column that is not a list.
     Messages start with `who`, the call the user wrote. `lengths_only`: read
-    just the column to batch by (what ``jaxbatch plan`` needs).
+    just the column to batch by (what ``jaxbatch plan`` needs). `axes`
+    names variable axes and ties, as :meth:`Dataset.from_arrays` takes them.
     """
     p = Path(path)
     _check_path(p, who)
-    dataset = _open(p, columns, length_column, aligned, who, lengths_only)
+    dataset = _open(p, columns, length_column, aligned, who, lengths_only, axes)
     # A pickle of it (for a worker process) opens the file again.
     args = (os.path.abspath(p), None if columns is None else list(columns), length_column, aligned)
-    set_reopen(dataset, open_path, (*args, who, lengths_only))
+    set_reopen(dataset, open_path, (*args, who, lengths_only, axes))
     return dataset
 
 
-def _open(p: Path, columns, length_column, aligned, who, lengths_only) -> Dataset:
+def _open(p: Path, columns, length_column, aligned, who, lengths_only, axes) -> Dataset:
     if p.is_dir():
-        return _open_npy_folder(p, columns, length_column, aligned, who, lengths_only)
+        return _open_npy_folder(p, columns, length_column, aligned, who, lengths_only, axes)
     suffix = p.suffix.lower()
     if suffix == ".parquet":
         pq = require("pyarrow.parquet", f"{who}: reading {p}")
@@ -77,7 +80,7 @@ def _open(p: Path, columns, length_column, aligned, who, lengths_only) -> Datase
             f"folder of .npy files, found suffix {suffix!r}"
         )
     try:
-        dataset = Dataset.from_arrow(table, aligned=aligned)
+        dataset = Dataset.from_arrow(table, aligned=aligned, axes=axes)
     except ValueError as e:
         raise ValueError(f"{who}: {p}: {e}") from e
     if suffix != ".parquet":  # Arrow IPC is read through its mapping; Parquet is decoded.
@@ -175,7 +178,9 @@ def check_columns(path, schema, columns, length_column, who: str) -> str:
     return wanted
 
 
-def _open_npy_folder(folder: Path, columns, length_column, aligned, who, lengths_only) -> Dataset:
+def _open_npy_folder(
+    folder: Path, columns, length_column, aligned, who, lengths_only, axes
+) -> Dataset:
     found: dict[str, object] = {}
     for f in sorted(folder.glob("*.npy")):
         if f.name.endswith(".values.npy"):
@@ -206,7 +211,7 @@ def _open_npy_folder(folder: Path, columns, length_column, aligned, who, lengths
         )
     names = [wanted] if lengths_only else names
     try:
-        return Dataset.from_arrays({n: found[n] for n in names}, aligned=aligned)
+        return Dataset.from_arrays({n: found[n] for n in names}, aligned=aligned, axes=axes)
     except ValueError as e:
         raise ValueError(f"{who}: {folder}: {e}") from e
 
@@ -285,12 +290,23 @@ class StreamedParquet(Columns):
     `graphs`, each graph's node and edge count and every malformed graph). Each
     row group is checked by the core as a whole (``ChunkedSourceBuilder``),
     with no loop over examples here; memory holds one row group at a time.
+    `axes` names variable axes and ties as :meth:`Dataset.from_arrays` takes
+    them: every row group's ties are checked as it is read, and an error
+    numbers the example as the whole file does.
     The Loader's feeder thread reads row groups again (:meth:`read_chunk`)
     as batches need them.
     """
 
     def __init__(
-        self, path, columns, length_column, aligned, schema: list, graphs=False, who="Loader"
+        self,
+        path,
+        columns,
+        length_column,
+        aligned,
+        schema: list,
+        graphs=False,
+        who="Loader",
+        axes: Axes | None = None,
     ):
         pa = require("pyarrow", f"{who}: streaming {path}")
         pq = require("pyarrow.parquet", f"{who}: streaming {path}")
@@ -299,6 +315,7 @@ class StreamedParquet(Columns):
         self.path = _parquet_path(path, who)
         self.columns = list(columns) if columns else None
         self.aligned = aligned
+        self.axes = axes
         self._stamp = file_stamp(self.path)
         with reading(self.path, "Parquet", who):
             reader = pq.ParquetFile(self.path)
@@ -355,7 +372,9 @@ class StreamedParquet(Columns):
             ) from e
         begin = int(self._group_begin[group])
         try:
-            return Dataset._from_arrow_part(table, table.column_names, self.aligned, begin)
+            return Dataset._from_arrow_part(
+                table, table.column_names, self.aligned, begin, self.axes
+            )
         except ValueError as e:
             raise ValueError(f"{self.who}: {self.path}, row group {group}: {e}") from e
 

@@ -17,6 +17,7 @@ from jaxbatch import _core
 from jaxbatch._src.base.choices import one_of
 from jaxbatch._src.collate.collate import Batch, batch_from_core, pad_values
 from jaxbatch._src.data.dataset import Dataset, mapped_files
+from jaxbatch._src.data.grids import Axes
 from jaxbatch._src.data.opening import check_int_option, open_source
 from jaxbatch._src.load.agree import agree, loader_settings
 from jaxbatch._src.plan.plan import BatchShape
@@ -135,6 +136,7 @@ class LoaderOptions:
     padded_segments: bool = _CORE.padded_segments
     host_memory_limit: int | None = None
     stream: bool | None = None
+    axes: Axes | None = None
     #: The call the user wrote, first in every message (jb.run builds the
     #: options of the Loader it opens); not an option, so not a field.
     who: dataclasses.InitVar[str] = "Loader"
@@ -208,6 +210,7 @@ class LoaderKwargs(TypedDict, total=False):
     padded_segments: bool
     host_memory_limit: int | None
     stream: bool | None
+    axes: Axes | None
 
 
 def _shuffle_mode(shuffle, who: str):
@@ -306,6 +309,11 @@ class Loader:
         (``stats.chunk_reads`` counts reads).
         ``loader.dataset`` is then a ``StreamedParquet``: column names and
         lengths, no values. See docs/data-loading.md.
+      axes: a file's (or Hugging Face dataset's) variable axes and ties, as
+        :meth:`Dataset.from_arrays` takes them (``{"tokens": ("L",), "pair":
+        ("L", "L")}``); a streamed file's ties are checked row group by row
+        group, and a broken one names the file's example, the axis, both
+        columns and their sizes.
     """
 
     def __init__(
