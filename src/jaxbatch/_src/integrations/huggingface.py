@@ -94,28 +94,51 @@ def huggingface_columns(
     warning naming them; a named column of another type is a ValueError
     naming it and its type. A named column a format hides is read: its rows
     are the table's all the same. A transform is refused (_shown_columns)."""
+    # What the dataset itself says first (its kind, format, images, order,
+    # files) and its images decoded; then the Arrow columns, each read once.
     _refuse_other_kinds(ds, who)
     table = ds.data.table
     names = list(table.column_names)
     shown = _shown_columns(ds, names, who)
+    missing = [n for n in columns or [] if n not in names]
+    if missing:
+        raise ValueError(f"{who}: no column {missing[0]!r}; the dataset has {names}")
+    # An Image column is decoded only where named (its bytes are no numbers).
+    images = set(_image_columns(ds)) if columns is not None else set()
+    order = None
+    if ds._indices is not None:  # select / shuffle / split / filter: rows in this order.
+        order = ds._indices.column(0).to_numpy().astype(np.int64, copy=False)
+    files = [f["filename"] for f in ds.cache_files] if _is_memory_mapped(ds) else []
+    decoded = {  # Images are taken only where named.
+        n: _decoded_images(n, table.column(n), order, ds.features[n].mode)
+        for n in columns or []
+        if n in images
+    }
+    chosen = _chosen(table, shown, columns, images, who)
+    built = [
+        decoded[n] if n in decoded else column_from_arrow(n, table.column(n), 0, order)
+        for n in chosen
+    ]
+    return built, files
+
+
+def _chosen(table: Any, shown: list[str], columns, images: set[str], who: str) -> list[str]:
+    """The columns to build: `columns` (each numeric or an image), or every
+    numeric column shown, with a warning naming the ones left out."""
+    candidates = shown if columns is None else [n for n in columns if n not in images]
+    numeric = [n for n in candidates if supported_type(table.schema.field(n).type)]
     if columns is None:
-        chosen = [n for n in shown if supported_type(table.schema.field(n).type)]
+        chosen = numeric
         left = [f"{n} ({table.schema.field(n).type})" for n in shown if n not in chosen]
         if left and chosen:
             warnings.warn(
                 f"{who}: left out {len(left)} column(s) that are not numeric: "
                 f"{', '.join(left)}; name the columns to use with columns=[...] to silence this",
-                stacklevel=3,
+                stacklevel=4,
             )
     else:
         chosen = list(columns)
-        missing = [n for n in chosen if n not in names]
-        if missing:
-            raise ValueError(f"{who}: no column {missing[0]!r}; the dataset has {names}")
-        images = set(_image_columns(ds))
-        bad = [
-            n for n in chosen if n not in images and not supported_type(table.schema.field(n).type)
-        ]
+        bad = [n for n in candidates if n not in numeric]
         if bad:
             raise ValueError(
                 f"{who}: column {bad[0]!r} is {table.schema.field(bad[0]).type}; expected "
@@ -127,18 +150,7 @@ def huggingface_columns(
             f"{who}: the dataset has no numeric column (its columns: "
             f"{[f'{n} ({table.schema.field(n).type})' for n in shown]}); tokenize it first"
         )
-    order = None
-    if ds._indices is not None:  # select / shuffle / split / filter: rows in this order.
-        order = ds._indices.column(0).to_numpy().astype(np.int64, copy=False)
-    images = set(_image_columns(ds)) if columns is not None else set()
-    built = [
-        _decoded_images(n, table.column(n), order, ds.features[n].mode)
-        if n in images
-        else column_from_arrow(n, table.column(n), 0, order)
-        for n in chosen
-    ]
-    files = [f["filename"] for f in ds.cache_files] if _is_memory_mapped(ds) else []
-    return built, files
+    return chosen
 
 
 def _is_memory_mapped(ds: Any) -> bool:
