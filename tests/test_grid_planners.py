@@ -196,6 +196,43 @@ def test_square_data_keeps_square_shapes(lengths, max_shapes):
         _check_coverage(plan, sizes)
 
 
+# The engine's exhaustive-search work limit (grid_buckets.h kMaxGridEvaluations).
+MAX_GRID_EVALUATIONS = 20_000_000
+
+
+def _plain_padded_cells(h, w, max_shapes, rows):
+    """Padded cells of the plain plan (remainders not filled): the shapes of
+    the plain choice, each example in its smallest-area shape (ties: smaller
+    H), every batch rows x the box of its shape's examples."""
+    shapes, _, _ = _core.choose_grid_shapes(h, w, max_shapes, rows, True, MAX_GRID_EVALUATIONS)
+    held = {}
+    for ph, pw in zip(h.tolist(), w.tolist(), strict=True):
+        s = min((a * b, a, i) for i, (a, b) in enumerate(shapes) if a >= ph and b >= pw)[2]
+        n, bh, bw = held.get(s, (0, 0, 0))
+        held[s] = (n + 1, max(bh, ph), max(bw, pw))
+    return sum(math.ceil(n / rows) * rows * bh * bw for n, bh, bw in held.values())
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(1, 12), st.integers(1, 12)), min_size=1, max_size=80),
+    st.integers(1, 4),
+    st.integers(2, 8),
+)
+def test_filled_remainders_never_pad_more_than_the_plain_plan(pairs, max_shapes, rows):
+    """remainder="pad" fills a shape's spare rows with smaller shapes'
+    examples that fit (grid_buckets.h FillGridRemainders): every example
+    once, in a shape that holds it, at most max_shapes shapes, and never
+    more padded cells than the plain plan's."""
+    sizes = _sizes(pairs)
+    h, w = sizes[:, 0].copy(), sizes[:, 1].copy()
+    plan = jb.plan(sizes, jb.AutoBuckets(max_shapes, batch_size=rows))
+    _check_coverage(plan, sizes)
+    assert len({(s.length, s.width) for s in plan.shapes}) <= max_shapes
+    assert all(s.rows == rows for s in plan.shapes)
+    assert plan.stats.padded_elements <= _plain_padded_cells(h, w, max_shapes, rows)
+
+
 def image_sizes(n, seed=0):
     """Image sizes from a few aspect ratios and areas: ratios (w / h) 1, 4/3,
     3/4, 16/9 and 2/3 (weights 4, 3, 1, 1, 1), areas 224^2 to 512^2

@@ -77,41 +77,84 @@ std::vector<Cell> Candidates(const Grid& grid) {
   return out;
 }
 
+// Sorts `shapes` by increasing area (then height), the order SmallestHolding
+// breaks ties in and FillGridRemainders takes shapes in.
+void SortByArea(std::vector<GridShape>& shapes) {
+  std::sort(shapes.begin(), shapes.end(), [](const GridShape& a, const GridShape& b) {
+    const int64_t x = SaturatingMul(a.height, a.width), y = SaturatingMul(b.height, b.width);
+    return x != y ? x < y : a.height < b.height;
+  });
+}
+
+// The summed cost of `shapes` over items (examples or cells) of
+// `heights` x `widths` with `counts`, each in its smallest-area shape
+// holding it, remainders filled when `fill_rows` is set; kMaxSize when an
+// item fits no shape. The scratch vectors are reused between calls.
+struct ShapeScore {
+  std::vector<int64_t> held, counts, shape_of, rows;
+
+  int64_t operator()(std::vector<GridShape>& shapes, std::span<const int64_t> heights,
+                     std::span<const int64_t> widths, std::span<const int64_t> item_counts,
+                     const GridCost& cost, const GridShapeRows& fill_rows) {
+    if (fill_rows) SortByArea(shapes);
+    held.assign(shapes.size(), 0);
+    shape_of.resize(heights.size());
+    for (size_t t = 0; t < heights.size(); ++t) {
+      const int64_t s = SmallestHolding(shapes, heights[t], widths[t]);
+      if (s < 0) return kMaxSize;
+      shape_of[t] = s;
+      held[static_cast<size_t>(s)] += item_counts[t];
+    }
+    if (fill_rows) {
+      counts.assign(item_counts.begin(), item_counts.end());
+      rows.clear();
+      for (const GridShape& g : shapes) rows.push_back(fill_rows(g.height, g.width));
+      FillGridRemainders(heights, widths, counts, shape_of, rows, held);
+    }
+    int64_t total = 0;
+    for (size_t s = 0; s < shapes.size(); ++s) {
+      if (held[s] > 0)
+        total = SaturatingAdd(total, cost(shapes[s].height, shapes[s].width, held[s]));
+    }
+    return total;
+  }
+};
+
 class Scorer {
  public:
-  Scorer(const Grid& grid, const GridCost& cost) : grid_(grid), cost_(cost) {}
+  Scorer(const Grid& grid, const GridCost& cost, const GridShapeRows& fill_rows)
+      : grid_(grid), cost_(cost), fill_rows_(fill_rows) {
+    for (const auto& [i, j, count] : grid.cells) {
+      heights_.push_back(grid.heights[static_cast<size_t>(i)]);
+      widths_.push_back(grid.widths[static_cast<size_t>(j)]);
+      counts_.push_back(count);
+    }
+  }
 
   GridShape ShapeOf(const Cell& c) const {
     return {grid_.heights[static_cast<size_t>(c[0])], grid_.widths[static_cast<size_t>(c[1])]};
   }
 
   // The summed cost of `set`, each cell's examples in its smallest-area
-  // shape; `counts` (optional) gets each shape's examples.
-  int64_t Score(std::span<const Cell> set, std::vector<int64_t>* counts = nullptr) const {
+  // shape (remainders filled with fill_rows).
+  int64_t Score(std::span<const Cell> set) const {
     shapes_.clear();
     for (const Cell& c : set) shapes_.push_back(ShapeOf(c));
-    held_.assign(set.size(), 0);
-    for (const auto& [i, j, count] : grid_.cells) {
-      const int64_t s = SmallestHolding(shapes_, grid_.heights[static_cast<size_t>(i)],
-                                        grid_.widths[static_cast<size_t>(j)]);
-      if (s < 0) return kMaxSize;
-      held_[static_cast<size_t>(s)] += count;
-    }
-    int64_t total = 0;
-    for (size_t s = 0; s < set.size(); ++s) {
-      if (held_[s] > 0) {
-        total = SaturatingAdd(total, cost_(shapes_[s].height, shapes_[s].width, held_[s]));
-      }
-    }
-    if (counts != nullptr) *counts = held_;
-    return total;
+    return score_(shapes_, heights_, widths_, counts_, cost_, fill_rows_);
+  }
+
+  int64_t ScoreShapes(std::span<const GridShape> shapes) const {
+    shapes_.assign(shapes.begin(), shapes.end());
+    return score_(shapes_, heights_, widths_, counts_, cost_, fill_rows_);
   }
 
  private:
   const Grid& grid_;
   const GridCost& cost_;
+  const GridShapeRows& fill_rows_;
+  std::vector<int64_t> heights_, widths_, counts_;  // per cell
   mutable std::vector<GridShape> shapes_;
-  mutable std::vector<int64_t> held_;
+  mutable ShapeScore score_;
 };
 
 // n choose k, saturating.
@@ -226,10 +269,11 @@ int64_t ExhaustiveWork(const Grid& grid, int64_t candidates, int64_t max_shapes)
   return SaturatingMul(SaturatingMul(sets, static_cast<int64_t>(grid.cells.size())), most);
 }
 
-// The chosen shapes of `set` that hold examples, and the summed cost, with
-// the examples at their own sizes (`exact`, not snapped to a coarser grid).
+// The chosen shapes of `set` that hold examples, and the summed cost (with
+// remainders filled when `fill_rows` is set), with the examples at their own
+// sizes (`exact`, not snapped to a coarser grid).
 GridChoice Finish(const Scorer& scorer, std::span<const Cell> set, const Grid& exact,
-                  const GridCost& cost) {
+                  const GridCost& cost, const GridShapeRows& fill_rows) {
   std::vector<GridShape> shapes;
   for (const Cell& c : set) shapes.push_back(scorer.ShapeOf(c));
   std::vector<int64_t> held(shapes.size(), 0);
@@ -239,22 +283,19 @@ GridChoice Finish(const Scorer& scorer, std::span<const Cell> set, const Grid& e
   }
   GridChoice choice;
   for (size_t s = 0; s < shapes.size(); ++s) {
-    if (held[s] == 0) continue;
-    choice.shapes.push_back(shapes[s]);
-    choice.cost = SaturatingAdd(choice.cost, cost(shapes[s].height, shapes[s].width, held[s]));
+    if (held[s] > 0) choice.shapes.push_back(shapes[s]);
   }
-  std::sort(choice.shapes.begin(), choice.shapes.end(), [](const GridShape& a, const GridShape& b) {
-    const int64_t x = SaturatingMul(a.height, a.width), y = SaturatingMul(b.height, b.width);
-    return x != y ? x < y : a.height < b.height;
-  });
+  SortByArea(choice.shapes);
+  const Scorer exact_scorer(exact, cost, fill_rows);
+  choice.cost = exact_scorer.ScoreShapes(choice.shapes);
   return choice;
 }
 
 // The best set on `grid`: exhaustive when its work is within the limit
 // (`*searched` set), else (with `local`) the local search.
-std::vector<Cell> Search(const Grid& grid, const GridCost& cost, int64_t max_shapes,
-                         int64_t max_evaluations, bool local, bool* searched) {
-  const Scorer scorer(grid, cost);
+std::vector<Cell> Search(const Grid& grid, const GridCost& cost, const GridShapeRows& fill_rows,
+                         int64_t max_shapes, int64_t max_evaluations, bool local, bool* searched) {
+  const Scorer scorer(grid, cost, fill_rows);
   const Cell top = {static_cast<int64_t>(grid.heights.size()) - 1,
                     static_cast<int64_t>(grid.widths.size()) - 1};
   const std::vector<Cell> candidates = Candidates(grid);
@@ -278,7 +319,8 @@ std::vector<Cell> Search(const Grid& grid, const GridCost& cost, int64_t max_sha
 }  // namespace
 
 GridChoice ChooseGridShapes(std::span<const int64_t> heights, std::span<const int64_t> widths,
-                            int64_t max_shapes, const GridCost& cost, int64_t max_evaluations) {
+                            int64_t max_shapes, const GridCost& cost, int64_t max_evaluations,
+                            const GridShapeRows& fill_rows) {
   if (max_shapes < 1 || heights.size() != widths.size()) {
     throw InvalidArgumentError(
         StrCat("ChooseGridShapes: expected max_shapes >= 1 and one width "
@@ -293,8 +335,8 @@ GridChoice ChooseGridShapes(std::span<const int64_t> heights, std::span<const in
   const Grid grid = MakeGrid(heights, widths, kMaxGridAxisValues, &reduced);
   bool searched = false;
   const std::vector<Cell> set =
-      Search(grid, cost, max_shapes, max_evaluations, /*local=*/true, &searched);
-  GridChoice choice = Finish(Scorer(grid, cost), set, exact, cost);
+      Search(grid, cost, fill_rows, max_shapes, max_evaluations, /*local=*/true, &searched);
+  GridChoice choice = Finish(Scorer(grid, cost, fill_rows), set, exact, cost, fill_rows);
   choice.exact = searched && !reduced;
   if (searched) return choice;
   // Local search can stall where two shapes must replace one; an exhaustive
@@ -305,13 +347,104 @@ GridChoice ChooseGridShapes(std::span<const int64_t> heights, std::span<const in
     const Grid coarse = MakeGrid(heights, widths, values, &coarser);
     bool done = false;
     const std::vector<Cell> other =
-        Search(coarse, cost, max_shapes, max_evaluations, /*local=*/false, &done);
+        Search(coarse, cost, fill_rows, max_shapes, max_evaluations, /*local=*/false, &done);
     if (!done) continue;
-    GridChoice alternative = Finish(Scorer(coarse, cost), other, exact, cost);
+    GridChoice alternative = Finish(Scorer(coarse, cost, fill_rows), other, exact, cost, fill_rows);
     if (alternative.cost < choice.cost) choice = std::move(alternative);
     break;
   }
   return choice;
+}
+
+void FillGridRemainders(std::span<const int64_t> heights, std::span<const int64_t> widths,
+                        std::span<int64_t> counts, std::span<int64_t> shape_of,
+                        std::span<const int64_t> rows, std::span<int64_t> held) {
+  for (size_t k = held.size(); k-- > 1;) {
+    if (held[k] % rows[k] == 0) continue;  // no batch, or no spare row
+    int64_t spare = rows[k] - held[k] % rows[k];
+    GridShape box;  // of shape k's current examples
+    for (size_t t = 0; t < heights.size(); ++t) {
+      if (shape_of[t] == static_cast<int64_t>(k) && counts[t] > 0) {
+        box = {std::max(box.height, heights[t]), std::max(box.width, widths[t])};
+      }
+    }
+    for (size_t j = k; spare > 0 && j-- > 0;) {
+      for (size_t t = 0; spare > 0 && t < heights.size(); ++t) {
+        if (shape_of[t] != static_cast<int64_t>(j) || counts[t] == 0 || heights[t] > box.height ||
+            widths[t] > box.width) {
+          continue;
+        }
+        const int64_t n = std::min(spare, counts[t]);
+        if (n == counts[t]) {
+          shape_of[t] = static_cast<int64_t>(k);
+        } else {
+          counts[t] -= n;
+        }
+        held[j] -= n;
+        held[k] += n;
+        spare -= n;
+      }
+    }
+  }
+}
+
+namespace {
+
+// `shapes`' plan for the examples: each in its smallest-area shape (then
+// remainders filled), boxes cut to the examples, and its padded cells
+// (remainder="pad": every batch full rows).
+struct PlannedBuckets {
+  GridBuckets buckets;
+  int64_t cells = 0;
+};
+
+PlannedBuckets PlanBuckets(std::span<const int64_t> heights, std::span<const int64_t> widths,
+                           std::span<const GridShape> shapes, const GridShapeRows& rows,
+                           bool fill) {
+  PlannedBuckets out;
+  GridBuckets& b = out.buckets;
+  for (const GridShape& s : shapes) b.rows.push_back(rows(s.height, s.width));
+  std::vector<int64_t> held(shapes.size(), 0);
+  b.shape_of.resize(heights.size());
+  for (size_t p = 0; p < heights.size(); ++p) {
+    b.shape_of[p] = SmallestHolding(shapes, heights[p], widths[p]);
+    ++held[static_cast<size_t>(b.shape_of[p])];
+  }
+  if (fill) {
+    // The latest examples first: those a shape's last batch would hold.
+    const size_t n = heights.size();
+    std::vector<int64_t> h(heights.rbegin(), heights.rend()), w(widths.rbegin(), widths.rend());
+    std::vector<int64_t> shape_of(b.shape_of.rbegin(), b.shape_of.rend()), ones(n, 1);
+    FillGridRemainders(h, w, ones, shape_of, b.rows, held);
+    std::copy(shape_of.rbegin(), shape_of.rend(), b.shape_of.begin());
+  }
+  b.boxes.assign(shapes.size(), GridShape{});
+  for (size_t p = 0; p < heights.size(); ++p) {
+    GridShape& box = b.boxes[static_cast<size_t>(b.shape_of[p])];
+    box = {std::max(box.height, heights[p]), std::max(box.width, widths[p])};
+  }
+  for (size_t s = 0; s < shapes.size(); ++s) {
+    const int64_t batches = (held[s] + b.rows[s] - 1) / b.rows[s];
+    out.cells =
+        SaturatingAdd(out.cells, SaturatingMul(SaturatingMul(batches, b.rows[s]),
+                                               SaturatingMul(b.boxes[s].height, b.boxes[s].width)));
+  }
+  return out;
+}
+
+}  // namespace
+
+GridBuckets ChooseGridBuckets(std::span<const int64_t> heights, std::span<const int64_t> widths,
+                              int64_t max_shapes, const GridCost& cost, const GridShapeRows& rows,
+                              bool fill) {
+  const GridChoice plain = ChooseGridShapes(heights, widths, max_shapes, cost);
+  if (!fill) return PlanBuckets(heights, widths, plain.shapes, rows, false).buckets;
+  PlannedBuckets best = PlanBuckets(heights, widths, plain.shapes, rows, true);
+  const GridChoice filled =
+      ChooseGridShapes(heights, widths, max_shapes, cost, kMaxGridEvaluations, rows);
+  PlannedBuckets other = PlanBuckets(heights, widths, filled.shapes, rows, true);
+  if (other.cells < best.cells) best = std::move(other);
+  return std::move(best.buckets);
 }
 
 }  // namespace jaxbatch

@@ -48,6 +48,8 @@ struct GridShape {
 
 // The padded cells of a shape of height x width holding `count` examples.
 using GridCost = std::function<int64_t(int64_t height, int64_t width, int64_t count)>;
+// The rows of a full batch of a shape of height x width (> 0).
+using GridShapeRows = std::function<int64_t(int64_t height, int64_t width)>;
 
 struct GridChoice {
   std::vector<GridShape> shapes;  // by increasing area (then height)
@@ -57,9 +59,49 @@ struct GridChoice {
 
 // Chooses at most `max_shapes` shapes for the examples of `heights` x
 // `widths` (parallel, sizes already rounded) that minimise the summed cost.
+// With `fill_rows`, each set is scored as planned with its remainders
+// filled (FillGridRemainders, shapes' rows from `fill_rows`): a set whose
+// small shapes' last batches empty into larger ones' spare rows can beat
+// the best set scored with every shape's remainder padded.
 GridChoice ChooseGridShapes(std::span<const int64_t> heights, std::span<const int64_t> widths,
                             int64_t max_shapes, const GridCost& cost,
-                            int64_t max_evaluations = kMaxGridEvaluations);
+                            int64_t max_evaluations = kMaxGridEvaluations,
+                            const GridShapeRows& fill_rows = {});
+
+// Filling remainders over (h, w) (AutoBuckets with remainder="pad"): a
+// shape's last batch has rows x H x W cells whether its spare rows are empty
+// or not, so, largest shape first (shapes by increasing area), its spare
+// rows take examples of the smaller shapes (the next smaller first; within
+// one, items in the order given) that fit the bounding box of its own
+// current examples (the box its batches are cut to). No shape is added, no
+// example lost, no box grows and no shape gets more batches, so padded cells
+// never increase; they fall when a smaller shape's batch empties.
+// Items are examples (`counts` all 1) or histogram cells: item t has
+// counts[t] examples of heights[t] x widths[t] in shape shape_of[t] (-1:
+// none); a whole item moved changes its shape_of, part of one lowers its
+// count (the part is counted in `held` only). `held[s]` (examples per shape)
+// and `rows[s]` (a full batch's rows) are per shape; `held` is updated.
+void FillGridRemainders(std::span<const int64_t> heights, std::span<const int64_t> widths,
+                        std::span<int64_t> counts, std::span<int64_t> shape_of,
+                        std::span<const int64_t> rows, std::span<int64_t> held);
+
+// AutoBuckets over (h, w): the shapes, each example's shape and each shape's
+// box (the bounding box of its examples) and rows.
+struct GridBuckets {
+  std::vector<GridShape> boxes;   // by increasing area of the shape chosen
+  std::vector<int64_t> rows;      // a full batch's rows, from the shape chosen
+  std::vector<int64_t> shape_of;  // per example, an index into boxes
+};
+
+// The shapes of ChooseGridShapes for `heights` x `widths`, each example in
+// the smallest-area one holding it. With `fill` (remainder="pad"), also the
+// shapes chosen by filled cost, each set's remainders filled (the examples
+// latest in order moved first, those of a shape's last batch), and the set
+// whose plan pads fewer cells is kept (the plain choice on a tie): never
+// more padded cells than the plain choice's plan.
+GridBuckets ChooseGridBuckets(std::span<const int64_t> heights, std::span<const int64_t> widths,
+                              int64_t max_shapes, const GridCost& cost, const GridShapeRows& rows,
+                              bool fill);
 
 // The index into `shapes` of the smallest-area shape holding h x w (ties:
 // the smaller height), or -1 when none does.

@@ -134,8 +134,8 @@ void CheckLargestGridFits(std::span<const int64_t> heights, std::span<const int6
 // examples, each example in the smallest-area one that holds it, each shape
 // then cut to the bounding box of its examples (with the rows of the shape
 // chosen). Batches fill per shape in `ids` order, like the 1-D AutoBuckets;
-// a shape's last partial batch follows `remainder`. The 1-D planner's
-// filling of remainders with shorter examples is not done here.
+// a shape's last partial batch follows `remainder`; with "pad", smaller
+// shapes' examples fill larger shapes' spare rows, as in 1-D.
 BatchPlan PlanGridAutoBuckets(std::span<const int64_t> heights, std::span<const int64_t> widths,
                               const std::vector<int64_t>& ids, const AutoBucketsOptions& o) {
   PlanBuilder builder = PlanBuilder::Grid();
@@ -149,29 +149,26 @@ BatchPlan PlanGridAutoBuckets(std::span<const int64_t> heights, std::span<const 
   h = RoundAxis(h, o);
   w = RoundAxis(w, o);
   const bool pad = o.remainder == Remainder::kPad;
-  const GridChoice choice =
-      ChooseGridShapes(h, w, o.max_shapes, [&](int64_t height, int64_t width, int64_t count) {
+  // With remainder="pad", smaller shapes' last batches fill larger ones'
+  // spare rows (ChooseGridBuckets; not when restoring an older state).
+  const GridBuckets buckets = ChooseGridBuckets(
+      h, w, o.max_shapes,
+      [&](int64_t height, int64_t width, int64_t count) {
         const int64_t cells = SaturatingMul(height, width);
         return BucketCost(cells, count, GridRows(o, cells), pad);
-      });
-  std::vector<int64_t> shape_of(ids.size());
-  std::vector<GridShape> boxes(choice.shapes.size());
-  for (size_t p = 0; p < ids.size(); ++p) {
-    shape_of[p] = SmallestHolding(choice.shapes, h[p], w[p]);
-    GridShape& box = boxes[static_cast<size_t>(shape_of[p])];
-    box = {std::max(box.height, h[p]), std::max(box.width, w[p])};
-  }
-  std::vector<std::vector<int64_t>> pending(choice.shapes.size());
-  auto flush = [&](size_t s, int64_t rows) {
-    builder.BeginBatch({.rows = rows, .length = boxes[s].height, .width = boxes[s].width});
+      },
+      [&](int64_t height, int64_t width) { return GridRows(o, SaturatingMul(height, width)); },
+      pad && o.fill_remainders);
+  const std::vector<int64_t>& shape_of = buckets.shape_of;
+  const std::vector<GridShape>& boxes = buckets.boxes;
+  const std::vector<int64_t>& rows = buckets.rows;
+  std::vector<std::vector<int64_t>> pending(boxes.size());
+  auto flush = [&](size_t s, int64_t batch_rows) {
+    builder.BeginBatch({.rows = batch_rows, .length = boxes[s].height, .width = boxes[s].width});
     for (int64_t id : pending[s]) builder.AddRow(std::span<const int64_t>(&id, 1));
     builder.EndBatch();
     pending[s].clear();
   };
-  std::vector<int64_t> rows(choice.shapes.size());
-  for (size_t s = 0; s < rows.size(); ++s) {
-    rows[s] = GridRows(o, SaturatingMul(choice.shapes[s].height, choice.shapes[s].width));
-  }
   for (size_t p = 0; p < ids.size(); ++p) {
     const auto s = static_cast<size_t>(shape_of[p]);
     pending[s].push_back(ids[p]);
