@@ -263,14 +263,11 @@ def plan(
             f"found {type(planner).__name__}"
         )
     order = _order(order)
-    if isinstance(planner, PatchPack) and isinstance(data, Dataset):
+    if not isinstance(data, Dataset):  # Sizes given: no column to pick, nothing to read.
+        return _plan_sizes(data, planner, column, order)
+    if isinstance(planner, PatchPack):
         return _plan_patches(data, planner, column, order)
     if isinstance(planner, GRAPH_PLANNERS):
-        if not isinstance(data, Dataset):
-            raise TypeError(
-                f"plan: {type(planner).__name__} plans graphs: pass a Dataset.from_graphs(...), "
-                f"found {type(data).__name__}"
-            )
         if column is not None:
             raise ValueError(
                 f"plan: {type(planner).__name__} plans by node and edge counts; "
@@ -278,29 +275,48 @@ def plan(
             )
         nodes, edges = _core.graph_counts(data._core, "plan")
         return BatchPlan(_core.plan(nodes, planner._options(), order, edges), planner)
-    row_lengths = planner._options().row_length if isinstance(planner, Pack) else None
-    if isinstance(row_lengths, dict):
-        return _plan_features(data, planner, list(row_lengths), column, order)
-    if isinstance(data, Dataset):
-        name = column if column is not None else data.default_length_column
-        if data._core.column(name).is_grid:  # Images, pair features: by (h, w), as a Loader plans.
-            return _plan_column_grid(data, planner, name, order)
-        lengths = data.lengths(name)
-    else:
-        if column is not None:
-            raise ValueError("plan: column= needs a Dataset, found plain lengths")
-        name = ""
-        lengths = np.asarray(data)
-        if lengths.ndim == 2 and lengths.shape[1] == 2 and _integers(lengths):
-            return _plan_grid(lengths, planner, order)
-        if lengths.ndim != 1 or not _integers(lengths):
-            raise ValueError(
-                f"plan: expected a Dataset, 1-D integer lengths or [n, 2] integer (height, "
-                f"width) sizes, found shape {lengths.shape} and dtype {lengths.dtype}"
-            )
-        lengths = np.ascontiguousarray(lengths, dtype=np.int64)
-    core = _core.plan(lengths, planner._options(), order)
+    if _several_features(planner):
+        return _plan_features(data, planner, list(planner._options().row_length), column, order)
+    name = column if column is not None else data.default_length_column
+    if data._core.column(name).is_grid:  # Images, pair features: by (h, w), as a Loader plans.
+        return _plan_column_grid(data, planner, name, order)
+    core = _core.plan(data.lengths(name), planner._options(), order)
     core.length_column = name
+    return BatchPlan(core, planner)
+
+
+def _several_features(planner: Planner | PatchPack) -> bool:
+    """Whether `planner` is a Pack of several features (row_length={...})."""
+    return isinstance(planner, Pack) and isinstance(planner._options().row_length, dict)
+
+
+def _plan_sizes(
+    data: Any, planner: Planner | PatchPack, column: str | None, order: np.ndarray | None
+) -> BatchPlan:
+    """A plan of plain sizes: lengths ``[n]``, or ``[n, 2]`` (height, width)
+    for a grid plan. Graphs and a Pack of several features need a Dataset."""
+    if isinstance(planner, GRAPH_PLANNERS):
+        raise TypeError(
+            f"plan: {type(planner).__name__} plans graphs: pass a Dataset.from_graphs(...), "
+            f"found {type(data).__name__}"
+        )
+    if _several_features(planner):
+        raise TypeError(
+            f"plan: Pack(row_length={{...}}) packs the named columns of a Dataset, "
+            f"found {type(data).__name__}"
+        )
+    if column is not None:
+        raise ValueError("plan: column= needs a Dataset, found plain lengths")
+    lengths = np.asarray(data)
+    if lengths.ndim == 2 and lengths.shape[1] == 2 and _integers(lengths):
+        return _plan_grid(lengths, planner, order)
+    if lengths.ndim != 1 or not _integers(lengths):
+        raise ValueError(
+            f"plan: expected a Dataset, 1-D integer lengths or [n, 2] integer (height, "
+            f"width) sizes, found shape {lengths.shape} and dtype {lengths.dtype}"
+        )
+    core = _core.plan(np.ascontiguousarray(lengths, dtype=np.int64), planner._options(), order)
+    core.length_column = ""
     return BatchPlan(core, planner)
 
 
@@ -309,11 +325,6 @@ def _plan_features(
 ) -> BatchPlan:
     """A Pack of several features: the engine takes the first feature's
     lengths (in its name order) and the others' after one another."""
-    if not isinstance(data, Dataset):
-        raise TypeError(
-            f"plan: Pack(row_length={{...}}) packs the named columns of a Dataset, "
-            f"found {type(data).__name__}"
-        )
     if column is not None:
         raise ValueError(
             f"plan: Pack(row_length={{...}}) plans by its features {names}; "
