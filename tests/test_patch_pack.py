@@ -203,9 +203,3 @@ def test_key_round_trip():
     from jaxbatch._src.plan.planners import planner_from_key
 
     assert planner_from_key(planner.key) == planner
-
-
-def test_loader_refuses_patch_pack_until_supported():
-    ds = _dataset([np.zeros((4, 4, 1), np.float32)])
-    with pytest.raises(TypeError, match="Loader: PatchPack is not supported here yet"):
-        jb.Loader(ds, jb.PatchPack(patch=(2, 2), row_length=8, rows_per_batch=1))

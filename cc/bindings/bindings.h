@@ -10,7 +10,9 @@
 #include <memory>
 #include <vector>
 
+#include "jaxbatch/collate/collator.h"
 #include "jaxbatch/data/dtype.h"
+#include "jaxbatch/plan/batch_plan.h"
 
 namespace jaxbatch::bindings {
 
@@ -33,6 +35,15 @@ nb::dlpack::dtype ToDLPack(DType dtype);
 // A numpy array over `data` that keeps `owner` alive, with no copy.
 nb::ndarray<nb::numpy> WrapArray(void* data, DType dtype, const std::vector<int64_t>& shape,
                                  std::shared_ptr<void> owner);
+
+// A collated batch as Python reads it: (name, dtype name, numpy array) per
+// array, each array owning its C++ buffer (bfloat16 arrives as uint16, see
+// ToDLPack). Moves the arrays' owners out of `arrays`.
+nb::list ArrayList(std::vector<Array>& arrays);
+
+// A BatchShape as Python reads it: (rows, length, segments, edges, width),
+// what BatchShape.from_core takes.
+nb::tuple ShapeToPython(const BatchShape& shape);
 
 // A numpy int64 array that takes ownership of `values`.
 Int64Array ToNumpy(std::vector<int64_t> values);

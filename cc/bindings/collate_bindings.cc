@@ -6,22 +6,9 @@
 
 #include "bindings.h"
 #include "jaxbatch/collate/collator.h"
-#include "jaxbatch/collate/patch_collate.h"
+#include "jaxbatch/collate/patch_batch.h"
 
 namespace jaxbatch::bindings {
-namespace {
-
-// (name, dtype name, array) per array: bfloat16 arrives as uint16, see ToDLPack.
-nb::list ArrayList(std::vector<Array>& arrays) {
-  nb::list out;
-  for (Array& a : arrays) {
-    out.append(nb::make_tuple(a.name, std::string(DTypeName(a.dtype)),
-                              WrapArray(a.data, a.dtype, a.shape, std::move(a.owner))));
-  }
-  return out;
-}
-
-}  // namespace
 
 void BindCollate(nb::module_& m) {
   m.attr("MASK_SUFFIX") = std::string(kMaskSuffix);
@@ -78,8 +65,8 @@ void BindCollate(nb::module_& m) {
         std::vector<Array> arrays;
         {
           nb::gil_scoped_release release;
-          arrays = CollatePatchColumn(dataset.column(column), plan.batch(batch_index), patch_pack,
-                                      epoch, options);
+          arrays = CollatePatchBatch(dataset, column, plan.batch(batch_index), patch_pack, epoch,
+                                     options);
         }
         return ArrayList(arrays);
       },

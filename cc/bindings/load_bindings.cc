@@ -21,16 +21,6 @@ namespace {
 // How often a waiting next() lets Python handle signals.
 constexpr std::chrono::milliseconds kSignalCheckInterval{50};
 
-// A batch as collate returns it: (name, dtype name, array) per array.
-nb::list ToPython(std::vector<Array>& arrays) {
-  nb::list out;
-  for (Array& a : arrays) {
-    out.append(nb::make_tuple(a.name, std::string(DTypeName(a.dtype)),
-                              WrapArray(a.data, a.dtype, a.shape, std::move(a.owner))));
-  }
-  return out;
-}
-
 }  // namespace
 
 void BindLoad(nb::module_& m) {
@@ -198,10 +188,9 @@ void BindLoad(nb::module_& m) {
                if (PyErr_CheckSignals() != 0) throw nb::python_error();
              }
              if (!batch) return nb::none();
-             const BatchShape& shape = batch->shape;
              return nb::make_tuple(
-                 ToPython(batch->arrays), batch->epoch, batch->step, batch->examples,
-                 nb::make_tuple(shape.rows, shape.length, shape.segments, shape.edges),
+                 ArrayList(batch->arrays), batch->epoch, batch->step, batch->examples,
+                 ShapeToPython(batch->shape),
                  batch->packed);
            })
       .def(
@@ -229,10 +218,8 @@ void BindLoad(nb::module_& m) {
               nb::gil_scoped_release release;
               shapes = loader.PlannedShapes(from_epoch);
             }
-            std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t>> out;
-            for (const BatchShape& s : shapes) {
-              out.emplace_back(s.rows, s.length, s.segments, s.edges);
-            }
+            nb::list out;
+            for (const BatchShape& s : shapes) out.append(ShapeToPython(s));
             return out;
           },
           nb::arg("from_epoch"))

@@ -1,5 +1,7 @@
 // The extension module jaxbatch._core and the one place where core errors
 // become Python exceptions.
+#include <nanobind/stl/string.h>
+
 #include <exception>
 
 #include "bindings.h"
@@ -47,6 +49,19 @@ nb::ndarray<nb::numpy> WrapArray(void* data, DType dtype, const std::vector<int6
                       [](void* p) noexcept { delete static_cast<std::shared_ptr<void>*>(p); });
   std::vector<size_t> dims(shape.begin(), shape.end());
   return nb::ndarray<nb::numpy>(data, dims.size(), dims.data(), capsule, nullptr, ToDLPack(dtype));
+}
+
+nb::list ArrayList(std::vector<Array>& arrays) {
+  nb::list out;
+  for (Array& a : arrays) {
+    out.append(nb::make_tuple(a.name, std::string(DTypeName(a.dtype)),
+                              WrapArray(a.data, a.dtype, a.shape, std::move(a.owner))));
+  }
+  return out;
+}
+
+nb::tuple ShapeToPython(const BatchShape& shape) {
+  return nb::make_tuple(shape.rows, shape.length, shape.segments, shape.edges, shape.width);
 }
 
 Int64Array ToNumpy(std::vector<int64_t> values) {

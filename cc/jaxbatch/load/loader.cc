@@ -11,6 +11,7 @@
 #include "jaxbatch/base/file_stamp.h"
 #include "jaxbatch/base/mapped_read.h"
 #include "jaxbatch/base/threads.h"
+#include "jaxbatch/collate/patch_batch.h"
 #include "jaxbatch/data/fingerprint.h"
 #include "jaxbatch/data/graph.h"
 #include "jaxbatch/load/prefetch.h"
@@ -167,6 +168,7 @@ Loader::Loader(std::shared_ptr<const Dataset> dataset, std::shared_ptr<const Chu
       pack && !pack->row_lengths.empty()) {
     real_lengths_ = PackFeatureTotals(lengths_, edge_lengths_, *pack);
   }
+  if (patch_pack_) real_lengths_ = KeptPatchCounts(lengths_, widths_, *patch_pack_);
 
   state_.seed = options_.schedule.seed;
   state_.key = key_;
@@ -367,8 +369,11 @@ void Loader::CheckMemoryLimit() {
       lengths_, excluded_, options_.schedule, claim_epoch_, edge_lengths_, widths_));
   int64_t largest = 0;
   for (const BatchShape& shape : schedule->plan.shapes) {
-    largest = std::max(largest,
-                       CollatedBytes(*dataset_, shape, layout_, options_.collate.padded_segments));
+    largest = std::max(
+        largest, patch_pack_ ? PatchBatchBytes(*dataset_, layout_.length_column, shape,
+                                               *patch_pack_, layout_.split)
+                             : CollatedBytes(*dataset_, shape, layout_,
+                                             options_.collate.padded_segments));
   }
   largest_batch_bytes_ = largest;
   const int64_t needed = SaturatingMul(SaturatingAdd(options_.prefetch, 2), largest);
@@ -562,7 +567,9 @@ void Loader::WorkerLoop() {
           result.real_edges += edge_lengths_[static_cast<size_t>(e)];
         }
       }
-      if (cache_) {
+      if (patch_pack_) {
+        result.arrays = CollatePatchStep(view, epoch, seq);
+      } else if (cache_) {
         const GatheredBatch gathered = GatherBatch(*chunked_, *cache_, view, seq);
         result.arrays = CollateView(*gathered.dataset, gathered.view(), layout, options_.collate);
         gathered.RestoreExampleIndex(result.arrays);
@@ -832,8 +839,11 @@ void Loader::InitLengths() {
                : dataset_->column(length_column).is_grid()) {
     InitGridSizes(length_column);
   }
+  if (std::holds_alternative<PatchPackOptions>(options_.schedule.planner)) {
+    InitPatchPack(length_column);
+  }
   const auto* pack = std::get_if<PackOptions>(&options_.schedule.planner);
-  layout_ = BatchLayout{.packed = pack != nullptr,
+  layout_ = BatchLayout{.packed = pack != nullptr || patch_pack_.has_value(),
                         .allow_truncate = false,
                         .split = YieldsPieces(options_.schedule.planner),
                         .length_column = length_column};
@@ -883,6 +893,7 @@ bool Loader::EpochsMayDiffer() const {
   // Graph batches follow the order: a shuffle changes how many there are.
   const bool ordered = std::holds_alternative<PadToMaxOptions>(options_.schedule.planner) ||
                        std::holds_alternative<PackOptions>(options_.schedule.planner) ||
+                       std::holds_alternative<PatchPackOptions>(options_.schedule.planner) ||
                        IsGraphPlanner(options_.schedule.planner);
   return ordered && options_.schedule.shuffle != ShuffleMode::kNone;
 }

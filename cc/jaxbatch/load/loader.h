@@ -271,6 +271,12 @@ class Loader {
   void InitFeatureLengths(const PackOptions& pack);
   void InitGraphs();
   void InitGridSizes(const std::string& length_column);
+  // A PatchPack (loader_patches.cc): its options, and its image column's
+  // columns checked (CheckPatchBatchColumns) before any batch.
+  void InitPatchPack(const std::string& length_column);
+  // Collates a PatchPack batch of `epoch` (which patches drop_percent
+  // keeps), from the dataset or gathered from the chunks it needs.
+  std::vector<Array> CollatePatchStep(const BatchView& view, int64_t epoch, int64_t seq);
   void WorkerLoop();
   // Throws IoError naming a mapped file whose size or modification time
   // differs from when the loader started.
@@ -315,6 +321,9 @@ class Loader {
   // A Pack with several features: each example's elements over them, cut
   // to their row lengths (the real elements a batch reports). Else empty.
   std::vector<int64_t> real_lengths_;
+  // A PatchPack's options (real_lengths_ then holds each image's kept
+  // patches); unset for other planners.
+  std::optional<PatchPackOptions> patch_pack_;
   std::vector<uint8_t> excluded_;
   std::vector<BadRecord> bad_records_;
   StreamKey key_;  // this loader's, in every state()

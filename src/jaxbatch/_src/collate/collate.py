@@ -129,8 +129,9 @@ def collate(
     0..length-1, both 0 in padding; ``padded_segments=False`` leaves them out
     of padded batches), fixed columns stacked, and ``example_index``.
     A :class:`~jaxbatch.PatchPack` batch holds its image column cut into
-    patches (see PatchPack for the keys; other columns are not collated
-    yet); ``epoch`` picks the patches its ``drop_percent`` keeps.
+    patches (see PatchPack for the keys) and each fixed-shape column per
+    segment (``[rows, segments, ...]``, a label per image; a ragged column
+    is refused); ``epoch`` picks the patches its ``drop_percent`` keeps.
     A large batch (over 4 MiB of output per thread) is filled by up to
     ``num_threads`` threads (default: the CPU count; at most 1024); buffers are reused
     across calls once numpy frees them.
@@ -178,7 +179,8 @@ def _collate_patches(
     arrays = _core.collate_patches(
         dataset._core, column, batch.plan._core, batch.index, options, epoch, pads, default, threads
     )
-    return batch_from_core(arrays, batch.index, batch.shape, True, column, (column,), ())
+    fixed = tuple(n for n in dataset.column_names if dataset._core.column(n).is_fixed)
+    return batch_from_core(arrays, batch.index, batch.shape, True, column, (column,), fixed)
 
 
 def _pad_scalar(value: Any, what: str) -> int | float:

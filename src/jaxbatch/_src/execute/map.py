@@ -36,6 +36,7 @@ from jaxbatch._src.load.loader import Loader
 from jaxbatch._src.plan.planners import (
     GRAPH_PLANNERS,
     Planner,
+    refuse_patch_pack,
     refuse_several_features,
     refuse_split,
 )
@@ -201,6 +202,7 @@ def _batches(fun, data, planner, batch_size, memory_budget):
         loader = Loader(data, planner, shuffle=False)
         return loader, loader.shapes, ""
     refuse_split(data.planner if isinstance(data, Loader) else planner, "jb.map")
+    refuse_patch_pack(data.planner if isinstance(data, Loader) else planner, "jb.map")
     refuse_several_features(data.planner if isinstance(data, Loader) else planner, "jb.map")
     if isinstance(data, Loader):
         if planner is not None:

@@ -89,6 +89,7 @@ from jaxbatch._src.plan.planners import (
     Planner,
     planner_from_key,
     planner_key,
+    refuse_patch_pack,
     refuse_several_features,
     refuse_split,
     same_planner,
@@ -456,6 +457,7 @@ def _check_args(checkpoint_every) -> None:
 
 
 def _planner_record(planner: Planner) -> dict[str, Any]:
+    refuse_patch_pack(planner, "jb.run")
     if not isinstance(planner, PLANNERS):
         raise TypeError(f"jb.run: planner must be a jaxbatch planner, found {planner!r}")
     refuse_split(planner, "jb.run")

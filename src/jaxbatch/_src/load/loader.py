@@ -23,10 +23,10 @@ from jaxbatch._src.load.agree import agree, loader_settings
 from jaxbatch._src.plan.plan import BatchShape
 from jaxbatch._src.plan.planners import (
     GRAPH_PLANNERS,
+    PATCH_PLANNERS,
     PLANNERS,
     Pack,
     Planner,
-    refuse_patch_pack,
 )
 
 
@@ -325,8 +325,7 @@ class Loader:
         state: Mapping[str, Any] | None = None,
         **kwargs: Unpack[LoaderKwargs],
     ):
-        refuse_patch_pack(planner, "Loader")
-        if not isinstance(planner, PLANNERS):
+        if not isinstance(planner, PLANNERS + PATCH_PLANNERS):
             raise TypeError(f"Loader: expected a planner, found {type(planner).__name__}")
         if options is None:
             options = LoaderOptions(**kwargs)
@@ -485,7 +484,7 @@ class Loader:
         arrays, epoch, step, _, planned, packed = item
         if self._stream is not None:
             self._stream.note_reads(core.chunk_reads, epoch)
-        shape = BatchShape(*planned, self._feature_lengths)
+        shape = BatchShape.from_core(planned, self._feature_lengths)
         batch = batch_from_core(
             arrays, step, shape, packed, self._length_column, self._ragged, self._fixed,
             self._graphs,
@@ -524,7 +523,7 @@ class Loader:
             return []
         live = self._live()
         planned = live.planned_shapes(live.state().epoch)
-        return [BatchShape(*s, self._feature_lengths) for s in planned]
+        return [BatchShape.from_core(s, self._feature_lengths) for s in planned]
 
     def close(self) -> None:
         """Stops and joins every worker thread. Idempotent, and safe from

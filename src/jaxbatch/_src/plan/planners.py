@@ -559,18 +559,20 @@ def refuse_split(planner: Planner | None, who: str) -> None:
         )
 
 
-# Planned and collated by jb.plan / jb.collate; not yet a Loader's or a job's
-# planner (PLANNERS), whose collation does not cut patches.
+# Planned, collated and loaded by jb.plan / jb.collate / jb.Loader; not a
+# planner of jb.map or jb.run (PLANNERS), whose results are per example: a
+# patch row holds several images' patches, in no layout their unbatching knows.
 PATCH_PLANNERS = (PatchPack,)
 
 
 def refuse_patch_pack(planner: Any, who: str) -> None:
-    """Raises for a PatchPack where only jb.plan and jb.collate take one."""
+    """Raises for a PatchPack where only jb.plan, jb.collate and jb.Loader take one."""
     if isinstance(planner, PATCH_PLANNERS):
         raise TypeError(
-            f"{who}: PatchPack is not supported here yet (the {who}'s collation does not cut "
-            "patches); plan and collate its batches with jb.plan(ds, planner) and "
-            "jb.collate(ds, spec)"
+            f"{who}: PatchPack is not supported here: {who}'s results are per example (a row "
+            "or a run of tokens each), but a patch row holds several images' patches; iterate "
+            "jb.Loader(ds, jb.PatchPack(...)) and pool per image with "
+            "jb.masked.segment_mean over <image>_segment_ids"
         )
 
 
