@@ -129,6 +129,9 @@ def open_source(
             f"{who}: expected a jb.Dataset, a Hugging Face dataset or a path, found "
             f"{type(source).__name__}"
         )
+    # What the data says of itself (its graph layout) before the options'
+    # rules are checked against its columns.
+    layout = graph_layout(dataset, who) if graphs else None
     if isinstance(dataset, StreamedParquet):
         rules = dataset.schema_rules
     else:
@@ -140,7 +143,7 @@ def open_source(
         path=path,
         length_column="" if graphs and column is None else column or dataset.default_length_column,
         schema_rules=rules,
-        graphs=graph_layout(dataset, who) if graphs else None,
+        graphs=layout,
         who=who,
     )
 
