@@ -77,6 +77,7 @@ from jaxbatch._src.load.loader import (
     LoaderOptions,
     OnError,
     Shard,
+    loader_for,
     resolve_shard,
 )
 from jaxbatch._src.plan.planners import (
@@ -555,7 +556,7 @@ class _Job:
         self.total = -(-opened.dataset.num_examples // count)  # A shard's, about.
         state = shards[-1]["state"] if shards else None
         # The source opened by jb.run, taken as it is: nothing is opened again.
-        self.loader = Loader(opened, planner, options=loader_options, state=state)
+        self.loader = loader_for(opened, planner, loader_options, state)
         self.loop = BatchLoop(fun, settings, self.loader, length_column)
         if not shards:  # A resumed job may need only some shapes: compile as they come.
             self.loop.compile_ahead(self.loader.shapes)

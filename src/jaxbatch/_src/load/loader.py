@@ -18,7 +18,7 @@ from jaxbatch._src.base.choices import one_of
 from jaxbatch._src.collate.collate import Batch, batch_from_core, pad_values
 from jaxbatch._src.data.dataset import Dataset, mapped_files
 from jaxbatch._src.data.grids import Axes
-from jaxbatch._src.data.opening import check_int_option, open_source
+from jaxbatch._src.data.opening import OpenedSource, check_int_option, open_source
 from jaxbatch._src.load.agree import agree, loader_settings
 from jaxbatch._src.plan.plan import BatchShape
 from jaxbatch._src.plan.planners import (
@@ -331,11 +331,19 @@ class Loader:
             options = LoaderOptions(**kwargs)
         elif kwargs:
             options = dataclasses.replace(options, **kwargs)
+        graphs = isinstance(planner, GRAPH_PLANNERS)
+        self._take(open_source(source, options, graphs=graphs), planner, options, state)
+
+    def _take(
+        self,
+        opened: OpenedSource,
+        planner: Planner,
+        options: LoaderOptions,
+        state: Mapping[str, Any] | None,
+    ) -> None:
+        """Starts loading `opened` (see open_source) with `planner`."""
         self.options = o = options
         self._feeder: threading.Thread | None = None
-        # Opened and checked once (jb.run hands over the source it opened).
-        graphs = isinstance(planner, GRAPH_PLANNERS)
-        opened = open_source(source, o, graphs=graphs)
         self._stream = opened.stream
         self.dataset, self.source = opened.dataset, opened.name
         self._schema_rules = opened.schema_rules
@@ -552,6 +560,19 @@ class Loader:
             self.close()
         except Exception:  # noqa: BLE001 - never raise from a finaliser
             pass
+
+
+def loader_for(
+    opened: OpenedSource,
+    planner: Planner,
+    options: LoaderOptions,
+    state: Mapping[str, Any] | None = None,
+) -> Loader:
+    """A Loader over a source already opened and checked for `options`
+    (jb.run's, see open_source): nothing is opened or checked again."""
+    loader = Loader.__new__(Loader)
+    loader._take(opened, planner, options, state)
+    return loader
 
 
 # How long the feeder waits for a request before it checks for close again.
