@@ -26,6 +26,7 @@ from jaxbatch._src.plan.planners import (
     PATCH_PLANNERS,
     PLANNERS,
     Pack,
+    PatchPack,
     Planner,
 )
 
@@ -319,7 +320,7 @@ class Loader:
     def __init__(
         self,
         source: Dataset | str | os.PathLike,
-        planner: Planner,
+        planner: Planner | PatchPack,
         *,
         options: LoaderOptions | None = None,
         state: Mapping[str, Any] | None = None,
@@ -337,7 +338,7 @@ class Loader:
     def _take(
         self,
         opened: OpenedSource,
-        planner: Planner,
+        planner: Planner | PatchPack,
         options: LoaderOptions,
         state: Mapping[str, Any] | None,
     ) -> None:
