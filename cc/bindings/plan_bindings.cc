@@ -199,6 +199,17 @@ void BindPlan(nb::module_& m) {
       .def_rw("drop_seed", &PatchPackOptions::drop_seed)
       .def_rw("remainder", &PatchPackOptions::remainder)
       .def_rw("rows_multiple", &PatchPackOptions::rows_multiple);
+  nb::class_<AspectBucketsOptions>(m, "AspectBucketsOptions")
+      .def(nb::init<>())
+      .def(nb::self == nb::self)
+      .def_rw("area", &AspectBucketsOptions::area)
+      .def_rw("multiple", &AspectBucketsOptions::multiple)
+      .def_rw("ratios", &AspectBucketsOptions::ratios)  // (width, height) pairs, flat
+      .def_rw("max_shapes", &AspectBucketsOptions::max_shapes)
+      .def_rw("batch_size", &AspectBucketsOptions::batch_size)
+      .def_rw("token_budget", &AspectBucketsOptions::token_budget)
+      .def_rw("remainder", &AspectBucketsOptions::remainder)
+      .def_rw("rows_multiple", &AspectBucketsOptions::rows_multiple);
   nb::class_<GraphBudgetOptions>(m, "GraphBudgetOptions")
       .def(nb::init<>())
       .def(nb::self == nb::self)
@@ -268,20 +279,20 @@ void BindPlan(nb::module_& m) {
   using PlanState =
       std::tuple<bool, bool, bool, std::string, Shapes, Int64Input, Int64Input, Int64Input,
                  Int64Input, Int64Input, Int64Input, PlanStats, bool, Int64Input, Int64Input,
-                 Int64Input, std::vector<std::string>, std::vector<int64_t>, bool>;
+                 Int64Input, std::vector<std::string>, std::vector<int64_t>, bool, Int64Input>;
   nb::class_<BatchPlan>(m, "BatchPlan")
       .def("__getstate__",
            [](const BatchPlan& p) {
              Shapes shapes;
              for (const BatchShape& s : p.shapes) shapes.push_back(ShapeTuple(s));
              std::vector<int64_t> shape_ids(p.batch_shape_ids.begin(), p.batch_shape_ids.end());
-             return nb::make_tuple(p.packed, p.graph, p.allow_truncate, p.length_column, shapes,
-                                   ToNumpy(std::move(shape_ids)), ToNumpy(p.batch_row_begin),
-                                   ToNumpy(p.row_example_begin), ToNumpy(p.example_ids),
-                                   ToNumpy(p.dropped_examples), ToNumpy(p.skipped_examples),
-                                   p.stats, p.split, ToNumpy(p.example_pieces),
-                                   ToNumpy(p.piece_starts), ToNumpy(p.piece_lengths),
-                                   p.feature_names, p.feature_row_lengths, p.grid);
+             return nb::make_tuple(
+                 p.packed, p.graph, p.allow_truncate, p.length_column, shapes,
+                 ToNumpy(std::move(shape_ids)), ToNumpy(p.batch_row_begin),
+                 ToNumpy(p.row_example_begin), ToNumpy(p.example_ids), ToNumpy(p.dropped_examples),
+                 ToNumpy(p.skipped_examples), p.stats, p.split, ToNumpy(p.example_pieces),
+                 ToNumpy(p.piece_starts), ToNumpy(p.piece_lengths), p.feature_names,
+                 p.feature_row_lengths, p.grid, ToNumpy(p.resize_to));
            })
       .def("__setstate__",
            [](BatchPlan& p, const PlanState& t) {
@@ -314,6 +325,7 @@ void BindPlan(nb::module_& m) {
              plan.feature_names = std::get<16>(t);
              plan.feature_row_lengths = std::get<17>(t);
              plan.grid = std::get<18>(t);
+             plan.resize_to = vec(std::get<19>(t));
              CheckPlan(plan);
              new (&p) BatchPlan(std::move(plan));
            })
@@ -365,6 +377,10 @@ void BindPlan(nb::module_& m) {
           nb::rv_policy::reference_internal)
       .def_prop_ro(
           "skipped_examples", [](const BatchPlan& p) { return View(p.skipped_examples); },
+          nb::rv_policy::reference_internal)
+      // AspectBuckets: each example's (h, w) target, flat; empty otherwise.
+      .def_prop_ro(
+          "resize_to", [](const BatchPlan& p) { return View(p.resize_to); },
           nb::rv_policy::reference_internal)
       .def("batch_shape",
            [](const BatchPlan& p, int64_t b) { return ShapeTuple(p.batch(b).shape); });

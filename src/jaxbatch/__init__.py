@@ -45,6 +45,7 @@ from jaxbatch._src.load.loader import (
 from jaxbatch._src.ops.broadcast import BroadcastError, explain_broadcast, strict_broadcasting
 from jaxbatch._src.plan.plan import BatchPlan, BatchShape, BatchSpec, PlanStats, plan
 from jaxbatch._src.plan.planners import (
+    AspectBuckets,
     AutoBuckets,
     FixedBuckets,
     GraphBuckets,
@@ -57,6 +58,7 @@ from jaxbatch._src.plan.planners import (
 )
 
 __all__ = [
+    "AspectBuckets",
     "AutoBuckets",
     "AutotuneResult",
     "AxisError",

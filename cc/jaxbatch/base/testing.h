@@ -48,6 +48,13 @@ inline bool Contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }
 
+// Expects `f` to throw an E whose message has `part`.
+template <typename E, typename F>
+void ExpectThrowsWith(F&& f, const std::string& part) {
+  const std::string message = ThrownMessage<E>(std::forward<F>(f));
+  EXPECT_TRUE(Contains(message, part)) << message;
+}
+
 }  // namespace jaxbatch::testing
 
 #endif  // JAXBATCH_BASE_TESTING_H_

@@ -16,6 +16,7 @@
 #include "jaxbatch/collate/fill_rows.h"
 #include "jaxbatch/collate/grid_collator.h"
 #include "jaxbatch/collate/internal.h"
+#include "jaxbatch/plan/aspect_buckets.h"
 
 namespace jaxbatch {
 namespace collate_internal {
@@ -635,9 +636,26 @@ void CheckPadValues(const Dataset& dataset, const CollateOptions& options, std::
   }
 }
 
+namespace {
+
+// An AspectBuckets plan's examples must be at their resize targets: jaxbatch
+// never resizes, and a smaller image would otherwise be padded unnoticed.
+void CheckResized(const Dataset& dataset, const BatchPlan& plan, int64_t batch_index) {
+  const std::string& name =
+      plan.length_column.empty() ? dataset.default_length_column() : plan.length_column;
+  const RaggedColumn& column = dataset.column(name);
+  for (int64_t e : plan.batch(batch_index).all_examples()) {
+    if (e < 0 || e >= dataset.num_examples()) continue;  // collation names it
+    CheckResizedTo(plan.resize_to, e, column.height(e), column.width(e), name);
+  }
+}
+
+}  // namespace
+
 std::vector<Array> Collate(const Dataset& dataset, const BatchPlan& plan, int64_t batch_index,
                            const CollateOptions& options) {
   CheckPadValues(dataset, options, "collate");
+  if (!plan.resize_to.empty()) CheckResized(dataset, plan, batch_index);
   const BatchLayout layout{.packed = plan.packed,
                            .allow_truncate = plan.allow_truncate,
                            .split = plan.split,

@@ -316,13 +316,29 @@ void PlanBuilder::StartStats(int64_t num_examples) {
   stats.skipped = static_cast<int64_t>(plan_.skipped_examples.size());
 }
 
+namespace {
+
+// The loop every Finish shares: each batch counted in batches_per_shape and
+// handed to `count` (with the stats) for what its kind of plan counts, then
+// the efficiency of real over padded elements.
+template <typename CountBatch>
+BatchPlan CountBatches(BatchPlan& plan, CountBatch count) {
+  PlanStats& stats = plan.stats;
+  for (int64_t b = 0; b < stats.batches; ++b) {
+    const BatchView view = plan.batch(b);
+    ++stats.batches_per_shape[static_cast<size_t>(plan.batch_shape_ids[static_cast<size_t>(b)])];
+    count(view, stats);
+  }
+  stats.efficiency = Ratio(stats.real_elements, stats.padded_elements);
+  return std::move(plan);
+}
+
+}  // namespace
+
 BatchPlan PlanBuilder::FinishGraphs(std::span<const int64_t> nodes, std::span<const int64_t> edges,
                                     int64_t num_examples) && {
   StartStats(num_examples);
-  PlanStats& stats = plan_.stats;
-  for (int64_t b = 0; b < stats.batches; ++b) {
-    const BatchView view = plan_.batch(b);
-    ++stats.batches_per_shape[static_cast<size_t>(plan_.batch_shape_ids[static_cast<size_t>(b)])];
+  BatchPlan plan = CountBatches(plan_, [&](const BatchView& view, PlanStats& stats) {
     stats.padded_elements = SaturatingAdd(stats.padded_elements, view.shape.length);
     stats.padded_edges = SaturatingAdd(stats.padded_edges, view.shape.edges);
     stats.padded_graphs = SaturatingAdd(stats.padded_graphs, view.shape.rows);
@@ -331,19 +347,15 @@ BatchPlan PlanBuilder::FinishGraphs(std::span<const int64_t> nodes, std::span<co
       stats.real_edges = SaturatingAdd(stats.real_edges, edges[static_cast<size_t>(e)]);
       ++stats.real_graphs;
     }
-  }
-  stats.occupied_elements = stats.padded_elements;
-  stats.efficiency = Ratio(stats.real_elements, stats.padded_elements);
-  return std::move(plan_);
+  });
+  plan.stats.occupied_elements = plan.stats.padded_elements;
+  return plan;
 }
 
 BatchPlan PlanBuilder::FinishGrid(std::span<const int64_t> heights, std::span<const int64_t> widths,
                                   int64_t num_examples) && {
   StartStats(num_examples);
-  PlanStats& stats = plan_.stats;
-  for (int64_t b = 0; b < stats.batches; ++b) {
-    const BatchView view = plan_.batch(b);
-    ++stats.batches_per_shape[static_cast<size_t>(plan_.batch_shape_ids[static_cast<size_t>(b)])];
+  return CountBatches(plan_, [&](const BatchView& view, PlanStats& stats) {
     const int64_t cells = SaturatingMul(view.shape.length, view.shape.width);
     stats.padded_elements = SaturatingAdd(stats.padded_elements, PaddedElements(view.shape, false));
     for (int64_t e : view.all_examples()) {
@@ -353,17 +365,12 @@ BatchPlan PlanBuilder::FinishGrid(std::span<const int64_t> heights, std::span<co
           SaturatingAdd(stats.real_elements, GridCells(view.shape, heights[i], widths[i]));
       stats.occupied_elements = SaturatingAdd(stats.occupied_elements, cells);
     }
-  }
-  stats.efficiency = Ratio(stats.real_elements, stats.padded_elements);
-  return std::move(plan_);
+  });
 }
 
 BatchPlan PlanBuilder::Finish(std::span<const int64_t> lengths, int64_t num_examples) && {
   StartStats(num_examples);
-  PlanStats& stats = plan_.stats;
-  for (int64_t b = 0; b < stats.batches; ++b) {
-    const BatchView view = plan_.batch(b);
-    ++stats.batches_per_shape[static_cast<size_t>(plan_.batch_shape_ids[static_cast<size_t>(b)])];
+  return CountBatches(plan_, [&](const BatchView& view, PlanStats& stats) {
     stats.padded_elements =
         SaturatingAdd(stats.padded_elements, SaturatingMul(view.shape.rows, view.shape.length));
     for (int64_t r = 0; r < view.stored_rows(); ++r) {
@@ -379,9 +386,7 @@ BatchPlan PlanBuilder::Finish(std::span<const int64_t> lengths, int64_t num_exam
         stats.occupied_elements = SaturatingAdd(stats.occupied_elements, view.shape.length);
       }
     }
-  }
-  stats.efficiency = Ratio(stats.real_elements, stats.padded_elements);
-  return std::move(plan_);
+  });
 }
 
 }  // namespace jaxbatch

@@ -185,6 +185,10 @@ class BatchPlan {
   std::vector<int64_t> piece_lengths;
   std::vector<int64_t> dropped_examples;
   std::vector<int64_t> skipped_examples;
+  // AspectBuckets (aspect_buckets.h): each example's resize target, h and w
+  // per example id ((0, 0) when not planned); collating an example not at
+  // its target is an error. Empty for every other planner.
+  std::vector<int64_t> resize_to;
   PlanStats stats;
 
   int64_t num_batches() const { return static_cast<int64_t>(batch_shape_ids.size()); }

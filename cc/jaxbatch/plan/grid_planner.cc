@@ -15,7 +15,8 @@
 namespace jaxbatch {
 namespace {
 
-constexpr const char* kGridPlanners = "PadToMax or AutoBuckets";
+constexpr const char* kGridPlanners =
+    "PadToMax or AutoBuckets (or AspectBuckets, for images you resize)";
 
 // `size` (an example's height or width) rounded up to `multiple`; throws
 // naming the option when that does not fit an int64.
@@ -191,6 +192,7 @@ BatchPlan PlanGridAutoBuckets(std::span<const int64_t> heights, std::span<const 
 
 void CheckGridSizes(std::span<const int64_t> heights, std::span<const int64_t> widths,
                     const PlannerOptions& options) {
+  if (std::holds_alternative<AspectBucketsOptions>(options)) return;  // checks its own sizes
   if (!std::holds_alternative<PadToMaxOptions>(options) &&
       !std::holds_alternative<AutoBucketsOptions>(options)) {
     throw InvalidArgumentError(StrCat(PlannerName(options),
@@ -221,11 +223,17 @@ void CheckGridExamplesFit(std::span<const int64_t> heights, std::span<const int6
   if (const auto* o = std::get_if<AutoBucketsOptions>(&options)) {
     CheckLargestGridFits(heights, widths, *o);
   }
+  if (const auto* o = std::get_if<AspectBucketsOptions>(&options)) {
+    CheckAspectExamplesFit(heights, widths, *o);
+  }
 }
 
 BatchPlan PlanGrid(std::span<const int64_t> heights, std::span<const int64_t> widths,
                    const std::vector<int64_t>& ids, const PlannerOptions& options) {
   CheckGridSizes(heights, widths, options);
+  if (const auto* o = std::get_if<AspectBucketsOptions>(&options)) {
+    return PlanAspectBuckets(heights, widths, ids, *o);
+  }
   if (const auto* o = std::get_if<AutoBucketsOptions>(&options)) {
     return PlanGridAutoBuckets(heights, widths, ids, *o);
   }

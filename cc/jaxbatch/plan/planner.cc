@@ -668,8 +668,9 @@ BatchPlan PlanPack(std::span<const int64_t> lengths, const std::vector<int64_t>&
 }  // namespace
 
 const char* PlannerName(const PlannerOptions& options) {
-  static constexpr const char* kNames[] = {"PadToMax",    "FixedBuckets", "AutoBuckets", "Pack",
-                                           "GraphBudget", "GraphBuckets", "PatchPack"};
+  static constexpr const char* kNames[] = {"PadToMax",  "FixedBuckets", "AutoBuckets",
+                                           "Pack",      "GraphBudget",  "GraphBuckets",
+                                           "PatchPack", "AspectBuckets"};
   return kNames[options.index()];
 }
 
@@ -700,6 +701,7 @@ void ValidatePlannerOptions(const PlannerOptions& options) {
         if constexpr (std::is_same_v<T, GraphBudgetOptions>) ValidateGraphBudget(o);
         if constexpr (std::is_same_v<T, GraphBucketsOptions>) ValidateGraphBuckets(o);
         if constexpr (std::is_same_v<T, PatchPackOptions>) ValidatePatchPack(o);
+        if constexpr (std::is_same_v<T, AspectBucketsOptions>) ValidateAspectBuckets(o);
       },
       options);
 }
@@ -756,6 +758,9 @@ void CheckExamplesFit(std::span<const int64_t> lengths, const PlannerOptions& op
                       std::is_same_v<T, GraphBucketsOptions>) {
           CheckGraphsFit(lengths, edges, o);
         }
+        if constexpr (std::is_same_v<T, AspectBucketsOptions>) {
+          CheckAspectExamplesFit(lengths, widths, o);  // no widths: the error naming them
+        }
       },
       options);
 }
@@ -795,6 +800,9 @@ BatchPlan Plan(std::span<const int64_t> lengths, const PlannerOptions& options,
         }
         if constexpr (std::is_same_v<T, PatchPackOptions>) {
           return PlanPatchPack(lengths, widths, ids, o);  // no widths: the error naming them
+        }
+        if constexpr (std::is_same_v<T, AspectBucketsOptions>) {
+          return PlanAspectBuckets(lengths, widths, ids, o);  // likewise
         }
       },
       options);

@@ -17,6 +17,11 @@
 //   PatchPackOptions    images cut into patches, packed into rows of
 //                       patches (NaViT; patch_pack.h): planned from heights
 //                       as `lengths` and `widths`.
+//   AspectBucketsOptions
+//                       aspect-ratio buckets of a fixed area for images the
+//                       user resizes (aspect_buckets.h): each example's
+//                       target in BatchPlan::resize_to; planned from
+//                       heights as `lengths` and `widths`.
 //   GraphBudgetOptions, GraphBucketsOptions
 //                       graphs to node, edge and graph budgets (see
 //                       graph_planner.h): planned from node counts as
@@ -43,6 +48,7 @@
 #include <variant>
 #include <vector>
 
+#include "jaxbatch/plan/aspect_buckets.h"
 #include "jaxbatch/plan/batch_plan.h"
 #include "jaxbatch/plan/graph_planner.h"
 #include "jaxbatch/plan/packer.h"
@@ -136,10 +142,10 @@ struct PackOptions {
 
 using PlannerOptions =
     std::variant<PadToMaxOptions, FixedBucketsOptions, AutoBucketsOptions, PackOptions,
-                 GraphBudgetOptions, GraphBucketsOptions, PatchPackOptions>;
+                 GraphBudgetOptions, GraphBucketsOptions, PatchPackOptions, AspectBucketsOptions>;
 
 // The planner's name: "PadToMax", "FixedBuckets", "AutoBuckets", "Pack",
-// "GraphBudget", "GraphBuckets" or "PatchPack".
+// "GraphBudget", "GraphBuckets", "PatchPack" or "AspectBuckets".
 const char* PlannerName(const PlannerOptions& options);
 
 // Whether `options` plan graphs (GraphBudget, GraphBuckets).

@@ -242,6 +242,21 @@ const std::vector<Field<PatchPackOptions>>& FieldsOf(const PatchPackOptions*) {
   return fields;
 }
 
+// ratios are (width, height) pairs, written flat: ratios=[4, 3, 1, 1].
+const std::vector<Field<AspectBucketsOptions>>& FieldsOf(const AspectBucketsOptions*) {
+  using O = AspectBucketsOptions;
+  static const std::vector<Field<O>> fields = {
+      Count<O>("area", &O::area),
+      Count<O>("multiple", &O::multiple),
+      List<O>("ratios", &O::ratios),
+      Optional<O>("max_shapes", &O::max_shapes),
+      Optional<O>("batch_size", &O::batch_size),
+      Optional<O>("token_budget", &O::token_budget),
+      Choice<O>("remainder", &O::remainder, kRemainderNames),
+      Count<O>("rows_multiple", &O::rows_multiple)};
+  return fields;
+}
+
 template <typename O>
 const std::vector<Field<O>>& GraphFields() {
   static const std::vector<Field<O>> fields = [] {
@@ -446,10 +461,12 @@ PlannerOptions ParsePlannerKey(std::string_view key) {
     options = ParseFields<GraphBucketsOptions>(reader, key);
   } else if (name == "PatchPack") {
     options = ParseFields<PatchPackOptions>(reader, key);
+  } else if (name == "AspectBuckets") {
+    options = ParseFields<AspectBucketsOptions>(reader, key);
   } else {
     Refuse(key, StrCat("unknown planner '", name,
                        "'; expected PadToMax, FixedBuckets, AutoBuckets, Pack, GraphBudget, "
-                       "GraphBuckets or PatchPack"));
+                       "GraphBuckets, PatchPack or AspectBuckets"));
   }
   if (!reader.AtEnd()) reader.Fail("unexpected text after the planner");
   return options;

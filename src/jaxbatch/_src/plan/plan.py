@@ -15,6 +15,7 @@ from jaxbatch._src.plan.planners import (
     GRAPH_PLANNERS,
     PATCH_PLANNERS,
     PLANNERS,
+    AspectBuckets,
     Pack,
     PatchPack,
     Planner,
@@ -210,6 +211,14 @@ class BatchPlan:
     @property
     def skipped_examples(self) -> np.ndarray:
         return np.array(self._core.skipped_examples)
+
+    @property
+    def resize_to(self) -> np.ndarray | None:
+        """:class:`AspectBuckets`: each example's ``(H, W)`` target, ``[n, 2]``
+        by example id (``(0, 0)`` for one not planned); None for other planners."""
+        if not isinstance(self.planner, AspectBuckets):
+            return None
+        return np.array(self._core.resize_to).reshape(-1, 2)
 
     def __len__(self) -> int:
         return self._core.num_batches

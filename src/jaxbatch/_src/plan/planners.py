@@ -104,13 +104,25 @@ class _Planner:
         o = self._core_type()
         name = type(self).__name__
         for f in dataclasses.fields(self):
-            setattr(o, f.name, _to_core(name, f.name, getattr(self, f.name), getattr(o, f.name)))
+            setattr(o, f.name, _to_core(name, f.name, self._core_field(f.name), getattr(o, f.name)))
         return o
+
+    def _core_field(self, name: str) -> Any:
+        """A field's value in the engine's layout (before conversion)."""
+        return getattr(self, name)
+
+    @classmethod
+    def _python_field(cls, name: str, value: Any) -> Any:
+        """A core option's value as the field holds it (_core_field's inverse)."""
+        return value
 
     @classmethod
     def _from_options(cls, options) -> Planner:
         return cls(
-            **{f.name: _to_python(getattr(options, f.name)) for f in dataclasses.fields(cls)}
+            **{
+                f.name: cls._python_field(f.name, _to_python(getattr(options, f.name)))
+                for f in dataclasses.fields(cls)
+            }
         )
 
     @property
@@ -128,6 +140,7 @@ _PAD, _FIXED, _AUTO, _PACK, _GRAPH, _GRAPH_BUCKETS = (
     _core.GraphBucketsOptions,
 )
 _PATCH = _core.PatchPackOptions
+_ASPECT = _core.AspectBucketsOptions
 # The fits' defaults for the planners' other options: the engine's.
 _BUDGET_ALGORITHM, _BUDGET_TOO_BIG = _default(_GRAPH, "algorithm"), _default(_GRAPH, "too_big")
 _BUCKETS_ALGORITHM = _default(_GRAPH_BUCKETS, "algorithm")
@@ -500,6 +513,62 @@ class PatchPack(_Planner):
     _core_type: ClassVar[Any] = _PATCH
 
 
+@dataclasses.dataclass(frozen=True)
+class AspectBuckets(_Planner):
+    """Aspect-ratio buckets of a fixed area, for images you resize (the
+    buckets of diffusion training scripts, such as kohya-ss sd-scripts'):
+    every bucket is a resolution ``(H, W)``, both multiples of ``multiple``,
+    ``H * W <= area``, for each width the tallest such height (and the
+    transposes). The buckets are those nearest the given ``ratios``
+    (``(width, height)`` pairs, as in 4:3), or at most ``max_shapes`` chosen
+    from the data: the set minimising the summed ``|log(w/h) - log(W/H)|``
+    of every example to its nearest bucket, exact (dynamic programming over
+    the resolutions between the data's least and greatest ratio).
+
+    Each example goes to the bucket nearest its aspect ratio (a tie: the
+    taller) and is to be resized to it: ``jb.plan(sizes, planner).resize_to``
+    gives each example's ``(H, W)`` target, and each batch holds one
+    bucket's examples at exactly its resolution, ``batch_size`` rows and/or
+    ``token_budget // (H * W)`` (pixels per batch; at least ``area``),
+    rounded down to ``rows_multiple``. jaxbatch never resizes: collating an
+    example that is not at its target is a ValueError naming it, its size
+    and the target, and a Loader refuses data not at its buckets (plan the
+    original sizes, resize, then load the resized images with the same
+    planner: their targets are their sizes)."""
+
+    area: int
+    multiple: int = _default(_ASPECT, "multiple")
+    ratios: Sequence[tuple[int, int]] = ()
+    max_shapes: int | None = None
+    batch_size: int | None = None
+    token_budget: int | None = None
+    remainder: Remainder = _default(_ASPECT, "remainder")
+    rows_multiple: int = _default(_ASPECT, "rows_multiple")
+    _core_type: ClassVar[Any] = _ASPECT
+
+    def _core_field(self, name: str) -> Any:
+        if name != "ratios":
+            return getattr(self, name)
+        if isinstance(self.ratios, str | bytes) or not isinstance(self.ratios, Sequence):
+            raise ValueError(
+                f"AspectBuckets: ratios must be (width, height) pairs, found {self.ratios!r}"
+            )
+        flat = []
+        for k, pair in enumerate(self.ratios):
+            if isinstance(pair, str | bytes) or not isinstance(pair, Sequence) or len(pair) != 2:
+                raise ValueError(
+                    f"AspectBuckets: ratios[{k}] must be a (width, height) pair, found {pair!r}"
+                )
+            flat += [pair[0], pair[1]]
+        return flat
+
+    @classmethod
+    def _python_field(cls, name: str, value: Any) -> Any:
+        if name != "ratios":
+            return value
+        return tuple(zip(value[::2], value[1::2], strict=True))
+
+
 def _fit(cls, fit_core, data, graphs, multiple, seed, order, options) -> Any:
     """GraphBudget.fit / GraphBuckets.fit: the arguments as the engine takes
     them (checked as the planner's own fields are), the planner it fits."""
@@ -516,7 +585,7 @@ def _fit(cls, fit_core, data, graphs, multiple, seed, order, options) -> Any:
 #: Any planner: what jb.plan, jb.Loader, jb.map and jb.run take (``jb.Planner``
 #: in annotations; a list of mixed planners is otherwise typed by their
 #: private base, which no function takes).
-Planner = PadToMax | FixedBuckets | AutoBuckets | Pack | GraphBudget | GraphBuckets
+Planner = PadToMax | FixedBuckets | AutoBuckets | Pack | GraphBudget | GraphBuckets | AspectBuckets
 
 
 class GraphBudgetKwargs(TypedDict):
@@ -529,7 +598,7 @@ class GraphBudgetKwargs(TypedDict):
     graphs: int
 
 
-PLANNERS = (PadToMax, FixedBuckets, AutoBuckets, Pack, GraphBudget, GraphBuckets)
+PLANNERS = (PadToMax, FixedBuckets, AutoBuckets, Pack, GraphBudget, GraphBuckets, AspectBuckets)
 GRAPH_PLANNERS = (GraphBudget, GraphBuckets)
 
 
