@@ -13,25 +13,31 @@ layers (2 heads, MLP 128) whose attention sees only the image's own patches
 24-way softmax head; Adam (bench/adam.py, lr 1e-3); the loss is the mean
 cross entropy over the batch's images (padding never counts).
 
-The ways, each one shuffled epoch of the same images from the same initial
-parameters, each batch at most 16 x 256 x 256 pixels:
+The ways, each the same number of steps (--steps, 48 by default: 3 epochs
+of pad's batches, so one compilation does not dominate; --quick: one epoch),
+epoch after epoch, each epoch reshuffled, from the same initial parameters,
+each batch at most 16 x 256 x 256 pixels. The three ways jaxbatch batches
+load the same way: jb.plan over the image column's (h, w), then jb.collate
+batch by batch in the training loop, no prefetching (nor for resize):
 
   resize   every image resized to 224 x 224 (skimage.transform.resize,
            bilinear, anti-aliased when shrinking, inside the timed loop),
            16 to a batch, the last batch padded with empty rows: one shape.
            An image bigger than 224 x 224 loses pixels: "pixels kept"
            counts min(h x w, 224 x 224) per image, and only those as real;
-  pad      16 images to a batch, padded to the batch's tallest and widest;
-           jax.jit compiles once per new (rows, H, W);
-  buckets  jb.Loader(jb.AutoBuckets(4, token_budget=16 x 256 x 256)) over
-           the image column's (h, w): at most 4 shapes (H, W), a shape's
-           rows = budget // (H x W);
+  pad      jb.PadToMax(16): 16 images to a batch, padded to the batch's
+           tallest and widest; jax.jit compiles once per new (rows, H, W);
+  buckets  jb.AutoBuckets(4, token_budget=16 x 256 x 256): at most 4 shapes
+           (H, W), a shape's rows = budget // (H x W), the small shapes'
+           last batches filling the larger ones' spare rows;
   patchpack
-           jb.PatchPack(patch=(16, 16), row_length=512, rows_per_batch=8),
-           planned over a shuffled order with jb.plan and collated batch by
-           batch with jb.collate (the Loader does not cut patches yet): each
-           image's patches a segment of a packed row, 2-D positions from the
-           batch: one shape.
+           jb.PatchPack(patch=(16, 16), row_length=384 (--pack-row),
+           rows_per_batch=the budget's 4096 patches // row_length): each
+           image's patches a segment of a packed row, 2-D positions: one
+           shape. Attention is dense over a row, so its cost per patch grows
+           with row_length; 384 is the shortest row that keeps >= 95% of the
+           patches real on this distribution (256: 82%, 512: 98.6%; the
+           numbers are in docs/images.md).
 
 Each distinct input shape is compiled ahead of time and counted (as in
 bench_train.py); every repetition recompiles (jax.clear_caches()). Wall time
@@ -82,8 +88,11 @@ BATCH = 16  # images per resize / pad batch
 RESIZE_TO = 224
 PIXEL_BUDGET = BATCH * image_data.CAP * image_data.CAP  # pixels per batch, every way
 BUCKET_SHAPES = 4
-PACK_ROW, PACK_ROWS = 512, 8  # patches per packed row, rows per batch (= the pixel budget)
+PACK_ROW = 384  # patches per packed row (--pack-row); rows per batch: pack_rows()
 FULL_IMAGES = 256
+# Steps per way in a full run: 3 epochs of pad-to-largest's batches, so one
+# compilation (about 6 s under load) no longer dominates a way's wall time.
+FULL_STEPS = 48
 QUICK_IMAGES = 32
 QUICK_COMPILER_OPTIONS = {"xla_backend_optimization_level": 0}
 
@@ -123,12 +132,17 @@ def shuffled(n: int, seed: int = 0) -> np.ndarray:
     return np.random.default_rng(seed).permutation(n)
 
 
-def resize_batches(images: list[np.ndarray], labels: np.ndarray) -> Iterator[dict]:
+def pack_rows() -> int:
+    """Packed rows per batch: the pixel budget's patches over PACK_ROW."""
+    return PIXEL_BUDGET // (PATCH * PATCH) // PACK_ROW
+
+
+def resize_batches(images: list[np.ndarray], labels: np.ndarray, epoch: int = 0) -> Iterator[dict]:
     """BATCH images resized to RESIZE_TO x RESIZE_TO; the last batch padded
     with empty rows, so one shape."""
     from skimage.transform import resize
 
-    order = shuffled(len(images))
+    order = shuffled(len(images), epoch)
     for start in range(0, len(order), BATCH):
         ids = order[start : start + BATCH]
         out = []
@@ -148,51 +162,62 @@ def resize_batches(images: list[np.ndarray], labels: np.ndarray) -> Iterator[dic
                "real": real, "fed": pixels.shape[0] * RESIZE_TO * RESIZE_TO}  # fmt: skip
 
 
-def pad_batches(images: list[np.ndarray], labels: np.ndarray) -> Iterator[dict]:
-    """BATCH images padded to the batch's tallest and widest."""
-    order = shuffled(len(images))
-    for start in range(0, len(order), BATCH):
-        ids = order[start : start + BATCH]
-        chunk = [images[i] for i in ids]
-        height = max(x.shape[0] for x in chunk)
-        width = max(x.shape[1] for x in chunk)
-        pixels, mask = _padded(chunk, len(chunk), height, width)
-        yield {"images": pixels, "mask": mask, "labels": labels[ids], "index": ids,
-               "real": int(mask.sum()), "fed": mask.size}  # fmt: skip
+def pad_batches(images: list[np.ndarray], labels: np.ndarray, epoch: int = 0) -> Iterator[dict]:
+    """BATCH images padded to the batch's tallest and widest: jb.PadToMax over
+    the image column's (h, w), collated by jb.collate like the jaxbatch ways
+    (the same loading path, so only the batching differs)."""
+    import jaxbatch as jb
+
+    ds = image_dataset(images)
+    for spec in jb.plan(ds, jb.PadToMax(BATCH), order=shuffled(len(images), epoch)):
+        yield _grid_batch(jb.collate(ds, spec), labels)
+
+
+_DATASETS: dict[int, Any] = {}
 
 
 def image_dataset(images: list[np.ndarray]):
-    """The images as a jaxbatch grid column ("image", axes (h, w))."""
+    """The images as a jaxbatch grid column ("image", axes (h, w)), built
+    once per list (each epoch of each way reads the same dataset)."""
     import jaxbatch as jb
 
-    return jb.Dataset.from_arrays({"image": images}, axes={"image": ("h", "w")})
+    key = id(images)
+    if key not in _DATASETS or _DATASETS[key][0] is not images:
+        _DATASETS[key] = (
+            images,
+            jb.Dataset.from_arrays({"image": images}, axes={"image": ("h", "w")}),
+        )
+    return _DATASETS[key][1]
 
 
-def bucket_batches(images: list[np.ndarray], labels: np.ndarray) -> Iterator[dict]:
-    """jb.AutoBuckets over the images' (h, w) sizes, planned over a shuffled
-    order with jb.plan and collated batch by batch with jb.collate (a plan
-    of the dataset itself does not see (h, w) yet)."""
+def _grid_batch(b: dict, labels: np.ndarray) -> dict:
+    index = np.asarray(b["example_index"]).reshape(-1)
+    mask = np.asarray(b["image_mask"])
+    return {"images": b["image"], "mask": mask, "labels": _labels(labels, index),
+            "index": index, "real": int(mask.sum()), "fed": mask.size}  # fmt: skip
+
+
+def bucket_batches(images: list[np.ndarray], labels: np.ndarray, epoch: int = 0) -> Iterator[dict]:
+    """jb.AutoBuckets over the image column's (h, w) sizes, planned over a
+    shuffled order with jb.plan and collated batch by batch with jb.collate."""
     import jaxbatch as jb
 
     planner = jb.AutoBuckets(BUCKET_SHAPES, token_budget=PIXEL_BUDGET)
     ds = image_dataset(images)
-    sizes = np.array([x.shape[:2] for x in images], np.int64)
-    for spec in jb.plan(sizes, planner, order=shuffled(len(images))):
-        b = jb.collate(ds, spec)
-        index = np.asarray(b["example_index"]).reshape(-1)
-        mask = np.asarray(b["image_mask"])
-        yield {"images": b["image"], "mask": mask, "labels": _labels(labels, index),
-               "index": index, "real": int(mask.sum()), "fed": mask.size}  # fmt: skip
+    for spec in jb.plan(ds, planner, order=shuffled(len(images), epoch)):
+        yield _grid_batch(jb.collate(ds, spec), labels)
 
 
-def patchpack_batches(images: list[np.ndarray], labels: np.ndarray) -> Iterator[dict]:
+def patchpack_batches(
+    images: list[np.ndarray], labels: np.ndarray, epoch: int = 0
+) -> Iterator[dict]:
     """jb.PatchPack batches, planned over a shuffled order and collated one
     by one with jb.collate (the Loader does not cut patches yet)."""
     import jaxbatch as jb
 
-    planner = jb.PatchPack(patch=(PATCH, PATCH), row_length=PACK_ROW, rows_per_batch=PACK_ROWS)
+    planner = jb.PatchPack(patch=(PATCH, PATCH), row_length=PACK_ROW, rows_per_batch=pack_rows())
     ds = image_dataset(images)
-    for spec in jb.plan(ds, planner, order=shuffled(len(images))):
+    for spec in jb.plan(ds, planner, order=shuffled(len(images), epoch)):
         b = jb.collate(ds, spec)
         index = np.asarray(b["example_index"])
         segments = np.asarray(b["image_segment_ids"])
@@ -202,7 +227,7 @@ def patchpack_batches(images: list[np.ndarray], labels: np.ndarray) -> Iterator[
                "fed": segments.size * PATCH * PATCH}  # fmt: skip
 
 
-BATCHES: dict[str, Callable[[list[np.ndarray], np.ndarray], Iterator[dict]]] = {
+BATCHES: dict[str, Callable[[list[np.ndarray], np.ndarray, int], Iterator[dict]]] = {
     "resize": resize_batches,
     "pad": pad_batches,
     "buckets": bucket_batches,
@@ -219,11 +244,46 @@ def available(way: str) -> str | None:
         np.zeros((PATCH, PATCH, 3), np.uint8),
     ]
     try:
-        for _ in BATCHES[way](images, np.zeros(2, np.int32)):
+        for _ in BATCHES[way](images, np.zeros(2, np.int32), 0):
             pass
     except (AttributeError, TypeError, ValueError, NotImplementedError) as e:
         return f"{type(e).__name__}: {e}"
     return None
+
+
+# -- the best shapes ---------------------------------------------------------
+
+
+def bucket_bound(sizes: np.ndarray, max_shapes: int) -> tuple[float, list[tuple[int, int]]]:
+    """The most real pixels any plan of at most ``max_shapes`` shapes (H, W)
+    can reach on ``sizes`` ([n, 2] (h, w)) when every batch is full (no
+    partial batch, no empty row): each image costs the area of the smallest
+    shape holding it, so the best set is found by scoring every set of
+    bounding-box candidates (H a height and W a width of the data) that
+    includes (max h, max w), which one image at least must have (else
+    ValueError). Returns (real / fed pixels, the shapes)."""
+    import itertools
+
+    points, counts = np.unique(sizes, axis=0, return_counts=True)
+    top = (int(points[:, 0].max()), int(points[:, 1].max()))
+    if not any((p == top).all() for p in points):
+        raise ValueError(f"bucket_bound: no image is {top}, the largest height and width")
+    candidates = [(int(h), int(w)) for h in np.unique(points[:, 0])
+                  for w in np.unique(points[:, 1]) if (h, w) != top]  # fmt: skip
+    shapes = np.array(candidates + [top], np.int64).reshape(-1, 2)
+    holds = (shapes[None, :, 0] >= points[:, None, 0]) & (shapes[None, :, 1] >= points[:, None, 1])
+    area = np.where(holds, shapes[:, 0] * shapes[:, 1], np.iinfo(np.int64).max)  # [points, shapes]
+    best, best_set = int(area[:, -1] @ counts), (len(candidates),)
+    for k in range(1, min(max_shapes, len(shapes)) - 0):
+        sets = np.array(list(itertools.combinations(range(len(candidates)), k)), np.int64)
+        for start in range(0, len(sets), 4096):
+            chunk = sets[start : start + 4096]
+            cost = np.minimum(area[:, chunk].min(2), area[:, -1:]).T @ counts  # [sets]
+            j = int(cost.argmin())
+            if cost[j] < best:
+                best, best_set = int(cost[j]), (*chunk[j], len(candidates))
+    real = int((points[:, 0] * points[:, 1]) @ counts)
+    return real / best, sorted((int(shapes[j, 0]), int(shapes[j, 1])) for j in best_set)
 
 
 # -- model ----------------------------------------------------------------------
@@ -310,48 +370,88 @@ packed_step = _step(patch_loss)
 # -- one training run -----------------------------------------------------------
 
 
-def train(way, images, labels, initial, compiler_options=None) -> dict:
-    """One epoch of ``way`` from ``initial`` (parameters, optimizer state)."""
+def _flops(compiled) -> float:
+    """XLA's count of the floating-point operations of one compiled step."""
+    cost = compiled.cost_analysis()
+    cost = cost[0] if isinstance(cost, list) else cost
+    return float(cost.get("flops", 0.0)) if cost else 0.0
+
+
+def _epochs(way, images, labels, steps):
+    """``way``'s batches, epoch after epoch (each reshuffled with its own
+    seed), each tagged with its epoch: one epoch when ``steps`` is None,
+    else exactly ``steps`` batches."""
+    epoch = taken = 0
+    while True:
+        for b in BATCHES[way](images, labels, epoch):
+            if steps is not None and taken == steps:
+                return
+            yield epoch, b
+            taken += 1
+        epoch += 1
+        if steps is None:
+            return
+
+
+def train(way, images, labels, initial, compiler_options=None, steps=None) -> dict:
+    """``steps`` steps of ``way`` (one epoch when None) from ``initial``
+    (parameters, optimizer state)."""
     import jax
 
     jax.clear_caches()
     params, opt = initial
     grid = transformer.ShapeCache(grid_step, compiler_options)
     packed = transformer.ShapeCache(packed_step, compiler_options)
-    real = fed = steps = 0
+    real = fed = offered = done = 0
+    flops = 0.0
     losses: list[Any] = []
-    seen: list[np.ndarray] = []
+    seen: dict[int, list[np.ndarray]] = {}
     t0 = time.perf_counter()
-    for b in BATCHES[way](images, labels):
+    for epoch, b in _epochs(way, images, labels, steps):
         if "patches" in b:
             inputs = (b["patches"], b["positions"], b["segments"], b["labels"])
             params, opt, loss = packed(params, opt, *inputs)
+            flops += _flops(packed.compiled[tuple(b["patches"].shape)])
         else:
             params, opt, loss = grid(params, opt, b["images"], b["mask"], b["labels"])
+            flops += _flops(grid.compiled[tuple(b["images"].shape)])
         real += b["real"]
         fed += b["fed"]
-        seen.append(np.asarray(b["index"]).ravel())
+        index = np.asarray(b["index"]).ravel()
+        index = index[index >= 0]
+        offered += sum(images[i].shape[0] * images[i].shape[1] for i in index)
+        seen.setdefault(epoch, []).append(index)
         losses.append(loss)
-        steps += 1
+        done += 1
     jax.block_until_ready(params)
     wall = time.perf_counter() - t0
-    index = np.concatenate(seen)
-    if not np.array_equal(np.sort(index[index >= 0]), np.arange(len(images))):
-        raise AssertionError(f"{way}: did not train on every image exactly once")
+    for epoch, parts in seen.items():
+        index = np.sort(np.concatenate(parts))
+        complete = steps is None or epoch < max(seen)
+        if len(np.unique(index)) != len(index) or (
+            complete and not np.array_equal(index, np.arange(len(images)))
+        ):
+            raise AssertionError(f"{way}: epoch {epoch} did not train on every image exactly once")
     shapes = sorted([list(k) for k in grid.compiled] + [list(k) for k in packed.compiled])
-    tail = [float(v) for v in losses[-max(1, steps // 4) :]]
+    tail = [float(v) for v in losses[-max(1, done // 4) :]]
+    compile_seconds = grid.seconds + packed.seconds
     return {
         "compilations": len(grid.compiled) + len(packed.compiled),
         "shapes": shapes,
-        "compile_seconds": grid.seconds + packed.seconds,
+        "compile_seconds": compile_seconds,
         "wall_seconds": wall,
-        "steps": steps,
+        "steps": done,
+        "epochs": len(seen),
         "real_pixels": real,
         "fed_pixels": fed,
+        "image_pixels": offered,  # the pixels of the images trained on
         "padded_fraction": 1 - real / fed,
         "pixels_per_second": real / wall,
         # Without compiling: the rate a long run settles at.
-        "pixels_per_step_second": real / (wall - grid.seconds - packed.seconds),
+        "pixels_per_step_second": real / (wall - compile_seconds),
+        # XLA's flops (forward and backward) per real pixel: the work the
+        # batching asks for, whatever the machine's load.
+        "flops_per_real_pixel": flops / real,
         "last_quarter_loss": float(np.mean(tail)),
     }
 
@@ -419,7 +519,7 @@ def pair_features(quick: bool) -> dict:
 
 def report(runs: dict[str, list[dict]], total_pixels: int) -> str:
     rows = [("way", "compiles", "compile s", "wall s", "padded", "pixels kept", "real Mpx/s",
-             "excl. compile", "steps", "loss")]  # fmt: skip
+             "excl. compile", "kflop/px", "steps", "loss")]  # fmt: skip
     for way, rs in runs.items():
         r0 = rs[0]
         rows.append(
@@ -429,9 +529,10 @@ def report(runs: dict[str, list[dict]], total_pixels: int) -> str:
                 harness.spread([r["compile_seconds"] for r in rs], ".1f"),
                 harness.spread([r["wall_seconds"] for r in rs], ".1f"),
                 f"{r0['padded_fraction']:.1%}",
-                f"{r0['real_pixels'] / total_pixels:.1%}",
+                f"{r0['real_pixels'] / r0['image_pixels']:.1%}",
                 harness.spread([r["pixels_per_second"] / 1e6 for r in rs], ".2f"),
                 harness.spread([r["pixels_per_step_second"] / 1e6 for r in rs], ".2f"),
+                f"{r0['flops_per_real_pixel'] / 1e3:.0f}",
                 str(r0["steps"]),
                 harness.spread([r["last_quarter_loss"] for r in rs], ".2f"),
             )
@@ -463,7 +564,9 @@ def targets(runs: dict[str, list[dict]], pairs: dict) -> list[str]:
             f"{TARGET_PAD_BELOW:.0%}): {verdict(ok)}"
         )
     else:
-        lines.append("2-D buckets: not available in this jaxbatch: target not measured")
+        lines.append("2-D buckets: not run (--ways) or not available: target not measured")
+    if "pad" not in runs:
+        return ["targets: not measured (they compare with the pad way, not run)"]
     if "patchpack" in runs:
         compiles = runs["patchpack"][0]["compilations"]
         ok = real("patchpack") >= TARGET_PACK_REAL and compiles == 1
@@ -479,6 +582,11 @@ def targets(runs: dict[str, list[dict]], pairs: dict) -> list[str]:
                 f"({s['min']:.2f}-{s['max']:.2f}) pad-to-largest's real pixels/s "
                 f"(target >= {TARGET_PACK_SPEEDUP}x): {verdict(s['median'] >= TARGET_PACK_SPEEDUP)}"
             )
+        work = runs["pad"][0]["flops_per_real_pixel"] / runs["patchpack"][0]["flops_per_real_pixel"]
+        lines.append(
+            f"patch packing work: pad-to-largest needs {work:.2f}x its XLA flops per real pixel "
+            f"(row_length={PACK_ROW}): the speedup a machine could reach at equal flop rates"
+        )
     if "ratio" in pairs:
         lines.append(
             f"tied L x L buckets: {pairs['ratio']:.2f}x fewer padded pair elements than per-batch "
@@ -512,12 +620,24 @@ def pair_report(pairs: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    global PACK_ROW
     import jax
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--images", type=int, help=f"training images (default {FULL_IMAGES})")
+    p.add_argument(
+        "--steps",
+        type=int,
+        help=f"training steps per way, epoch after epoch (default {FULL_STEPS}; "
+        "--quick: one epoch)",
+    )
+    p.add_argument("--pack-row", type=int, default=PACK_ROW, help="PatchPack's row_length")
+    p.add_argument("--ways", default=",".join(WAYS), help="the ways to run, comma-separated")
     harness.add_arguments(p, default_reps=5)
     args = p.parse_args(argv)
+    PACK_ROW = args.pack_row  # read by patchpack_batches and pack_rows
+    if args.steps is None and not args.quick:
+        args.steps = FULL_STEPS
     try:
         env = harness.check_load(args.force)
     except harness.LoadTooHigh as e:
@@ -527,13 +647,14 @@ def main(argv: list[str] | None = None) -> int:
     n = args.images or (QUICK_IMAGES if args.quick else FULL_IMAGES)
     images, labels = image_data.examples(n, seed=0)
     total = sum(x.shape[0] * x.shape[1] for x in images)
-    missing = {way: why for way in WAYS if (why := available(way)) is not None}
-    ways = [w for w in WAYS if w not in missing]
+    chosen = [w for w in WAYS if w in args.ways.split(",")]
+    missing = {way: why for way in chosen if (why := available(way)) is not None}
+    ways = [w for w in chosen if w not in missing]
     print(
         f"bench_images: {n} images ({total / 1e6:.1f} M pixels, "
         f"{len({x.shape for x in images})} sizes) from {len(image_data.SOURCES)} scikit-image "
-        f"files; {reps} alternating repetitions; {harness.describe(env)}"
-        + (" (--quick: timings mean nothing)" if args.quick else ""),
+        f"files; {args.steps or 'one epoch of'} steps a way; {reps} alternating repetitions; "
+        f"{harness.describe(env)}" + (" (--quick: timings mean nothing)" if args.quick else ""),
         flush=True,
     )
     for way, why in missing.items():
@@ -544,7 +665,7 @@ def main(argv: list[str] | None = None) -> int:
     options = QUICK_COMPILER_OPTIONS if args.quick else None
 
     def contender(way):
-        return lambda: train(way, images, labels, initial, options)
+        return lambda: train(way, images, labels, initial, options, args.steps)
 
     def progress(rep, way, r):
         print(f"  rep {rep + 1} {way}: {r['wall_seconds']:.1f} s, {r['compilations']} compiles, "
@@ -554,9 +675,14 @@ def main(argv: list[str] | None = None) -> int:
     for way, rs in runs.items():
         if {r["real_pixels"] for r in rs} != {rs[0]["real_pixels"]}:
             raise AssertionError(f"{way}: real pixels differ between repetitions")
-        if way != "resize" and rs[0]["real_pixels"] != total:
-            raise AssertionError(f"{way}: {rs[0]['real_pixels']} real pixels, expected {total}")
+        if way != "resize" and rs[0]["real_pixels"] != rs[0]["image_pixels"]:
+            raise AssertionError(f"{way}: {rs[0]['real_pixels']} real pixels, expected all")
     pairs = pair_features(args.quick)
+    sizes = np.array([x.shape[:2] for x in images], np.int64)
+    try:
+        bound = bucket_bound(sizes, BUCKET_SHAPES)
+    except ValueError:
+        bound = None
     result = {
         "config": {
             "images": n,
@@ -567,7 +693,8 @@ def main(argv: list[str] | None = None) -> int:
             "pixel_budget": PIXEL_BUDGET,
             "bucket_shapes": BUCKET_SHAPES,
             "pack_row": PACK_ROW,
-            "pack_rows": PACK_ROWS,
+            "pack_rows": pack_rows(),
+            "steps": args.steps,
             "model": f"ViT {LAYERS} layers, width {WIDTH}, {HEADS} heads, MLP {MLP}, patch {PATCH}",
             "reps": reps,
             "quick": args.quick,
@@ -588,12 +715,20 @@ def main(argv: list[str] | None = None) -> int:
             for way, rs in runs.items()
         },  # fmt: skip
         "pairs": pairs,
+        # The most real pixels BUCKET_SHAPES shapes allow, every batch full.
+        "bucket_bound": None if bound is None else {"real": bound[0], "shapes": bound[1]},
     }
     print()
     print(report(runs, total))
     print()
     print(pair_report(pairs))
     result["targets"] = targets(runs, pairs)
+    if bound is not None:
+        result["targets"].append(
+            f"best {BUCKET_SHAPES} shapes with every batch full (no partial batch): "
+            f"{bound[0]:.1%} real pixels, {bound[1]}: the most any {BUCKET_SHAPES}-shape plan of "
+            "these images can reach"
+        )
     print()
     for line in result["targets"]:
         print(line)

@@ -132,7 +132,7 @@ def test_quick_run_compilations_follow_from_the_batching(quick_result, quick_ima
     if "patchpack" in first:
         rows, length, values = first["patchpack"]["shapes"][0]
         assert first["patchpack"]["compilations"] == 1
-        assert (rows, length, values) == (bench_images.PACK_ROWS, bench_images.PACK_ROW, 768)
+        assert (rows, length, values) == (bench_images.pack_rows(), bench_images.PACK_ROW, 768)
 
 
 def test_pair_features_match_a_per_batch_reference(quick_result):
@@ -176,3 +176,59 @@ def test_packed_patches_are_the_padded_ways_patches(quick_images):
                 assert b["labels"][row, s] == labels[e]
                 seen += 1
     assert seen == len(images)
+
+
+def test_steps_run_epoch_after_epoch_each_reshuffled(quick_images):
+    """--steps: exactly that many batches, epoch after epoch, each epoch a
+    new order over every image once."""
+    images, labels = quick_images
+    per_epoch = len(images) // bench_images.BATCH
+    tagged = list(bench_images._epochs("pad", images, labels, 2 * per_epoch + 1))
+    assert [e for e, _ in tagged] == [0] * per_epoch + [1] * per_epoch + [2]
+    orders = []
+    for epoch in (0, 1):
+        index = np.concatenate([b["index"] for e, b in tagged if e == epoch])
+        assert sorted(index.tolist()) == list(range(len(images)))
+        orders.append(index.tolist())
+    assert orders[0] != orders[1]
+
+
+def _bound_reference(sizes, k):
+    """Every set of at most k shapes from distinct heights x widths that
+    holds every image, each image in its smallest-area shape."""
+    import itertools
+
+    candidates = [(h, w) for h in set(sizes[:, 0]) for w in set(sizes[:, 1])]
+    best = None
+    for n in range(1, k + 1):
+        for shapes in itertools.combinations(candidates, n):
+            areas = [min((a * b for a, b in shapes if a >= h and b >= w), default=None)
+                     for h, w in sizes]  # fmt: skip
+            if None not in areas:
+                best = sum(areas) if best is None else min(best, sum(areas))
+    return float((sizes[:, 0] * sizes[:, 1]).sum()) / best
+
+
+def test_bucket_bound_is_the_best_set_of_full_batches():
+    rng = np.random.default_rng(3)
+    for _ in range(5):
+        sizes = rng.choice([16, 48, 64, 96], size=(30, 2))
+        sizes[0] = sizes.max(0)  # the bound needs an image of the largest (h, w)
+        for k in (1, 2, 3):
+            bound, shapes = bench_images.bucket_bound(sizes, k)
+            assert len(shapes) <= k
+            assert bound == pytest.approx(_bound_reference(sizes, k))
+
+
+def test_buckets_stay_within_the_bound(quick_images):
+    """On the quick images the 2-D buckets' real pixels lie under the bound
+    of full batches (test_grid_planners checks they are never fewer than
+    the plain plan's, remainders not filled)."""
+    import jaxbatch as jb
+
+    images, _ = quick_images
+    sizes = np.array([x.shape[:2] for x in images], np.int64)
+    planner = jb.AutoBuckets(bench_images.BUCKET_SHAPES, token_budget=bench_images.PIXEL_BUDGET)
+    plan = jb.plan(sizes, planner)
+    bound, _ = bench_images.bucket_bound(sizes, bench_images.BUCKET_SHAPES)
+    assert plan.stats.efficiency <= bound + 1e-12
