@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <tuple>
 #include <vector>
 
 #include "jaxbatch/collate/collator.h"
@@ -43,7 +44,7 @@ nb::list ArrayList(std::vector<Array>& arrays);
 
 // A BatchShape as Python reads it: (rows, length, segments, edges, width),
 // what BatchShape.from_core takes.
-nb::tuple ShapeToPython(const BatchShape& shape);
+std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t> ShapeToPython(const BatchShape& shape);
 
 // A numpy int64 array that takes ownership of `values`.
 Int64Array ToNumpy(std::vector<int64_t> values);

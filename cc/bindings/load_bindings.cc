@@ -188,10 +188,8 @@ void BindLoad(nb::module_& m) {
                if (PyErr_CheckSignals() != 0) throw nb::python_error();
              }
              if (!batch) return nb::none();
-             return nb::make_tuple(
-                 ArrayList(batch->arrays), batch->epoch, batch->step, batch->examples,
-                 ShapeToPython(batch->shape),
-                 batch->packed);
+             return nb::make_tuple(ArrayList(batch->arrays), batch->epoch, batch->step,
+                                   batch->examples, ShapeToPython(batch->shape), batch->packed);
            })
       .def(
           "next_chunk_request",
@@ -218,8 +216,8 @@ void BindLoad(nb::module_& m) {
               nb::gil_scoped_release release;
               shapes = loader.PlannedShapes(from_epoch);
             }
-            nb::list out;
-            for (const BatchShape& s : shapes) out.append(ShapeToPython(s));
+            std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t>> out;
+            for (const BatchShape& s : shapes) out.push_back(ShapeToPython(s));
             return out;
           },
           nb::arg("from_epoch"))

@@ -60,8 +60,8 @@ nb::list ArrayList(std::vector<Array>& arrays) {
   return out;
 }
 
-nb::tuple ShapeToPython(const BatchShape& shape) {
-  return nb::make_tuple(shape.rows, shape.length, shape.segments, shape.edges, shape.width);
+std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t> ShapeToPython(const BatchShape& shape) {
+  return {shape.rows, shape.length, shape.segments, shape.edges, shape.width};
 }
 
 Int64Array ToNumpy(std::vector<int64_t> values) {
