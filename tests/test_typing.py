@@ -85,7 +85,7 @@ def test_loader_literals_are_the_engines_names():
 
 
 @pytest.mark.parametrize("planner", [jb.PadToMax, jb.FixedBuckets, jb.AutoBuckets, jb.Pack,
-                                     jb.GraphBudget, jb.GraphBuckets])  # fmt: skip
+                                     jb.GraphBudget, jb.GraphBuckets, jb.AspectBuckets])  # fmt: skip
 def test_planner_literals_are_the_engines_enums(planner):
     """Every planner option the engine holds as an enum is typed as the
     Literal of exactly that enum's names (the values the engine parses)."""
@@ -254,6 +254,7 @@ def test_planner_is_the_union_of_the_planners():
     """jb.Planner names exactly the planner classes the engine plans with."""
     assert set(typing.get_args(jb.Planner)) == {
         jb.PadToMax, jb.FixedBuckets, jb.AutoBuckets, jb.Pack, jb.GraphBudget, jb.GraphBuckets,
+        jb.AspectBuckets,
     }  # fmt: skip
     assert set(typing.get_type_hints(jb.GraphBudgetKwargs)) == {"nodes", "edges", "graphs"}
 
