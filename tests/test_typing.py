@@ -84,8 +84,11 @@ def test_loader_literals_are_the_engines_names():
     assert _literal_values(typing.get_type_hints(jb.run)["on_error"]) == set(choices(OnError))
 
 
-@pytest.mark.parametrize("planner", [jb.PadToMax, jb.FixedBuckets, jb.AutoBuckets, jb.Pack,
-                                     jb.GraphBudget, jb.GraphBuckets, jb.AspectBuckets])  # fmt: skip
+@pytest.mark.parametrize(
+    "planner",
+    [jb.PadToMax, jb.FixedBuckets, jb.AutoBuckets, jb.Pack, jb.GraphBudget, jb.GraphBuckets,
+     jb.AspectBuckets],
+)  # fmt: skip
 def test_planner_literals_are_the_engines_enums(planner):
     """Every planner option the engine holds as an enum is typed as the
     Literal of exactly that enum's names (the values the engine parses)."""

@@ -34,11 +34,6 @@ nb::ndarray<nb::numpy, const T, nb::ndim<1>> View(const std::vector<T>& v) {
   return nb::ndarray<nb::numpy, const T, nb::ndim<1>>(v.data(), {v.size()}, nb::handle());
 }
 
-// A BatchShape as Python reads it: (rows, length, segments, edges, width).
-std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t> ShapeTuple(const BatchShape& s) {
-  return {s.rows, s.length, s.segments, s.edges, s.width};
-}
-
 std::span<const int64_t> Span(const std::optional<Int64Input>& a) {
   return a ? std::span<const int64_t>(a->data(), a->shape(0)) : std::span<const int64_t>();
 }
@@ -284,7 +279,7 @@ void BindPlan(nb::module_& m) {
       .def("__getstate__",
            [](const BatchPlan& p) {
              Shapes shapes;
-             for (const BatchShape& s : p.shapes) shapes.push_back(ShapeTuple(s));
+             for (const BatchShape& s : p.shapes) shapes.push_back(ShapeToPython(s));
              std::vector<int64_t> shape_ids(p.batch_shape_ids.begin(), p.batch_shape_ids.end());
              return nb::make_tuple(
                  p.packed, p.graph, p.allow_truncate, p.length_column, shapes,
@@ -348,7 +343,7 @@ void BindPlan(nb::module_& m) {
       .def_prop_ro("shapes",
                    [](const BatchPlan& p) {
                      Shapes out;
-                     for (const BatchShape& s : p.shapes) out.push_back(ShapeTuple(s));
+                     for (const BatchShape& s : p.shapes) out.push_back(ShapeToPython(s));
                      return out;
                    })
       .def_prop_ro(
@@ -383,7 +378,7 @@ void BindPlan(nb::module_& m) {
           "resize_to", [](const BatchPlan& p) { return View(p.resize_to); },
           nb::rv_policy::reference_internal)
       .def("batch_shape",
-           [](const BatchPlan& p, int64_t b) { return ShapeTuple(p.batch(b).shape); });
+           [](const BatchPlan& p, int64_t b) { return ShapeToPython(p.batch(b).shape); });
 
   m.def(
       "plan",

@@ -369,11 +369,10 @@ void Loader::CheckMemoryLimit() {
       lengths_, excluded_, options_.schedule, claim_epoch_, edge_lengths_, widths_));
   int64_t largest = 0;
   for (const BatchShape& shape : schedule->plan.shapes) {
-    largest = std::max(
-        largest, patch_pack_ ? PatchBatchBytes(*dataset_, layout_.length_column, shape,
-                                               *patch_pack_, layout_.split)
-                             : CollatedBytes(*dataset_, shape, layout_,
-                                             options_.collate.padded_segments));
+    largest = std::max(largest, patch_pack_ ? PatchBatchBytes(*dataset_, layout_.length_column,
+                                                              shape, *patch_pack_, layout_.split)
+                                            : CollatedBytes(*dataset_, shape, layout_,
+                                                            options_.collate.padded_segments));
   }
   largest_batch_bytes_ = largest;
   const int64_t needed = SaturatingMul(SaturatingAdd(options_.prefetch, 2), largest);
