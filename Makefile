@@ -172,8 +172,10 @@ test-fuzz: build-fuzz
 	    $(LIBFUZZER_OPTS) -max_total_time=20 || exit 1; \
 	done
 
+# One test file to a worker, a worker a core (pytest-xdist); the slowest
+# tests are named at the end, so a slow new test shows in CI's log.
 test-py: build
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(JOBS) --dist loadfile --durations=15
 
 # `pip wheel` of a read-only copy of the checkout, from scratch in a temporary
 # folder (about 45 s here): nothing may be written in the tree, and the wheel
