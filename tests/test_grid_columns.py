@@ -130,6 +130,93 @@ def test_arrow_fixed_shape_tensor_is_a_grid_of_one_shape():
     np.testing.assert_array_equal(ds.example(1)["t"], data[1])
 
 
+def _variable_shape_tensor(pa, arrays, metadata=None, shapes=None):
+    """A table with one arrow.variable_shape_tensor column "t", read back
+    from Arrow IPC as pyarrow gives it (it has no constructor of its own)."""
+    import json
+
+    data = pa.array([a.reshape(-1).tolist() for a in arrays], pa.list_(pa.float32()))
+    ndim = arrays[0].ndim
+    dims = shapes if shapes is not None else [list(a.shape) for a in arrays]
+    shape = pa.array(dims, pa.list_(pa.int32(), ndim))
+    storage = pa.StructArray.from_arrays([data, shape], names=["data", "shape"])
+    meta = {
+        b"ARROW:extension:name": b"arrow.variable_shape_tensor",
+        b"ARROW:extension:metadata": json.dumps(metadata or {}).encode(),
+    }
+    schema = pa.schema([pa.field("t", storage.type, metadata=meta)])
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, schema) as writer:
+        half = len(arrays) // 2  # two record batches: two chunks
+        for part in (storage.slice(0, half), storage.slice(half)):
+            writer.write_batch(pa.record_batch([part], schema=schema))
+    return pa.ipc.open_stream(sink.getvalue()).read_all()
+
+
+def test_arrow_variable_shape_tensor_is_a_grid_of_each_examples_shape():
+    pa = pytest.importorskip("pyarrow")
+    images = _images([(2, 3), (1, 2), (0, 4), (3, 1), (2, 2)], inner=(2,), dtype=np.float32)
+    table = _variable_shape_tensor(pa, images, {"dim_names": ["h", "w", "c"]})
+    assert table.column("t").type.extension_name == "arrow.variable_shape_tensor"
+    assert table.column("t").num_chunks == 2
+    for t in (table, table.slice(1)):  # chunked, then sliced (offsets into the struct)
+        ds = jb.Dataset.from_arrow(t)
+        first = len(images) - len(t)
+        np.testing.assert_array_equal(ds._core.column("t").heights(), [2, 1, 0, 3, 2][first:])
+        np.testing.assert_array_equal(ds._core.column("t").widths(), [3, 2, 4, 1, 2][first:])
+        for i, image in enumerate(images[first:]):
+            np.testing.assert_array_equal(ds.example(i)["t"].reshape(image.shape), image)
+    batch = jb.collate(jb.Dataset.from_arrow(table), jb.plan(jb.Dataset.from_arrow(table),
+                       jb.PadToMax(batch_size=5))[0])  # fmt: skip
+    for row, example in enumerate(batch["example_index"]):
+        h, w = images[example].shape[:2]
+        np.testing.assert_array_equal(batch["t"][row, :h, :w], images[example])
+        assert batch["t_mask"][row].sum() == h * w
+
+
+def test_parquet_variable_shape_tensor_streams_like_the_table(tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    images = _images([(2, 3), (1, 2), (0, 4), (3, 1), (2, 2), (4, 4)], inner=(2,), dtype=np.float32)
+    table = _variable_shape_tensor(pa, images)
+    pq.write_table(table, tmp_path / "t.parquet", row_group_size=2)
+
+    def batches(source, **options):
+        with jb.Loader(source, jb.PadToMax(batch_size=2), shuffle=False, **options) as loader:
+            return [{k: np.asarray(v) for k, v in b.items()} for b in loader]
+
+    expected = batches(jb.Dataset.from_arrow(table))
+    for got in (
+        batches(tmp_path / "t.parquet"),
+        batches(tmp_path / "t.parquet", stream=True, host_memory_limit=1 << 26),
+    ):
+        assert len(got) == len(expected) == 3
+        for a, b in zip(got, expected, strict=True):
+            assert a.keys() == b.keys()
+            for k in a:
+                np.testing.assert_array_equal(a[k], b[k])
+
+
+def test_arrow_variable_shape_tensor_errors_name_the_column_and_example():
+    pa = pytest.importorskip("pyarrow")
+    images = [np.ones((2, 2, 1), np.float32), np.ones((1, 3, 1), np.float32)]
+    with pytest.raises(ValueError, match="column 't': a variable_shape_tensor with permutation"):
+        jb.Dataset.from_arrow(_variable_shape_tensor(pa, images, {"permutation": [1, 0, 2]}))
+    mixed = [np.ones((2, 2, 1), np.float32), np.ones((1, 3, 2), np.float32)]
+    with pytest.raises(ValueError, match=r"column 't', example 1: a grid's cells must share"):
+        jb.Dataset.from_arrow(_variable_shape_tensor(pa, mixed))
+    null = _variable_shape_tensor(pa, images)
+    storage = null.column("t").combine_chunks().storage
+    holed = pa.StructArray.from_arrays(storage.flatten(), names=["data", "shape"],
+                                       mask=pa.array([False, True]))  # fmt: skip
+    with pytest.raises(ValueError, match="column 't', example 1"):
+        jb.Dataset.from_arrow(pa.table({"t": null.column("t").type.wrap_array(holed)}))
+    lying = _variable_shape_tensor(pa, images, shapes=[[2, 2, 1], [2, 3, 1]])
+    with pytest.raises(ValueError, match=r"example 1: its shape \[2, 3, 1\] holds 6 values, "
+                       r"but its data has 3"):  # fmt: skip
+        jb.Dataset.from_arrow(lying)
+
+
 def test_huggingface_array2d_array3d_and_image_columns():
     datasets = pytest.importorskip("datasets")
     pil = pytest.importorskip("PIL.Image")

@@ -1,13 +1,18 @@
 """Arrow columns of two variable axes into grid columns, values read in place.
 
-Three Arrow layouts hold examples [h, w, *inner]:
+Four Arrow layouts hold examples [h, w, *inner]:
 
 * nested lists ``list<list<T>>`` (``large_list`` either level; ``T`` may be
   a ``fixed_size_list`` or, as Hugging Face's ``Array3D`` stores it, a
   ``list`` whose entries all have one length): h rows of w cells each;
 * Hugging Face ``Array2D`` / ``Array3D`` extension types, whose storage is
   such nested lists;
-* Arrow's ``fixed_shape_tensor`` extension type: every example of one shape.
+* Arrow's ``fixed_shape_tensor`` extension type: every example of one shape;
+* Arrow's ``variable_shape_tensor`` canonical extension type (storage
+  ``struct<data: list<T>, shape: fixed_size_list<int32>[ndim]>``): each
+  example its own shape, row-major in ``data``. pyarrow reads it as a plain
+  extension type over that storage; its dimensions after the first two
+  must be the same for every example.
 
 The cells are the innermost values, back to back, so the values buffer is
 used without a copy; only the cell offsets (one per example) are computed.
@@ -15,6 +20,7 @@ used without a copy; only the cell offsets (one per example) are computed.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
@@ -44,6 +50,10 @@ def is_grid_type(arrow_type: Any) -> bool:
     pa = _pa()
     if _is_fixed_shape_tensor(arrow_type):
         return len(arrow_type.shape) >= 2
+    if _is_variable_shape_tensor(arrow_type):
+        storage = arrow_type.storage_type
+        data = storage.field("data").type
+        return storage.field("shape").type.list_size >= 2 and _is_number(pa, data.value_type)
     t = _storage_type(arrow_type)
     if not (_is_list(pa, t) and _is_list(pa, t.value_type)):
         return False
@@ -52,7 +62,11 @@ def is_grid_type(arrow_type: Any) -> bool:
         leaf = leaf.value_type
     while pa.types.is_fixed_size_list(leaf):
         leaf = leaf.value_type
-    return pa.types.is_integer(leaf) or pa.types.is_floating(leaf) or pa.types.is_boolean(leaf)
+    return _is_number(pa, leaf)
+
+
+def _is_number(pa: Any, t: Any) -> bool:
+    return pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)
 
 
 def _is_fixed_shape_tensor(t: Any) -> bool:
@@ -61,23 +75,98 @@ def _is_fixed_shape_tensor(t: Any) -> bool:
     return kind is not None and isinstance(t, kind)
 
 
+VARIABLE_SHAPE_TENSOR = "arrow.variable_shape_tensor"
+
+
+def _is_variable_shape_tensor(t: Any) -> bool:
+    if getattr(t, "extension_name", None) != VARIABLE_SHAPE_TENSOR:
+        return False
+    storage = t.storage_type
+    names = {storage.field(i).name for i in range(storage.num_fields)}
+    return {"data", "shape"} <= names
+
+
+def _permutation(t: Any) -> list[int] | None:
+    """The type's permutation: pyarrow exposes the canonical type's metadata
+    only in its text form (``..., permutation=[1,0]]``)."""
+    found = re.search(r"permutation=\[([0-9, ]*)\]", str(t))
+    return [int(p) for p in found.group(1).split(",") if p.strip()] if found else None
+
+
+def _refuse_permuted(name: str, kind: str, permutation: Any) -> None:
+    if permutation is not None and list(permutation) != sorted(permutation):
+        raise ValueError(
+            f"column {name!r}: a {kind} with permutation {list(permutation)} is not "
+            f"row-major; expected none (cast it to its logical layout first)"
+        )
+
+
 # ---- one chunk -----------------------------------------------------------------
 
 
 def _tensor_chunk(name: str, array: Any) -> tuple:
     """A fixed_shape_tensor chunk: every example h x w cells of the rest."""
     t = array.type
-    if t.permutation is not None and list(t.permutation) != sorted(t.permutation):
-        raise ValueError(
-            f"column {name!r}: a fixed_shape_tensor with permutation {list(t.permutation)} is "
-            f"not row-major; expected none (cast it to its logical layout first)"
-        )
+    _refuse_permuted(name, "fixed_shape_tensor", t.permutation)
     shape = list(t.shape)
     values, extent, _ = values_and_inner(name, array.storage)
     h, w = shape[0], shape[1]
     offsets = np.arange(len(array) + 1, dtype=np.int64) * (h * w)
     shapes = np.tile(np.array([h, w], np.int64), (len(array), 1))
     return values, extent, shape[2:], offsets, shapes, np.zeros(len(array), bool)
+
+
+def _variable_tensor_chunk(name: str, array: Any, first: int, cell: list[int] | None) -> tuple:
+    """A variable_shape_tensor chunk: example i is `shape[i]`, row-major in
+    its `data` list; its first two dimensions are h and w, the rest (equal
+    for every example: `cell`, the first chunk's, when given) the cell.
+    Errors number the chunk's rows from `first` (the table's rows, before
+    any order)."""
+    _refuse_permuted(name, "variable_shape_tensor", _permutation(array.type))
+    data, shape = _tensor_fields(array)
+    if shape.null_count:
+        raise ValueError(f"column {name!r}: expected a shape for every example, found nulls")
+    ndim = shape.type.list_size
+    dims = np.asarray(shape.flatten()).astype(np.int64).reshape(-1, ndim)
+    offsets, flat = values_in_use(data)
+    cells = dims[:, 2:]
+    if cell is None:
+        cell = cells[0].tolist() if len(dims) else [0] * (ndim - 2)
+    differs = (cells != np.array(cell, np.int64)).any(axis=1)
+    if differs.any():
+        bad = int(np.flatnonzero(differs)[0])
+        raise ValueError(
+            f"column {name!r}, example {first + bad}: a grid's cells must share one shape, "
+            f"expected {cell} after (h, w), found {cells[bad].tolist()}"
+        )
+    inner = list(cell)
+    per_cell = int(np.prod(inner, dtype=np.int64))
+    sizes, expected = np.diff(offsets), dims[:, 0] * dims[:, 1] * per_cell
+    if (dims < 0).any() or (sizes != expected).any():
+        bad = int(np.flatnonzero((dims < 0).any(axis=1) | (sizes != expected))[0])
+        raise ValueError(
+            f"column {name!r}, example {first + bad}: its shape {dims[bad].tolist()} holds "
+            f"{int(expected[bad])} values, but its data has {int(sizes[bad])}"
+        )
+    values, extent, more = values_and_inner(name, flat)
+    shapes = np.ascontiguousarray(dims[:, :2])
+    return (
+        values,
+        extent,
+        inner + more,
+        offsets // max(per_cell, 1),
+        shapes,
+        np.zeros(len(dims), bool),
+    )
+
+
+def _tensor_fields(array: Any) -> tuple[Any, Any]:
+    """A variable_shape_tensor's data and shape children, the struct's own
+    offset and nulls applied (a null example becomes a null data list)."""
+    storage = array.storage
+    names = [storage.type.field(i).name for i in range(storage.type.num_fields)]
+    children = storage.flatten()
+    return children[names.index("data")], children[names.index("shape")]
 
 
 def _nested_chunk(name: str, array: Any) -> tuple:
@@ -123,10 +212,20 @@ def grid_from_arrow(
 ) -> _core.RaggedColumn:
     """A grid column over `arrays` (a column's validated chunks), as
     arrow.column_from_arrow reads any column: in place, in `order`."""
-    tensor = _is_fixed_shape_tensor(arrays[0].type)
-    storages = [a.storage if hasattr(a, "storage") else a for a in arrays]
-    refuse_nulls(name, storages, first_example, order)
-    parts = [(_tensor_chunk if tensor else _nested_chunk)(name, a) for a in arrays]
+    kind = arrays[0].type
+    if _is_variable_shape_tensor(kind):
+        refuse_nulls(name, [_tensor_fields(a)[0] for a in arrays], first_example, order)
+        starts = first_example + np.cumsum([0] + [len(a) for a in arrays[:-1]])
+        parts, cell = [], None
+        for array, first in zip(arrays, starts, strict=True):
+            parts.append(_variable_tensor_chunk(name, array, int(first), cell))
+            if cell is None and len(array):  # the data's values are numbers: inner is the cell
+                cell = parts[-1][2]
+    else:
+        chunk = _tensor_chunk if _is_fixed_shape_tensor(kind) else _nested_chunk
+        refuse_nulls(name, [a.storage if hasattr(a, "storage") else a for a in arrays],
+                     first_example, order)  # fmt: skip
+        parts = [chunk(name, a) for a in arrays]
     uneven = np.concatenate([p[5] for p in parts])
     shapes = np.concatenate([p[4] for p in parts]).reshape(-1, 2)
     _refuse_uneven(name, uneven, shapes, first_example, order)

@@ -16,6 +16,7 @@ from jaxbatch import _core
 from jaxbatch._src.base.optional import require
 from jaxbatch._src.base.words import counted
 from jaxbatch._src.data.arrow import refuse_repeated_names
+from jaxbatch._src.data.arrow_grid import is_grid_type
 from jaxbatch._src.data.dataset import (
     Columns,
     Dataset,
@@ -150,9 +151,12 @@ def _read_arrow_ipc(p: Path, who: str):
 def check_columns(path, schema, columns, length_column, who: str) -> str:
     """The column to batch by (`length_column`, else the first list column
     of `columns` or of all); ValueError for a missing column or one that is
-    not a list or large_list."""
+    not a list or large_list or a grid (a tensor extension type)."""
     pa = require("pyarrow", f"{who}: reading {path}")
     prefix = f"{who}: "
+
+    def ragged(t) -> bool:
+        return pa.types.is_list(t) or pa.types.is_large_list(t) or is_grid_type(t)
 
     names = list(schema.names)
     refuse_repeated_names(names, f"{prefix}{path}")
@@ -160,17 +164,12 @@ def check_columns(path, schema, columns, length_column, who: str) -> str:
         if name not in names:
             raise ValueError(f"{prefix}{path} has no column {name!r}; its columns are {names}")
     # Batch by the named column, else the first list column (of `columns` if given).
-    lists = [
-        f.name
-        for f in schema
-        if (pa.types.is_list(f.type) or pa.types.is_large_list(f.type))
-        and (not columns or f.name in columns)
-    ]
+    lists = [f.name for f in schema if ragged(f.type) and (not columns or f.name in columns)]
     wanted = length_column or (lists[0] if lists else (columns[0] if columns else None))
     if wanted is None:
         raise ValueError(f"{prefix}{path} has no list column to batch by; columns are {names}")
     field = schema.field(wanted)
-    if not (pa.types.is_list(field.type) or pa.types.is_large_list(field.type)):
+    if not ragged(field.type):
         raise ValueError(
             f"{prefix}column {wanted!r} of {path} must be a list or large_list column to batch "
             f"by its lengths, found type {field.type}"
