@@ -116,14 +116,14 @@ def _tensor_chunk(name: str, array: Any) -> tuple:
     return values, extent, shape[2:], offsets, shapes, np.zeros(len(array), bool)
 
 
-def _variable_tensor_chunk(name: str, array: Any, first: int, cell: list[int] | None) -> tuple:
-    """A variable_shape_tensor chunk: example i is `shape[i]`, row-major in
-    its `data` list; its first two dimensions are h and w, the rest (equal
-    for every example: `cell`, the first chunk's, when given) the cell.
-    Errors number the chunk's rows from `first` (the table's rows, before
-    any order)."""
-    _refuse_permuted(name, "variable_shape_tensor", _permutation(array.type))
-    data, shape = _tensor_fields(array)
+def _variable_tensor_chunk(
+    name: str, data: Any, shape: Any, first: int, cell: list[int] | None
+) -> tuple:
+    """A variable_shape_tensor chunk (its `_tensor_fields`): example i is
+    `shape[i]`, row-major in its `data` list; its first two dimensions are
+    h and w, the rest (equal for every example: `cell`, the first chunk's,
+    when given) the cell. Errors number the chunk's rows from `first` (the
+    table's rows, before any order)."""
     if shape.null_count:
         raise ValueError(f"column {name!r}: expected a shape for every example, found nulls")
     ndim = shape.type.list_size
@@ -214,12 +214,14 @@ def grid_from_arrow(
     arrow.column_from_arrow reads any column: in place, in `order`."""
     kind = arrays[0].type
     if _is_variable_shape_tensor(kind):
-        refuse_nulls(name, [_tensor_fields(a)[0] for a in arrays], first_example, order)
+        _refuse_permuted(name, "variable_shape_tensor", _permutation(kind))
+        fields = [_tensor_fields(a) for a in arrays]
+        refuse_nulls(name, [data for data, _ in fields], first_example, order)
         starts = first_example + np.cumsum([0] + [len(a) for a in arrays[:-1]])
         parts, cell = [], None
-        for array, first in zip(arrays, starts, strict=True):
-            parts.append(_variable_tensor_chunk(name, array, int(first), cell))
-            if cell is None and len(array):  # the data's values are numbers: inner is the cell
+        for (data, shape), first in zip(fields, starts, strict=True):
+            parts.append(_variable_tensor_chunk(name, data, shape, int(first), cell))
+            if cell is None and len(shape):  # the data's values are numbers: inner is the cell
                 cell = parts[-1][2]
     else:
         chunk = _tensor_chunk if _is_fixed_shape_tensor(kind) else _nested_chunk
