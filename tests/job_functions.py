@@ -33,3 +33,11 @@ def fails_on_multiples_of_7(example):
     """NaN for examples whose first token is a multiple of 7."""
     first = example["tokens"][0].astype(jnp.float32)
     return jnp.where(first % 7 == 0, jnp.nan, first)
+
+
+def pair_summary(example):
+    """An example of tokens [L] and a tied pair feature [L, L, c] (axes
+    ("L",) and ("L", "L")): each one's sum over its real cells."""
+    tokens = jnp.where(example["tokens_mask"], example["tokens"], 0).astype(jnp.float32)
+    pair = jnp.where(example["pair_mask"][..., None], example["pair"], 0.0)
+    return {"tokens_total": tokens.sum(), "pair_total": pair.sum(axis=(0, 1))}

@@ -123,3 +123,69 @@ def test_axes_are_refused_for_a_dataset_which_takes_them_where_it_is_built():
     ds = jb.Dataset.from_arrays({"tokens": tokens, "pair": pairs}, axes=AXES)
     with pytest.raises(ValueError, match=r"axes=.*Dataset.from_arrays\(\.\.\., axes="):
         jb.Loader(ds, jb.PadToMax(2), axes=AXES)
+
+
+def _pair_reference(tokens, pairs):
+    """What job_functions.pair_summary gives each example, in NumPy."""
+    return (
+        np.array([t.sum() for t in tokens], np.float64),
+        np.stack([p.sum(axis=(0, 1), dtype=np.float64) for p in pairs]),
+    )
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_a_job_reads_a_files_axes_and_keys_them(tmp_path, stream):
+    """jb.run(axes=) reads the file's pair feature as the Loader does, whole
+    or streamed: every example's sums equal NumPy's. The axes are part of
+    the input key: a re-run with the same ones finds the job done, one with
+    other axis names (the engine hashes them) is refused."""
+    from job_functions import pair_summary
+
+    tokens, pairs = _data(n=30, seed=2)
+    path = _parquet(tmp_path / "pairs.parquet", tokens, pairs)
+    read = dict(column="tokens", host_memory_limit=LIMIT, stream=stream, progress=False)
+    out = tmp_path / "out"
+    report = jb.run(pair_summary, path, out, planner=jb.PadToMax(4), axes=AXES, **read)
+    assert report.complete and report.examples == len(tokens)
+    got = jb.read_output(out)
+    want_tokens, want_pair = _pair_reference(tokens, pairs)
+    np.testing.assert_array_equal(got["example_index"], np.arange(len(tokens)))
+    np.testing.assert_allclose(got["tokens_total"], want_tokens)
+    np.testing.assert_allclose(np.stack(got["pair_total"]), want_pair, rtol=1e-5, atol=1e-5)
+    again = jb.run(pair_summary, path, out, planner=jb.PadToMax(4), axes=AXES, **read)
+    assert again.complete and again.runs == 1  # Done already: nothing run again.
+    renamed = {"tokens": ("N",), "pair": ("N", "N")}
+    with pytest.raises(jb.JobError, match="input"):
+        jb.run(pair_summary, path, out, planner=jb.PadToMax(4), axes=renamed, **read)
+
+
+def test_jaxbatch_run_takes_axes(tmp_path, capsys):
+    """`jaxbatch run --axes` gives jb.run's axes=: the tie is checked (a file
+    whose pair is a row short of its tokens is refused, naming the example;
+    without the tie it would run); a malformed one is a usage error naming
+    the flag and what it found."""
+    from test_job import FUNCTIONS
+
+    from jaxbatch._src.cli.main import main as cli_main
+
+    tokens, pairs = _data(n=12, seed=3)
+    path = _parquet(tmp_path / "pairs.parquet", tokens, pairs)
+    args = [f"{FUNCTIONS}:pair_summary", "--input", path, "--column", "tokens"]
+    args += ["--output", str(tmp_path / "out"), "--batch-size", "4", "--no-progress"]
+    assert cli_main(["run", *args, "--axes", "tokens=L", "--axes", "pair=L,L"]) == 0
+    got = jb.read_output(tmp_path / "out")
+    want_tokens, want_pair = _pair_reference(tokens, pairs)
+    np.testing.assert_allclose(got["tokens_total"], want_tokens)
+    np.testing.assert_allclose(np.stack(got["pair_total"]), want_pair, rtol=1e-5, atol=1e-5)
+    tied = ["--axes", "tokens=L", "--axes", "pair=L,L", "--overwrite"]
+    capsys.readouterr()
+    assert cli_main(["run", *args, "--axes", "pair", "--overwrite"]) == 2
+    assert "--axes must be COLUMN=A or COLUMN=A,B (e.g. image=h,w), found 'pair'" in (
+        capsys.readouterr().err
+    )
+    assert cli_main(["run", *args, "--axes", "pair=L,", "--overwrite"]) == 2
+    assert "found 'pair=L,'" in capsys.readouterr().err
+    tokens, pairs = _data(n=12, seed=3, broken=5)
+    _parquet(tmp_path / "pairs.parquet", tokens, pairs)
+    assert cli_main(["run", *args, *tied]) == 2
+    assert "example 5: axis 'L'" in capsys.readouterr().err

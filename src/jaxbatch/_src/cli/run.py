@@ -84,6 +84,24 @@ def _shard(value: str | None):
     return int(index), int(count)
 
 
+def parse_axes(specs: list[str] | None) -> dict[str, tuple[str, ...]] | None:
+    """--axes COLUMN=A[,B] (repeated) as jb.run's axes=; the engine checks
+    the names against the file's columns."""
+    if not specs:
+        return None
+    axes = {}
+    for spec in specs:
+        column, sep, names = spec.partition("=")
+        if not sep or not column or not all(names.split(",")):
+            raise ValueError(
+                f"--axes must be COLUMN=A or COLUMN=A,B (e.g. image=h,w), found {spec!r}"
+            )
+        if column in axes:
+            raise ValueError(f"--axes names column {column!r} twice")
+        axes[column] = tuple(names.split(","))
+    return axes
+
+
 def run_command(args) -> int:
 
     try:
@@ -106,6 +124,7 @@ def run_command(args) -> int:
             shard=_shard(args.shard),
             stream=args.stream,
             host_memory_limit=args.host_memory_limit,
+            axes=parse_axes(args.axes),
         )
     except KeyboardInterrupt:
         print(
@@ -165,6 +184,13 @@ def add_run_parser(sub) -> None:
         action=argparse.BooleanOptionalAction,
         default=None,
         help="read a Parquet input by row group (default: when it exceeds --host-memory-limit)",
+    )
+    p.add_argument(
+        "--axes",
+        action="append",
+        metavar="COLUMN=A[,B]",
+        help="a column's variable axes, e.g. image=h,w (a grid) or pair=L,L with tokens=L "
+        "(tied); repeat for each column",
     )
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(handler=run_command)

@@ -44,6 +44,7 @@ from jaxbatch._src.base.optional import install_hint, optional, require
 from jaxbatch._src.base.words import counted
 from jaxbatch._src.collate.collate import GraphRole, pad_values
 from jaxbatch._src.data.dataset import Dataset
+from jaxbatch._src.data.grids import Axes
 from jaxbatch._src.data.opening import open_source
 from jaxbatch._src.execute.batch_loop import (
     BatchLoop,
@@ -223,6 +224,7 @@ def run(
     prefetch: int | None = None,
     stream: bool | None = None,
     host_memory_limit: int | None = None,
+    axes: Axes | None = None,
     progress: bool = True,
     overwrite: bool = False,
     tag: str | None = None,
@@ -248,6 +250,9 @@ def run(
       as for :class:`Loader`, so a Parquet file larger than memory is read
       by row group (its input is then keyed on its row groups' values, and
       ``batch_size="auto"`` needs a planner or a batch size instead).
+      ``axes`` names a file's variable axes and ties as for :class:`Loader`
+      (``{"image": ("h", "w")}`` reads images as a grid column); the input
+      key holds the axes, so a job resumed with other axes is refused.
     * ``planner`` (default ``AutoBuckets(8, batch_size=...)``) and
       ``batch_size`` / ``memory_budget`` as for jb.map; the planner is
       resolved once, on the first run, and kept for every resume.
@@ -306,6 +311,7 @@ def run(
         num_threads=num_threads,
         host_memory_limit=host_memory_limit,
         stream=stream,
+        axes=axes,
         **({} if prefetch is None else {"prefetch": prefetch}),
         who="jb.run",
     )
