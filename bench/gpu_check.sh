@@ -76,17 +76,19 @@ jaxlib.__version__, jax.default_backend(), jax.devices())'
   source_tree
   install_jaxbatch || return 1
   export PYTHONPATH=$SITE
-  (cd "$SRC" && "$PY" -c 'import jaxbatch; print("jaxbatch from", jaxbatch.__file__)') || return 1
+  # The tests must import this build, not another jaxbatch installed there.
+  (cd "$SRC" && "$PY" -c 'import sys, jaxbatch; print("jaxbatch from", jaxbatch.__file__)
+assert jaxbatch.__file__.startswith(sys.argv[1]), "not the build under test"' "$SITE") || return 1
 
   step "tests/test_gpu.py"
-  (cd "$SRC" && timeout "${GPU_TESTS_SECONDS:-300}" "$PY" -m pytest tests/test_gpu.py \
+  (cd "$SRC" && timeout "${GPU_TESTS_SECONDS:-240}" "$PY" -m pytest tests/test_gpu.py \
     -p no:cacheprovider -s -q -rA --timeout 240) 2>&1 | tee "$OUT/test_gpu.log"
   local gpu_status=$?
   grep '^GPU-CHECK\|GPU-CHECK ' "$OUT/test_gpu.log" | sed 's/^.*GPU-CHECK /GPU-CHECK /' \
     >"$OUT/numbers.txt"
 
   step "the CPU tests of these features, on the GPU"
-  (cd "$SRC" && timeout "${CPU_TESTS_SECONDS:-170}" "$PY" -m pytest -p no:cacheprovider -q \
+  (cd "$SRC" && timeout "${CPU_TESTS_SECONDS:-150}" "$PY" -m pytest -p no:cacheprovider -v \
     -n "${WORKERS:-8}" --dist loadfile --timeout 150 -rfEs \
     tests/test_execute.py tests/test_packed_attention.py tests/test_masked.py \
     tests/test_loader.py tests/test_global.py tests/test_memory_plan_cache.py \
