@@ -291,3 +291,84 @@ def test_a_padded_batch_is_one_segment_a_row():
         reference_attention(q, k, v, batch["tokens_segment_ids"], 0.5),
         atol=2e-5,
     )
+
+
+# --- what the cuDNN kernel leaves in padding cells -----------------------------
+
+
+def _ids_from_layout(length, seqlens, offsets):
+    """Segment ids [rows, L] from the arguments the cuDNN kernel gets."""
+    t = jnp.arange(length)
+    if offsets is None:  # one segment a row
+        return jnp.where(t[None] < seqlens[:, None], 1, 0)
+    starts = offsets[:, :-1, None]
+    inside = (seqlens[..., None] > 0) & (t >= starts) & (t < starts + seqlens[..., None])
+    slots = jnp.arange(1, seqlens.shape[-1] + 1)[None, :, None]
+    return jnp.sum(inside * slots, axis=1)
+
+
+def kernel_leaving_padding_unwritten(query, key, value, *, q_seqlen, q_offsets, scale, mask_type,
+                                     qkv_layout, **_):  # fmt: skip
+    """Stands in for cuDNN's packed attention (BTNH) off a GPU: right within
+    segments, NaN in the padding cells of its output and of the gradients it
+    gives back, where the real kernel leaves whatever the memory held (on an
+    H100, dq there held values up to 4e34: tests/test_gpu.py)."""
+    from jax._src.cudnn.fused_attention_stablehlo import MaskType
+
+    from jaxbatch._src.ops.attention import _xla_attention
+
+    ids = _ids_from_layout(query.shape[1], q_seqlen, q_offsets)
+    padding = (ids == 0)[:, :, None, None]
+    causal = mask_type == MaskType.PADDING_CAUSAL
+
+    def attend(q, k, v):
+        return _xla_attention(q, k, v, ids, scale=scale, is_causal=causal, layout=qkv_layout)
+
+    def unwritten(x):
+        return jnp.where(padding, jnp.nan, x)
+
+    @jax.custom_vjp
+    def kernel(q, k, v):
+        return unwritten(attend(q, k, v))
+
+    def forward(q, k, v):
+        out, vjp = jax.vjp(attend, q, k, v)
+        return unwritten(out), vjp
+
+    def backward(vjp, cotangent):
+        return tuple(unwritten(g) for g in vjp(cotangent))
+
+    kernel.defvjp(forward, backward)
+    return kernel(query, key, value)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("planner", [jb.Pack(row_length=16, rows_per_batch=3), jb.PadToMax(3)])
+def test_the_cudnn_path_zeroes_what_the_kernel_leaves_in_padding_cells(
+    monkeypatch, planner, causal
+):
+    from jax._src.cudnn import fused_attention_stablehlo
+
+    monkeypatch.setattr(
+        fused_attention_stablehlo, "dot_product_attention", kernel_leaving_padding_unwritten
+    )
+    ds = jb.Dataset.from_arrays({"tokens": [np.arange(n, dtype=np.int32) for n in [5, 9, 3, 2]]})
+    batch = jb.collate(ds, jb.plan(ds, planner)[0])
+    ids = batch["tokens_segment_ids"]
+    assert (ids == 0).any() and (ids != 0).any()
+    q, k, v = _qkv(4, *ids.shape)
+
+    def loss(q, k, v, implementation):
+        out = jb.masked.packed_attention(
+            q, k, v, batch, is_causal=causal, implementation=implementation
+        )
+        return jnp.sum(out**2), out
+
+    (_, got), got_grads = jax.value_and_grad(loss, (0, 1, 2), has_aux=True)(q, k, v, "cudnn")
+    (_, want), want_grads = jax.value_and_grad(loss, (0, 1, 2), has_aux=True)(q, k, v, "xla")
+    np.testing.assert_allclose(got, want, atol=1e-6)
+    assert (np.asarray(got)[ids == 0] == 0).all()
+    for g, w in zip(got_grads, want_grads, strict=True):
+        assert np.isfinite(g).all()
+        np.testing.assert_allclose(g, w, atol=1e-5)
+        assert (np.asarray(g)[ids == 0] == 0).all()

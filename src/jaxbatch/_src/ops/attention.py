@@ -256,6 +256,12 @@ def _cudnn_attention(query, key, value, ids, lengths, starts, *, scale, is_causa
         seqlens, offsets = lengths[:, 0].astype(jnp.int32), None
     else:
         seqlens, offsets = cudnn_packed_layout(lengths, starts)
+    keep = jnp.expand_dims(ids != 0, axis=(-1, -2) if layout == "BTNH" else (-3, -1))
+    # The kernel leaves padding cells unwritten: its output there and, in the
+    # backward pass, the gradients there (on an H100, dq at padding cells held
+    # values up to 4e34: tests/test_gpu.py). Selecting around the call zeroes
+    # both, NaN or not (a select's gradient selects too).
+    query, key, value = (jnp.where(keep, x, jnp.zeros((), x.dtype)) for x in (query, key, value))
     out = cudnn_attention(
         query,
         key,
@@ -268,7 +274,6 @@ def _cudnn_attention(query, key, value, ids, lengths, starts, *, scale, is_causa
         mask_type=mask,
         qkv_layout=layout,
     )
-    keep = jnp.expand_dims(ids != 0, axis=(-1, -2) if layout == "BTNH" else (-3, -1))
     return jnp.where(keep, out, 0).astype(query.dtype)
 
 
