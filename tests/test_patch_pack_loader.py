@@ -200,13 +200,3 @@ def test_loader_shapes_of_a_grid_dataset_are_the_plans_rows_h_w():
             assert [s.grid for s in loader.shapes] == want
             for batch, spec in zip(loader, plan, strict=True):
                 assert batch.shape.grid == spec.shape.grid == batch["image"].shape
-
-
-def test_map_and_run_refuse_patch_pack_naming_the_loader(tmp_path):
-    ds = _dataset(_images(np.random.default_rng(8), 3))
-    with pytest.raises(TypeError, match=r"jb.map: PatchPack is not supported.*jb.Loader"):
-        jb.map(lambda x: x, jb.Loader(ds, _planner()))
-    with pytest.raises(TypeError, match=r"jb.map: PatchPack is not supported"):
-        jb.map(lambda x: x, ds, planner=_planner())
-    with pytest.raises(TypeError, match=r"jb.run: PatchPack is not supported"):
-        jb.run(lambda x: x, ds, tmp_path / "out", planner=_planner())

@@ -288,11 +288,11 @@ def unbatch(
                 f"{batch.shape.rows} rows"
             )
         if key in batch.ragged_columns:
-            lengths, token_level = np.asarray(batch[keys.lengths(key)]), True
+            lengths, token_level = np.asarray(batch[keys.example_lengths(batch, key)]), True
         elif key in batch.fixed_columns:
             lengths, token_level = None, False
         else:
-            lengths = np.asarray(batch[keys.lengths(batch.length_column)])
+            lengths = np.asarray(batch[keys.example_lengths(batch, batch.length_column)])
             forced = per_token.get(key) if isinstance(per_token, Mapping) else per_token
             token_level = (
                 array.ndim >= 2 and array.shape[1] == batch.shape.length

@@ -9,6 +9,9 @@ Example::
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from jaxbatch import _core
 
 MASK: str = _core.MASK_SUFFIX
@@ -18,6 +21,10 @@ POSITIONS: str = _core.POSITIONS_SUFFIX
 # Packed batches': [rows, S] int32, each segment's first cell (unused slots:
 # the row's end), beside the per-segment LENGTHS.
 SEGMENT_STARTS: str = _core.SEGMENT_STARTS_SUFFIX
+# A PatchPack batch's: real pixels of each patch [rows, L], patches of each
+# image [rows, S] (its per-segment lengths).
+PIXELS: str = _core.PIXELS_SUFFIX
+PATCHES: str = _core.PATCHES_SUFFIX
 EXAMPLE_INDEX: str = _core.EXAMPLE_INDEX
 # Pack(too_long="split")'s: which piece of its example each segment is.
 EXAMPLE_PIECE: str = _core.EXAMPLE_PIECE
@@ -29,9 +36,9 @@ NODE_GRAPH: str = _core.NODE_GRAPH
 GRAPH_INDEX: str = _core.GRAPH_INDEX
 GRAPH_KEYS = (NODE_MASK, EDGE_MASK, GRAPH_MASK, NODE_GRAPH, GRAPH_INDEX)
 # What collation adds beside a ragged column's values.
-SUFFIXES = (MASK, LENGTHS, SEGMENT_IDS, POSITIONS, SEGMENT_STARTS)
-# Keys whose first per-row axis is the column's token axis ("" the values).
-TOKEN_SUFFIXES = ("", MASK, SEGMENT_IDS, POSITIONS)
+SUFFIXES = (MASK, LENGTHS, SEGMENT_IDS, POSITIONS, SEGMENT_STARTS, PIXELS, PATCHES)
+# Keys whose first per-row axis is the column's token (or patch) axis ("" the values).
+TOKEN_SUFFIXES = ("", MASK, SEGMENT_IDS, POSITIONS, PIXELS)
 
 
 def mask(column: str) -> str:
@@ -40,6 +47,14 @@ def mask(column: str) -> str:
 
 def lengths(column: str) -> str:
     return column + LENGTHS
+
+
+def example_lengths(batch: Mapping[str, Any], column: str) -> str:
+    """The key of each example's length in `column` of `batch`: a PatchPack
+    batch's ``<column>_patches`` (an image's patches, per segment), else
+    ``<column>_lengths``. Read from the batch's own keys, as collate made them."""
+    patches = column + PATCHES
+    return patches if patches in batch else lengths(column)
 
 
 def segment_ids(column: str) -> str:

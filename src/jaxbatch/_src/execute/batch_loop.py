@@ -30,7 +30,14 @@ from jaxbatch._src.execute.memory import Auto, max_batch_size_for
 from jaxbatch._src.execute.output_layout import per_token_leaves
 from jaxbatch._src.load.loader import LoaderOptions
 from jaxbatch._src.plan.plan import plan
-from jaxbatch._src.plan.planners import GRAPH_PLANNERS, AutoBuckets, Pack, PadToMax, Planner
+from jaxbatch._src.plan.planners import (
+    GRAPH_PLANNERS,
+    AutoBuckets,
+    Pack,
+    PadToMax,
+    PatchPack,
+    Planner,
+)
 
 log = logging.getLogger("jaxbatch")
 
@@ -145,7 +152,7 @@ class BatchLoop:
             return
         self.stats.expected_shapes = len(shapes)
         if not self.graph:
-            self.executor.compile_ahead(shapes, isinstance(self.planner, Pack))
+            self.executor.compile_ahead(shapes, isinstance(self.planner, Pack | PatchPack))
 
     def run(self, batches: Iterable[Batch]) -> Iterator[list[Ran]]:
         """Each batch's parts as they ran, in order; ``stats`` counts the

@@ -63,7 +63,7 @@ class Executor:
             out = fun(example)
             flags = jax.numpy.int32(0)
             if check_finite:
-                mask = example.get(keys.mask(length_column)) if isinstance(example, dict) else None
+                mask = _real_tokens(example, length_column)
                 finite = jax.numpy.bool_(True)
                 for leaf in jax.tree_util.tree_leaves(out):
                     if not jax.numpy.issubdtype(leaf.dtype, jax.numpy.inexact):
@@ -153,6 +153,19 @@ class Executor:
         out = jax.block_until_ready(out)
         self.stats.run_seconds += time.perf_counter() - start
         return jax.tree_util.tree_map(np.asarray, out), np.asarray(flags)
+
+
+def _real_tokens(example: Any, column: str) -> Any:
+    """A row's real tokens (or patches) of `column`, for check_finite to
+    pass over its padding: the mask of a padded row, else the segment ids
+    of a packed one (Pack's and PatchPack's rows have no mask); None when
+    the row has neither."""
+    if not isinstance(example, dict):
+        return None
+    if keys.mask(column) in example:
+        return example[keys.mask(column)]
+    ids = example.get(keys.segment_ids(column))
+    return None if ids is None else ids != 0
 
 
 def _key(layout: dict[str, tuple]) -> tuple:

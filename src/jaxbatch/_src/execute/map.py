@@ -35,8 +35,8 @@ from jaxbatch._src.execute.output_layout import unbatch_per_token
 from jaxbatch._src.load.loader import Loader
 from jaxbatch._src.plan.planners import (
     GRAPH_PLANNERS,
+    PatchPack,
     Planner,
-    refuse_patch_pack,
     refuse_several_features,
     refuse_split,
 )
@@ -62,7 +62,7 @@ def map(  # noqa: A001 - the name users expect, as jax.lax.map
     fun: Callable,
     data: Loader | Dataset | Iterable[Batch],
     *,
-    planner: Planner | None = None,
+    planner: Planner | PatchPack | None = None,
     batch_size: int | Auto = "auto",
     on_oom: OnOom = DEFAULT_ON_OOM,
     backoff: float = DEFAULT_BACKOFF,
@@ -102,6 +102,12 @@ def map(  # noqa: A001 - the name users expect, as jax.lax.map
     * Compile accounting: ``stats`` holds compilations (distinct shapes),
       compile and run time; a warning is issued when compilations exceed the
       planner's shape count (times one plus the number of OOM back-offs).
+    * Packed rows (:class:`Pack`, :class:`PatchPack`): ``fun(row)`` gets one
+      packed row and returns per-segment outputs ``[S, ...]`` (e.g.
+      ``jb.masked.segment_mean(x, row["image_segment_ids"], S)``, one per
+      image) or per-token (per-patch) ``[L, ...]``; ``result.outputs`` has
+      each example's own, its patches in order. A check that fails sets
+      aside the examples of its row.
     * Graphs (a Loader or ``planner`` of :class:`GraphBudget` /
       :class:`GraphBuckets`): ``fun(batch)`` gets the whole padded batch
       (``batch.graphs``, ``batch["node_mask"]``, ...) and returns per-node
@@ -202,14 +208,16 @@ def _batches(fun, data, planner, batch_size, memory_budget):
         loader = Loader(data, planner, shuffle=False)
         return loader, loader.shapes, ""
     refuse_split(data.planner if isinstance(data, Loader) else planner, "jb.map")
-    refuse_patch_pack(data.planner if isinstance(data, Loader) else planner, "jb.map")
     refuse_several_features(data.planner if isinstance(data, Loader) else planner, "jb.map")
     if isinstance(data, Loader):
         if planner is not None:
             raise ValueError("jb.map: planner= is for a Dataset; the Loader has its own")
         return data, data.shapes, data._length_column
     if isinstance(data, Dataset):
-        rows = rows_for(fun, data, batch_size, memory_budget)  # Checked even with a planner.
+        # batch_size is checked even with a planner, but a PatchPack's rows are
+        # its own: fun takes a packed row, not the one image "auto" would try.
+        if not (isinstance(planner, PatchPack) and batch_size == "auto"):
+            rows = rows_for(fun, data, batch_size, memory_budget)
         planner = planner or default_planner(rows)
         loader = Loader(data, planner, shuffle=False)
         return loader, loader.shapes, loader._length_column

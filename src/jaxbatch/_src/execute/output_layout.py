@@ -68,15 +68,30 @@ def per_token_leaves(fun, batch) -> list[bool]:
     for (name, a), (_, b) in zip(base, longer, strict=True):
         token = len(a.shape) >= 1 and a.shape[0] == length and b.shape[0] == length + 1
         if batch.packed and not token and (len(a.shape) < 1 or a.shape[0] != batch.shape.segments):
-            raise ValueError(
-                f"output {name!r} has shape {tuple(a.shape)} per packed row: "
-                f"with Pack each row holds up to {batch.shape.segments} examples, so an output "
-                f"must be per token ([{length}, ...]) or per segment ([{batch.shape.segments}, "
-                f"...], e.g. jb.masked.segment_sum(x, row['<column>_segment_ids'], "
-                f"{batch.shape.segments})); use AutoBuckets or PadToMax for one example per row"
-            )
+            raise ValueError(_not_per_segment(name, tuple(a.shape), batch))
         out.append(token)
     return out
+
+
+def _not_per_segment(name: str, shape: tuple, batch) -> str:
+    """Why an output of a packed row that is neither per token nor per
+    segment has no per-example value, and what to return instead."""
+    length, slots = batch.shape.length, batch.shape.segments
+    column = batch.length_column
+    if keys.example_lengths(batch, column) != keys.lengths(column):  # PatchPack's keys
+        return (
+            f"output {name!r} has shape {shape} per packed row: with PatchPack each row holds "
+            f"up to {slots} images, so an output must be per image ([{slots}, ...], e.g. "
+            f"jb.masked.segment_mean(x, row['{keys.segment_ids(column)}'], {slots})) or per "
+            f"patch ([{length}, ...], each image's patches given back in order)"
+        )
+    return (
+        f"output {name!r} has shape {shape} per packed row: "
+        f"with Pack each row holds up to {slots} examples, so an output "
+        f"must be per token ([{length}, ...]) or per segment ([{slots}, "
+        f"...], e.g. jb.masked.segment_sum(x, row['<column>_segment_ids'], "
+        f"{slots})); use AutoBuckets or PadToMax for one example per row"
+    )
 
 
 def _token_level_key(key: str, batch) -> bool:

@@ -83,15 +83,16 @@ from jaxbatch._src.load.loader import (
 )
 from jaxbatch._src.plan.planners import (
     GRAPH_PLANNERS,
+    PATCH_PLANNERS,
     PLANNERS,
     AutoBuckets,
     FixedBuckets,
     Pack,
     PadToMax,
+    PatchPack,
     Planner,
     planner_from_key,
     planner_key,
-    refuse_patch_pack,
     refuse_several_features,
     refuse_split,
     same_planner,
@@ -208,7 +209,7 @@ def run(
     source: Dataset | str | os.PathLike,
     output: str | os.PathLike,
     *,
-    planner: Planner | None = None,
+    planner: Planner | PatchPack | None = None,
     column: str | None = None,
     columns: list[str] | None = None,
     batch_size: int | Auto = "auto",
@@ -254,8 +255,9 @@ def run(
       (``{"image": ("h", "w")}`` reads images as a grid column); the input
       key holds the axes, so a job resumed with other axes is refused.
     * ``planner`` (default ``AutoBuckets(8, batch_size=...)``) and
-      ``batch_size`` / ``memory_budget`` as for jb.map; the planner is
-      resolved once, on the first run, and kept for every resume.
+      ``batch_size`` / ``memory_budget`` as for jb.map (a :class:`PatchPack`
+      too: one output per image); the planner is resolved once, on the
+      first run, and kept for every resume.
     * ``checkpoint_every``: examples per shard and journal record: what a
       crash can cost at most.
     * ``on_error``: ``"raise"``, ``"skip"`` or ``"quarantine"`` for records
@@ -463,16 +465,15 @@ def _check_args(checkpoint_every) -> None:
         )
 
 
-def _planner_record(planner: Planner) -> dict[str, Any]:
-    refuse_patch_pack(planner, "jb.run")
-    if not isinstance(planner, PLANNERS):
+def _planner_record(planner: Planner | PatchPack) -> dict[str, Any]:
+    if not isinstance(planner, PLANNERS + PATCH_PLANNERS):
         raise TypeError(f"jb.run: planner must be a jaxbatch planner, found {planner!r}")
     refuse_split(planner, "jb.run")
     refuse_several_features(planner, "jb.run")
     return {"key": planner.key}
 
 
-def _planner_from(record: dict[str, Any]) -> Planner:
+def _planner_from(record: dict[str, Any]) -> Planner | PatchPack:
     """The planner a job record holds: the engine's key, or (format 1) the
     planner's type and fields."""
     if "key" in record:

@@ -43,7 +43,7 @@ def batch_columns(
     index = np.asarray(batch[keys.EXAMPLE_INDEX])
     examples = index[keep].astype(np.int64)
     length = batch.shape.length
-    lengths = np.asarray(batch[keys.lengths(batch.length_column)])
+    lengths = np.asarray(batch[keys.example_lengths(batch, batch.length_column)])
     columns = {}
     for (name, leaf), token_level in zip(leaf_names(out), per_token, strict=True):
         array = np.asarray(leaf)

@@ -602,12 +602,18 @@ PLANNERS = (PadToMax, FixedBuckets, AutoBuckets, Pack, GraphBudget, GraphBuckets
 GRAPH_PLANNERS = (GraphBudget, GraphBuckets)
 
 
-def refuse_split(planner: Planner | None, who: str) -> None:
+def refuse_split(planner: Planner | PatchPack | None, who: str) -> None:
     """Raises for a planner that yields pieces of examples (the engine says
     which: Pack's ``too_long="split"`` or ``algorithm="concat_then_split"``,
     FixedBuckets' ``too_long="split"``) where results are per example."""
     if planner is None or not _core.planner_yields_pieces(planner._options()):
         return
+    if isinstance(planner, PatchPack):
+        raise ValueError(
+            f"{who}: PatchPack(too_long='split') cuts an image into pieces, but {who}'s results "
+            "are per image; iterate jb.Loader(ds, planner) and pool each piece by "
+            "example_index, or use too_long='error' or 'skip'"
+        )
     if isinstance(planner, FixedBuckets):
         raise ValueError(
             f"{who}: FixedBuckets(too_long='split') yields pieces of examples, but {who}'s "
@@ -628,38 +634,27 @@ def refuse_split(planner: Planner | None, who: str) -> None:
         )
 
 
-# Planned, collated and loaded by jb.plan / jb.collate / jb.Loader; not a
-# planner of jb.map or jb.run (PLANNERS), whose results are per example: a
-# patch row holds several images' patches, in no layout their unbatching knows.
+# Planned, collated and loaded by jb.plan / jb.collate / jb.Loader, and run
+# by jb.map and jb.run (per image: each row's segments), but not a Planner:
+# its batches hold patches, not a column's own values.
 PATCH_PLANNERS = (PatchPack,)
-
-
-def refuse_patch_pack(planner: Any, who: str) -> None:
-    """Raises for a PatchPack where only jb.plan, jb.collate and jb.Loader take one."""
-    if isinstance(planner, PATCH_PLANNERS):
-        raise TypeError(
-            f"{who}: PatchPack is not supported here: {who}'s results are per example (a row "
-            "or a run of tokens each), but a patch row holds several images' patches; iterate "
-            "jb.Loader(ds, jb.PatchPack(...)) and pool per image with "
-            "jb.masked.segment_mean over <image>_segment_ids"
-        )
 
 
 _BY_NAME = {c.__name__: c for c in PLANNERS + PATCH_PLANNERS}
 
 
-def planner_key(planner: Planner | None) -> str:
+def planner_key(planner: Planner | PatchPack | None) -> str:
     """The engine's key of a planner ("None" for a planner still to be chosen)."""
     return "None" if planner is None else planner.key
 
 
-def planner_from_key(key: str) -> Planner:
+def planner_from_key(key: str) -> Planner | PatchPack:
     """The planner a key names (a key this or an earlier release stored)."""
     options = _core.parse_planner_key(key)
     return _BY_NAME[_core.planner_name(options)]._from_options(options)
 
 
-def same_planner(key: str, planner: Planner) -> bool:
+def same_planner(key: str, planner: Planner | PatchPack) -> bool:
     """Whether a stored key names `planner`'s options (however it was written)."""
     try:
         return _core.parse_planner_key(key) == planner._options()
@@ -667,7 +662,7 @@ def same_planner(key: str, planner: Planner) -> bool:
         return False
 
 
-def refuse_several_features(planner: Planner | None, who: str) -> None:
+def refuse_several_features(planner: Planner | PatchPack | None, who: str) -> None:
     """Raises for a Pack of several features where results are per example:
     each feature has its own row length, and a per-token output follows one."""
     if isinstance(planner, Pack) and isinstance(planner.row_length, Mapping):
