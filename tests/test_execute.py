@@ -250,6 +250,42 @@ def test_max_batch_size_fits_the_budget_and_is_the_largest():
     assert compiled_bytes_at(pairwise, example, b + 1) > budget
 
 
+def compile_runs_out_of_memory_above(monkeypatch, rows):
+    """Compiling a program over more than `rows` examples raises XLA's
+    RESOURCE_EXHAUSTED, as on a GPU, whose autotuner runs a program's fusions
+    on buffers of their real size while it compiles (tests/test_gpu.py saw it
+    plan a batch of 64 on an H100). The plan cache is off, so each size compiles."""
+    real = jax.stages.Lowered.compile
+
+    def compile(self, *args, **kwargs):
+        shapes = [a.shape for a in jax.tree_util.tree_leaves(self.args_info)]
+        if any(s and s[0] > rows for s in shapes):
+            raise jax.errors.JaxRuntimeError(
+                "RESOURCE_EXHAUSTED: Out of memory while trying to allocate 19.81GiB with "
+                "allocator GPU_0_bfc on device 0."
+            )
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(jax.stages.Lowered, "compile", compile)
+    monkeypatch.setenv("JAXBATCH_MEMORY_PLAN_CACHE", "0")
+
+
+@pytest.mark.parametrize(("compiles", "least"), [(40, 36), (5, 4), (1, 1)])
+def test_a_batch_whose_compilation_runs_out_of_memory_does_not_fit(monkeypatch, compiles, least):
+    example = jnp.zeros((32, 3), jnp.float32)
+    budget = 2_000_000  # hundreds of examples, by the analysis alone
+    assert jb.max_batch_size(pairwise, example, budget=budget) > 64
+    compile_runs_out_of_memory_above(monkeypatch, compiles)
+    rows = jb.max_batch_size(pairwise, example, budget=budget)
+    assert least <= rows <= compiles
+    x = jnp.asarray(np.random.default_rng(0).standard_normal((100, 32, 3)), jnp.float32)
+    out = jb.vmap(pairwise, chunk_size="auto", memory_budget=budget)(x)
+    np.testing.assert_allclose(out, jax.vmap(pairwise)(x), rtol=1e-5, atol=1e-5)
+    compile_runs_out_of_memory_above(monkeypatch, 0)
+    with pytest.raises(ValueError, match="more device memory than is free to compile it"):
+        jb.max_batch_size(pairwise, example, budget=budget)
+
+
 def test_auto_budget_on_cpu_asks_for_bytes():
     with pytest.raises(ValueError, match="pass budget in bytes"):
         jb.max_batch_size(pairwise, jnp.zeros((8, 3)), budget="auto")

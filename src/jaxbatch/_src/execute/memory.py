@@ -20,6 +20,7 @@ import numpy as np
 from jaxbatch._src.base.words import counted
 from jaxbatch._src.execute import plan_cache
 from jaxbatch._src.execute.axes import broadcast_prefix
+from jaxbatch._src.execute.failures import is_oom
 from jaxbatch._src.execute.hoist import hoisted
 
 #: A size or budget chosen from the device's free memory.
@@ -298,22 +299,56 @@ def max_batch_size_for(fun, in_axes, args, kwargs, budget, upper: int = 1 << 20)
     batch axis is removed to get one example), as jb.vmap's chunk_size='auto'
     needs it, or over one example when `args` are unbatched."""
     limit = _resolve_budget(budget)
-    one = _bytes_at(fun, in_axes, args, kwargs, 1)
-    if one > limit:
+    one = _compiled_bytes_or_none(fun, in_axes, args, kwargs, 1)
+    if one is None or one > limit:
+        needs = "more device memory than is free to compile it" if one is None else f"{one} bytes"
         raise ValueError(
-            f"memory planning: one example needs {one} bytes, over the budget of {limit} bytes"
+            f"memory planning: one example needs {needs}, over the budget of {limit} bytes"
         )
-    estimate = MemoryEstimate(*_fit(fun, in_axes, args, kwargs, one))
-    guess = max(1, min(upper, estimate.max_batch(limit)))
-    while guess > 1 and _bytes_at(fun, in_axes, args, kwargs, guess) > limit:
+    fit = _fit(fun, in_axes, args, kwargs, one)
+    if fit is None:
+        return 1
+    guess = max(1, min(upper, MemoryEstimate(*fit).max_batch(limit)))
+    while guess > 1 and not _fits(fun, in_axes, args, kwargs, guess, limit):
         guess = max(1, int(guess * 0.9))
     return guess
 
 
+def _compiled_bytes_or_none(fun, in_axes, args, kwargs, batch: int) -> int | None:
+    """_bytes_at, or None where compiling the batch ran out of device memory:
+    XLA's GPU autotuner runs the program's fusions on buffers of their real
+    size while it compiles (on an H100, planning at a batch of 64 examples of
+    330 MB each stopped with RESOURCE_EXHAUSTED, tests/test_gpu.py), so such a
+    batch does not fit, nor any larger one."""
+    try:
+        return _bytes_at(fun, in_axes, args, kwargs, batch)
+    except Exception as e:
+        if is_oom(e):
+            return None
+        raise
+
+
+def _fits(fun, in_axes, args, kwargs, batch: int, limit: int) -> bool:
+    measured = _compiled_bytes_or_none(fun, in_axes, args, kwargs, batch)
+    return measured is not None and measured <= limit
+
+
 def _fit(fun, in_axes, args, kwargs, one: int):
-    """The line through batch 1 (`one` bytes, already compiled), 8 and 64."""
-    samples = ((1, one), *((b, _bytes_at(fun, in_axes, args, kwargs, b)) for b in (8, 64)))
+    """The line through batch 1 (`one` bytes, already compiled), 8 and 64,
+    without the sizes whose compilation ran out of device memory (then
+    through 1 and 2 if 8 is one of them); None if 2 is one of them too."""
+    samples = [(1, one)]
+    for batch in (8, 64):
+        measured = _compiled_bytes_or_none(fun, in_axes, args, kwargs, batch)
+        if measured is None:
+            break
+        samples.append((batch, measured))
+    if len(samples) == 1:
+        measured = _compiled_bytes_or_none(fun, in_axes, args, kwargs, 2)
+        if measured is None:
+            return None
+        samples.append((2, measured))
     x = np.array([b for b, _ in samples], dtype=np.float64)
     y = np.array([m for _, m in samples], dtype=np.float64)
     slope, intercept = np.polyfit(x, y, 1)
-    return float(intercept), float(slope), samples
+    return float(intercept), float(slope), tuple(samples)
