@@ -4,6 +4,8 @@ jb.masked.packed_attention, each against a NumPy reference."""
 
 from __future__ import annotations
 
+import functools
+
 import hypothesis.strategies as st
 import jax
 import jax.numpy as jnp
@@ -222,6 +224,18 @@ def _qkv(seed, rows, length, heads=2, d=4):
     return (rng.normal(size=(rows, length, heads, d)).astype(np.float32) for _ in range(3))
 
 
+@functools.partial(jax.jit, static_argnames="causal")
+def _three_ways(q, k, v, ids, causal):
+    """packed_attention over the rows, heads first, and one row at a time
+    under vmap. Jitted together: one compilation an input shape, where eager
+    calls compiled every op for every shape hypothesis draws (2 s an example)."""
+    rows = jb.masked.packed_attention(q, k, v, ids, is_causal=causal, implementation="xla")
+    bnth = [jnp.swapaxes(a, 1, 2) for a in (q, k, v)]
+    heads_first = jb.masked.packed_attention(*bnth, ids, is_causal=causal, layout="BNTH")
+    per_row = jax.vmap(lambda a, b, c, i: jb.masked.packed_attention(a, b, c, i, is_causal=causal))
+    return rows, jnp.swapaxes(heads_first, 1, 2), per_row(q, k, v, ids)
+
+
 @settings(max_examples=30, deadline=None)
 @given(packed_rows(max_length=10), st.booleans(), st.integers(0, 2**31))
 def test_packed_attention_matches_the_masked_reference(rows, causal, seed):
@@ -229,14 +243,10 @@ def test_packed_attention_matches_the_masked_reference(rows, causal, seed):
     ids = ids_of(lengths, length)
     q, k, v = _qkv(seed, lengths.shape[0], length)
     want = reference_attention(q, k, v, ids, 0.5, causal)
-    got = jb.masked.packed_attention(q, k, v, ids, is_causal=causal, implementation="xla")
-    np.testing.assert_allclose(got, want, atol=2e-5, rtol=1e-5)
-    # Heads first, and one row at a time under vmap, agree.
-    bnth = [np.swapaxes(a, 1, 2) for a in (q, k, v)]
-    heads_first = jb.masked.packed_attention(*bnth, ids, is_causal=causal, layout="BNTH")
-    np.testing.assert_allclose(np.swapaxes(heads_first, 1, 2), want, atol=2e-5, rtol=1e-5)
-    per_row = jax.vmap(lambda a, b, c, i: jb.masked.packed_attention(a, b, c, i, is_causal=causal))
-    np.testing.assert_allclose(per_row(q, k, v, ids), want, atol=2e-5, rtol=1e-5)
+    # Over the rows, heads first, and one row at a time under vmap: each agrees.
+    ways = zip(("rows", "heads first", "per row"), _three_ways(q, k, v, ids, causal), strict=True)
+    for way, got in ways:
+        np.testing.assert_allclose(got, want, atol=2e-5, rtol=1e-5, err_msg=way)
 
 
 def test_packed_attention_takes_a_batch_and_its_gradient_is_finite():
