@@ -156,38 +156,46 @@ def test_an_oom_split_loses_and_duplicates_nothing(caplog):
     assert "out of memory at 4 rows; retrying with 2" in caplog.text
 
 
-def nan_for_label_15(row):
-    """`embed`, with a NaN mean for the image labelled 15 (example 5); the
-    padding patches of every row are NaN per patch (0 / 0 pixels), which
-    check_finite must pass over."""
+def nan_for_some(row):
+    """`embed`, with a NaN mean (per image) for example 5 and NaN patches
+    (per patch) for example 7; the padding patches of every row are NaN too
+    (0 / 0 pixels), which check_finite must pass over."""
     out = embed(row)
-    bad = (row["label"] == 15) & (row["example_index"] >= 0)
-    per_pixel = row["image"].sum(-1) / row["image_pixels"]
-    return dict(out, mean=jnp.where(bad[:, None], jnp.nan, out["mean"]), per_pixel=per_pixel)
+    bad_mean = (row["example_index"] == 5)[:, None]
+    bad_patch = (row["example_index"] == 7)[jnp.maximum(row["image_segment_ids"] - 1, 0)]
+    bad_patch = bad_patch & (row["image_segment_ids"] > 0)
+    per_pixel = jnp.where(bad_patch, jnp.nan, row["image"].sum(-1)) / row["image_pixels"]
+    return dict(out, mean=jnp.where(bad_mean, jnp.nan, out["mean"]), per_pixel=per_pixel)
 
 
-def test_check_finite_quarantines_the_flagged_row_and_raises_naming_it():
+def test_checks_set_aside_only_the_flagged_images_of_a_row():
     images = _images(_random_sizes(24, seed=5), seed=5)
     ds, planner = _dataset(images), _planner()
-    result = jb.map(nan_for_label_15, ds, planner=planner, check_finite=True, on_error="quarantine")
-    # A check is per row: the examples packed beside example 5 are set aside with it.
-    row_of_5 = next(
-        index[r]
-        for b in jb.Loader(ds, planner, shuffle=False)
-        for index in [np.asarray(b["example_index"])]
-        for r in range(index.shape[0])
-        if 5 in index[r]
+    result = jb.map(
+        nan_for_some,
+        ds,
+        planner=planner,
+        check_finite=True,
+        check=lambda row, out: row["label"] != 3 * 9,  # per image: example 9 fails
+        on_error="quarantine",
     )
-    flagged = {int(e) for e in row_of_5 if e >= 0}
-    assert {q["example"] for q in result.quarantine} == flagged
-    assert all("not finite" in q["reason"] for q in result.quarantine)
-    _assert_reference(result.outputs, images, skip=flagged)
+    reasons = {q["example"]: q["reason"] for q in result.quarantine}
+    assert reasons == {
+        5: "an output is not finite (NaN or Inf)",
+        7: "an output is not finite (NaN or Inf)",
+        9: "check returned False",
+    }
+    # Their row-mates are kept and right.
+    with jb.Loader(ds, planner, shuffle=False) as loader:
+        rows = [r for b in loader for r in np.asarray(b["example_index"])]
+    assert all(sum(e >= 0 for e in next(r for r in rows if i in r)) > 1 for i in reasons)
+    _assert_reference(result.outputs, images, skip=set(reasons))
     for i in result.outputs:  # The NaN padding patches were not counted as failures.
         np.testing.assert_allclose(
             result.outputs[i]["per_pixel"], _patches(images[i]).sum(-1) / (P * P), rtol=1e-5
         )
-    with pytest.raises(ValueError, match=r"jb.map: example \d+ .*not finite"):
-        jb.map(nan_for_label_15, ds, planner=planner, check_finite=True)
+    with pytest.raises(ValueError, match=r"jb.map: example [57] .*not finite"):
+        jb.map(nan_for_some, ds, planner=planner, check_finite=True)
 
 
 def test_every_planned_shape_compiles_once_ahead(monkeypatch):
@@ -273,3 +281,26 @@ def test_run_equals_map_and_resumes_after_a_crash_without_duplicates(tmp_path, m
         for key in ("mean", "label2", "patch_sum", "position"):
             np.testing.assert_array_equal(np.asarray(out[key][i]), mapped[i][key], err_msg=key)
     _assert_reference({i: mapped[i] for i in range(len(images))}, images)
+
+
+def test_a_pack_row_sets_aside_only_its_flagged_sequence():
+    """The same per-segment checks for jb.Pack: a NaN token flags its own
+    sequence, not the others packed beside it (nor the row's padding)."""
+    rng = np.random.default_rng(11)
+    tokens = [rng.integers(1, 50, size=int(n)).astype(np.int32) for n in rng.integers(1, 9, 20)]
+    tokens[4][-1] = 999
+    ds = jb.Dataset.from_arrays({"tokens": tokens})
+
+    def halves(row):
+        x = row["tokens"].astype(jnp.float32)
+        return jnp.where(x == 999, jnp.nan, x / 2) / (row["tokens_segment_ids"] > 0)
+
+    planner = jb.Pack(row_length=16, rows_per_batch=2)
+    result = jb.map(halves, ds, planner=planner, check_finite=True, on_error="quarantine")
+    assert [q["example"] for q in result.quarantine] == [4]
+    with jb.Loader(ds, planner, shuffle=False) as loader:
+        row = next(r for b in loader for r in np.asarray(b["example_index"]) if 4 in r)
+    assert sum(row >= 0) > 1  # 4 has row-mates, kept
+    assert sorted(result.outputs) == [i for i in range(20) if i != 4]
+    for i, output in result.outputs.items():
+        np.testing.assert_allclose(output, tokens[i] / 2)

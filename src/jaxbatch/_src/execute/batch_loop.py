@@ -98,7 +98,8 @@ class LoopSettings:
 class Ran:
     """One part of a batch as it ran (the batch itself, or one of the
     batches a graph batch's graphs were re-planned into): the outputs (numpy,
-    batch layout), flags per row or graph slot, ``keep`` (the slots whose
+    batch layout), flags laid out as its example index (per row, segment or
+    graph slot), ``keep`` (the slots whose
     outputs stand: real and not flagged), the flagged examples
     (``{"example", "batch", "reason"}``) and ``layout``: which output leaves
     are per token (a graph batch's: each leaf's role)."""
@@ -174,15 +175,16 @@ class BatchLoop:
 
     def _ran(self, part: Batch, out: Any, flags: np.ndarray) -> Ran:
         index = example_index(part)
-        flags = np.asarray(flags)
         real = index >= 0
-        row_ok = flags == 0
-        ok = row_ok if index.ndim == 1 else row_ok[:, None]
+        # Flags per row, per graph slot or per segment; a row's flag covers its segments.
+        flags = np.asarray(flags).reshape(np.shape(flags) + (1,) * (index.ndim - np.ndim(flags)))
+        flags = np.broadcast_to(flags, index.shape)
+        ok = flags == 0
         flagged = real & ~ok
         rows = np.nonzero(flagged)[0]
         bad = [
-            {"example": int(e), "batch": self.stats.batches, "reason": flag_reason(int(flags[r]))}
-            for e, r in zip(index[flagged], rows, strict=True)
+            {"example": int(e), "batch": self.stats.batches, "reason": flag_reason(int(f))}
+            for e, f in zip(index[flagged], flags[flagged], strict=True)
         ]
         if bad and self.settings.on_error == "raise":
             raise ValueError(
@@ -218,7 +220,7 @@ class OomSplitter:
         self.oom_limit: int | None = None
 
     def pieces(self, batch: Batch) -> list[tuple[Batch, Any, np.ndarray]]:
-        """[(batch, outputs, flags per row)]: the batch's results, in the
+        """[(batch, outputs, flags)]: the batch's results, in the
         shape graph batches give theirs (which may come in several batches)."""
         if getattr(batch, "is_graphs", False):
             raise TypeError(
@@ -234,7 +236,8 @@ class OomSplitter:
         return per_token_leaves(self.executor.fun, batch)
 
     def __call__(self, batch: Batch) -> tuple[Any, np.ndarray]:
-        """The batch's outputs (numpy, one leading row axis) and per-row flags."""
+        """The batch's outputs (numpy, one leading row axis) and flags (per row,
+        or per segment of a packed row)."""
         arrays = dict(batch)
         rows = len(arrays[keys.EXAMPLE_INDEX])
         limit = rows if self.oom_limit is None else min(self.oom_limit, rows)

@@ -60,18 +60,12 @@ class Executor:
         self.check_finite, self.check = check_finite, check
 
         def per_example(example):
+            # Flags per row, or per segment of a packed row: a failed check
+            # sets aside the examples it concerns, not their row-mates.
             out = fun(example)
-            flags = jax.numpy.int32(0)
+            flags = jax.numpy.zeros(_flag_shape(example), jax.numpy.int32)
             if check_finite:
-                mask = _real_tokens(example, length_column)
-                finite = jax.numpy.bool_(True)
-                for leaf in jax.tree_util.tree_leaves(out):
-                    if not jax.numpy.issubdtype(leaf.dtype, jax.numpy.inexact):
-                        continue
-                    ok = jax.numpy.isfinite(leaf)
-                    if mask is not None and leaf.ndim >= 1 and leaf.shape[0] == mask.shape[0]:
-                        ok = ok | ~mask.reshape(mask.shape + (1,) * (leaf.ndim - 1))
-                    finite = finite & ok.all()
+                finite = _finite(out, example, length_column)
                 flags = flags | jax.numpy.where(finite, 0, FINITE)
             if check is not None:
                 passed = jax.numpy.asarray(check(example, out), dtype=bool)
@@ -153,6 +147,44 @@ class Executor:
         out = jax.block_until_ready(out)
         self.stats.run_seconds += time.perf_counter() - start
         return jax.tree_util.tree_map(np.asarray, out), np.asarray(flags)
+
+
+def _flag_shape(example: Any) -> tuple[int, ...]:
+    """A row's flags: one, or one per segment slot of a packed row (whose
+    example_index is [S])."""
+    index = example.get(keys.EXAMPLE_INDEX) if isinstance(example, dict) else None
+    return tuple(index.shape) if index is not None and index.ndim == 1 else ()
+
+
+def _finite(out: Any, example: Any, column: str) -> Any:
+    """Whether a row's outputs are finite over its real tokens: a bool, or
+    for a packed row one per segment slot (a per-segment leaf [S, ...]
+    by slot, a per-token leaf [L, ...] by its tokens' segments, anything
+    else, or a leaf as long as both, for the whole row)."""
+    import jax
+    import jax.numpy as jnp
+
+    shape = _flag_shape(example)
+    mask = _real_tokens(example, column)
+    ids = example.get(keys.segment_ids(column)) if shape and isinstance(example, dict) else None
+    finite = jnp.ones(shape, bool)
+    for leaf in jax.tree_util.tree_leaves(out):
+        if not jnp.issubdtype(leaf.dtype, jnp.inexact):
+            continue
+        ok = jnp.isfinite(leaf)
+        tokens = mask is not None and leaf.ndim >= 1 and leaf.shape[0] == mask.shape[0]
+        if tokens:
+            ok = ok | ~mask.reshape(mask.shape + (1,) * (leaf.ndim - 1))
+        lead = leaf.shape[0] if leaf.ndim else None
+        if shape and lead == shape[0] and not tokens:  # per segment
+            finite = finite & ok.reshape(lead, -1).all(1)
+        elif shape and tokens and ids is not None and lead != shape[0]:  # per token
+            slot = jnp.where(ids > 0, ids - 1, shape[0])  # padding: out of range, dropped
+            bad = ~ok.reshape(lead, -1).all(1)
+            finite = finite & ~jnp.zeros(shape, bool).at[slot].max(bad, mode="drop")
+        else:
+            finite = finite & ok.all()
+    return finite
 
 
 def _real_tokens(example: Any, column: str) -> Any:

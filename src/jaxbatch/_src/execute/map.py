@@ -106,8 +106,10 @@ def map(  # noqa: A001 - the name users expect, as jax.lax.map
       packed row and returns per-segment outputs ``[S, ...]`` (e.g.
       ``jb.masked.segment_mean(x, row["image_segment_ids"], S)``, one per
       image) or per-token (per-patch) ``[L, ...]``; ``result.outputs`` has
-      each example's own, its patches in order. A check that fails sets
-      aside the examples of its row.
+      each example's own, its patches in order. Checks are per segment:
+      ``check_finite`` flags the segment whose outputs (per segment, or its
+      tokens') are not finite, and ``check`` may return ``[S]`` bools (one
+      bool flags the whole row); only the flagged examples are set aside.
     * Graphs (a Loader or ``planner`` of :class:`GraphBudget` /
       :class:`GraphBuckets`): ``fun(batch)`` gets the whole padded batch
       (``batch.graphs``, ``batch["node_mask"]``, ...) and returns per-node
