@@ -2,7 +2,8 @@
 gets one packed row of patches and returns per-image ([S, ...]) or
 per-patch ([L, ...]) outputs; the results, keyed by image, equal a NumPy
 reference computed image by image, through shuffling, patch dropping, OOM
-splits, checks, compilation ahead and an interrupted, resumed job."""
+splits, per-image checks, compilation ahead, an interrupted, resumed job
+and a job over a Parquet file of images, whole and streamed."""
 
 from __future__ import annotations
 
@@ -304,3 +305,30 @@ def test_a_pack_row_sets_aside_only_its_flagged_sequence():
     assert sorted(result.outputs) == [i for i in range(20) if i != 4]
     for i, output in result.outputs.items():
         np.testing.assert_allclose(output, tokens[i] / 2)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_run_over_a_parquet_file_of_images_equals_map(tmp_path, stream):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    images = _images(_random_sizes(20, seed=12), seed=12)
+    typ = pa.list_(pa.list_(pa.list_(pa.float32(), 3)))
+    labels = pa.array(np.arange(20, dtype=np.int32) * 3)
+    table = pa.table({"image": pa.array([a.tolist() for a in images], type=typ), "label": labels})
+    pq.write_table(table, tmp_path / "images.parquet", row_group_size=6)
+    options = {"stream": True, "host_memory_limit": 200_000} if stream else {}
+    jb.run(
+        embed,
+        tmp_path / "images.parquet",
+        tmp_path / "out",
+        planner=_planner(),
+        checkpoint_every=7,
+        progress=False,
+        **options,
+    )
+    out = jb.read_output(tmp_path / "out")
+    np.testing.assert_array_equal(out["example_index"], np.arange(20))
+    _assert_reference(
+        {i: {k: out[k][i] for k in ("mean", "label2", "patch_sum", "position")} for i in range(20)},
+        images,
+    )
