@@ -354,7 +354,20 @@ def test_options_that_cannot_stream_are_refused(tmp_path):
     with pytest.raises(ValueError, match="stream=True reads Parquet files by row group"):
         jb.Loader(arrow, jb.PadToMax(8), stream=True, host_memory_limit=LIMIT)
     with pytest.raises(ValueError, match=r"twice the largest chunk \(\d+ bytes decoded"):
-        jb.Loader(path, jb.PadToMax(8), stream=True, host_memory_limit=20_000, **LEAN)
+        jb.Loader(
+            path, jb.PadToMax(8), stream=True, host_memory_limit=20_000, num_threads=2, **LEAN
+        )
+
+
+def test_threads_left_to_the_loader_fit_the_limit(tmp_path):
+    """A limit too small for two asked-for threads streams with the threads
+    the loader picks itself (one), whatever the machine's cores, and gives
+    the batches of reading the file whole."""
+    path = write_parquet(tmp_path / "data.parquet")
+    with jb.Loader(path, jb.PadToMax(8), stream=True, host_memory_limit=20_000, **LEAN) as loader:
+        assert loader.num_threads == 1
+        got = batches(loader)
+    assert_same_stream(batches(jb.Loader(path, jb.PadToMax(8), **LEAN)), got)
 
 
 def test_streams_by_itself_when_the_file_exceeds_the_limit(tmp_path):

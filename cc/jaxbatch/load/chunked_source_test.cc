@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <functional>
 #include <random>
@@ -317,6 +318,46 @@ TEST(ChunkedSourceTest, RefusesALimitThatCannotHoldAChunk) {
   }
   o.host_memory_limit = 0;
   EXPECT_THROW(Loader(Build(chunks), o), InvalidArgumentError);
+}
+
+TEST(ChunkedSourceTest, AutomaticThreadsFitALimitThatExplicitOnesDoNot) {
+  auto data = std::make_shared<const Dataset>(ThreeColumns(200, 3));
+  const std::vector<Dataset> chunks = Split(*data, 25);
+  LoaderOptions o;
+  o.schedule.planner = PadToMaxOptions{.batch_size = 4};
+  o.prefetch = 2;
+  // The smallest limit (to 64 bytes) one thread streams in.
+  o.num_threads = 1;
+  int64_t limit = 1024;
+  for (;; limit += 64) {
+    ASSERT_LT(limit, int64_t{1} << 24);
+    o.host_memory_limit = limit;
+    try {
+      Loader fits(Build(chunks), o);
+      break;
+    } catch (const InvalidArgumentError&) {
+    }
+  }
+  o.num_threads = kMaxDefaultThreads;  // Asked for: refused, naming them.
+  try {
+    Loader loader(Build(chunks), o);
+    FAIL() << "expected InvalidArgumentError";
+  } catch (const InvalidArgumentError& e) {
+    EXPECT_NE(std::string(e.what()).find("num_threads = 8"), std::string::npos) << e.what();
+  }
+  o.num_threads = 0;  // Left to the loader: as many as the limit holds.
+  Loader streamed(Build(chunks), o);
+  EXPECT_EQ(streamed.num_threads(), 1);
+  Feeder feeder(streamed, chunks);
+  LoaderOptions whole = o;
+  whole.host_memory_limit = 0;
+  Loader in_memory(data, whole);
+  EXPECT_EQ(Drain(streamed), Drain(in_memory));
+  streamed.Close();
+  o.host_memory_limit = 64 << 20;  // Room for all: the machine's count, as before.
+  Loader roomy(Build(chunks), o);
+  EXPECT_EQ(roomy.num_threads(),
+            std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, kMaxDefaultThreads));
 }
 
 }  // namespace

@@ -184,13 +184,14 @@ Loader::Loader(std::shared_ptr<const Dataset> dataset, std::shared_ptr<const Chu
   }
   claim_epoch_ = state_.epoch;
   claim_step_ = state_.step;
+  const bool automatic = options_.num_threads == 0;
   int64_t threads = options_.num_threads;
-  if (threads == 0) {
+  if (automatic) {
     threads = std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, kMaxDefaultThreads);
   }
   if (options_.host_memory_limit > 0) CheckMemoryLimit();
   if (chunked_) {
-    SizeChunkCache(threads);
+    threads = SizeChunkCache(threads, automatic);
   } else {
     arena_ = std::make_unique<BufferArena>(options_.host_memory_limit);
   }
@@ -385,11 +386,21 @@ void Loader::CheckMemoryLimit() {
   schedules_[claim_epoch_] = std::move(schedule);  // Planned already: the workers reuse it.
 }
 
-void Loader::SizeChunkCache(int64_t threads) {
+int64_t Loader::SizeChunkCache(int64_t threads, bool automatic) {
   const int64_t batches = SaturatingMul(SaturatingAdd(options_.prefetch, 2), largest_batch_bytes_);
-  const int64_t gathers = SaturatingMul(threads, largest_batch_bytes_);
   int64_t largest_chunk = 0;
   for (const int64_t bytes : chunked_->chunk_bytes) largest_chunk = std::max(largest_chunk, bytes);
+  if (automatic && largest_batch_bytes_ > 0) {
+    // Threads the user left to the loader: as many as leave the cache room
+    // for its chunks (one at least), so a limit that streams on a machine of
+    // two cores streams on one of sixteen, with fewer gathers at a time.
+    const int64_t spare =
+        options_.host_memory_limit - std::min(SaturatingAdd(SaturatingAdd(batches, largest_chunk),
+                                                            std::max<int64_t>(largest_chunk, 1)),
+                                              options_.host_memory_limit);
+    threads = std::clamp<int64_t>(spare / largest_batch_bytes_, 1, threads);
+  }
+  const int64_t gathers = SaturatingMul(threads, largest_batch_bytes_);
   const int64_t reserved = SaturatingAdd(SaturatingAdd(batches, gathers), largest_chunk);
   const int64_t cache = options_.host_memory_limit - std::min(reserved, options_.host_memory_limit);
   if (cache < std::max<int64_t>(largest_chunk, 1)) {
@@ -405,6 +416,7 @@ void Loader::SizeChunkCache(int64_t threads) {
   arena_limit_ = batches;
   arena_ = std::make_unique<BufferArena>(batches);
   cache_ = std::make_unique<ChunkCache>(chunked_->chunk_bytes, cache);
+  return threads;
 }
 
 int64_t Loader::NextChunkRequest(std::chrono::milliseconds timeout) {

@@ -68,7 +68,8 @@ inline constexpr std::chrono::milliseconds kMemoryStallGrace{1000};
 struct LoaderOptions {
   ScheduleOptions schedule;
   std::string length_column;  // "" = the dataset's first ragged column
-  int64_t num_threads = 0;    // 0 = hardware threads, at most kMaxDefaultThreads; <= kMaxThreads
+  int64_t num_threads = 0;    // 0 = hardware threads, at most kMaxDefaultThreads (a streamed
+                              // source's: as many as host_memory_limit holds); <= kMaxThreads
   int64_t prefetch = kDefaultPrefetch;  // ready batches kept ahead of the consumer
   int64_t epochs = 1;                   // 0 = forever
   ErrorPolicy on_error = kDefaultErrorPolicy;
@@ -290,10 +291,12 @@ class Loader {
   // Throws InvalidArgumentError when host_memory_limit cannot hold the
   // batches in flight (which would wait forever); plans the first epoch.
   void CheckMemoryLimit();
-  // Splits host_memory_limit between batch buffers and the chunk cache of a
-  // streaming loader (see its constructor); throws InvalidArgumentError when
-  // the cache cannot hold one chunk.
-  void SizeChunkCache(int64_t threads);
+  // Splits host_memory_limit between batch buffers, `threads` gathers and
+  // the chunk cache of a streaming loader (see its constructor) and returns
+  // the threads to start: `automatic` ones (num_threads = 0) are lowered to
+  // fit the limit, at least one. Throws InvalidArgumentError when the cache
+  // cannot hold one chunk.
+  int64_t SizeChunkCache(int64_t threads, bool automatic);
   // Returns the schedule of `epoch`, building it (outside the lock) if no
   // other worker is. `lock` is held on entry and exit.
   std::shared_ptr<const EpochSchedule> ScheduleFor(int64_t epoch,

@@ -267,8 +267,10 @@ class Loader:
         on which process; every process must build its ``"jax"`` Loaders in
         the same order (see docs/multi-host.md). ``(index, count)`` is not
         checked.
-      num_threads: worker threads (default: the CPU count, at most 8; at most
-        1024). A thread the system cannot start raises RuntimeError.
+      num_threads: worker threads (default: the CPU count, at most 8, and for
+        a streamed file as many as ``host_memory_limit`` holds beside its
+        batches and chunk cache, one at least; at most 1024). A thread the
+        system cannot start raises RuntimeError.
       prefetch: ready batches kept ahead of the consumer.
       epochs: passes over the data; None repeats forever.
       on_error: ``"raise"``, ``"skip"`` or ``"quarantine"`` for records that
