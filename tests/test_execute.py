@@ -129,7 +129,9 @@ def test_chunked_vmap_bounds_compiled_memory():
     temp = lambda c: c.memory_analysis().temp_size_in_bytes  # noqa: E731
     per_example = 128 * 128 * 4
     assert temp(full) >= 256 * per_example  # every example's [k, k] at once
-    assert temp(chunked) <= 2 * 16 * per_example  # one chunk's, give or take the loop
+    # One chunk's, give or take the loop: its carry and scratch (1,056 bytes
+    # on an H100, none on CPU) are not per example.
+    assert temp(chunked) <= 2 * 16 * per_example + 16 * 1024
 
 
 # --- check_axes --------------------------------------------------------------------------
