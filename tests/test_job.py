@@ -20,9 +20,13 @@ from job_functions import fails_on_multiples_of_7, summarise, summarise_referenc
 import jaxbatch as jb
 from jaxbatch import _core
 from jaxbatch._src.cli.main import main as cli_main
+from jaxbatch._src.execute.batch_loop import DEFAULT_CPU_BATCH_SIZE
 from jaxbatch._src.job import folder as job_folder
 
 FUNCTIONS = str(Path(__file__).parent / "job_functions.py")
+# Rows a batch, as batch_size="auto" gives on CPU: shards close at batch ends, and a
+# GPU's "auto" batch may hold every example (one shard), which the shard tests do not want.
+ROWS = DEFAULT_CPU_BATCH_SIZE
 
 
 def token_lists(n: int, seed: int = 0, max_length: int = 40) -> list[np.ndarray]:
@@ -57,7 +61,7 @@ def assert_matches_reference(out: dict, tokens: list[np.ndarray], skip=()) -> No
 def test_outputs_match_the_numpy_reference_and_jb_map(tmp_path):
     tokens = token_lists(300)
     ds = jb.Dataset.from_arrays({"tokens": tokens})
-    report = jb.run(summarise, ds, tmp_path, checkpoint_every=64, progress=False)
+    report = jb.run(summarise, ds, tmp_path, checkpoint_every=64, progress=False, batch_size=ROWS)
     out = jb.read_output(tmp_path)
     assert_matches_reference(out, tokens)
     assert out["moments"].shape == (300, 3) and out["doubled"][5].dtype == np.int32
@@ -130,14 +134,16 @@ def test_a_truncated_last_shard_is_redone(tmp_path):
 
 def test_a_corrupt_middle_shard_is_redone_with_what_follows(tmp_path):
     ds = dataset(120)
-    jb.run(summarise, ds, tmp_path / "reference", checkpoint_every=25, progress=False)
+    jb.run(
+        summarise, ds, tmp_path / "reference", checkpoint_every=25, progress=False, batch_size=ROWS
+    )
     job = tmp_path / "job"
-    jb.run(summarise, ds, job, checkpoint_every=25, progress=False)
+    jb.run(summarise, ds, job, checkpoint_every=25, progress=False, batch_size=ROWS)
     shards = sorted(job.glob("part-*.parquet"))
     data = bytearray(shards[1].read_bytes())
     data[len(data) // 2] ^= 0xFF  # Same size, one flipped byte.
     shards[1].write_bytes(bytes(data))
-    report = jb.run(summarise, ds, job, checkpoint_every=25, progress=False)
+    report = jb.run(summarise, ds, job, checkpoint_every=25, progress=False, batch_size=ROWS)
     assert report.redone_shards == len(shards) - 1
     assert shard_bytes(job) == shard_bytes(tmp_path / "reference")
 
@@ -146,7 +152,9 @@ def test_a_shard_written_but_not_journaled_is_replaced(tmp_path, monkeypatch):
     """A kill between a shard's write and its journal record leaves an orphan
     file: the next run deletes it and redoes the shard."""
     ds = dataset(100)
-    jb.run(summarise, ds, tmp_path / "reference", checkpoint_every=30, progress=False)
+    jb.run(
+        summarise, ds, tmp_path / "reference", checkpoint_every=30, progress=False, batch_size=ROWS
+    )
     job = tmp_path / "job"
     appended = []
 
@@ -164,10 +172,10 @@ def test_a_shard_written_but_not_journaled_is_replaced(tmp_path, monkeypatch):
 
     monkeypatch.setattr(job_folder.Journal, "append", crash_on_second_shard)
     with pytest.raises(Crash):
-        jb.run(summarise, ds, job, checkpoint_every=30, progress=False)
+        jb.run(summarise, ds, job, checkpoint_every=30, progress=False, batch_size=ROWS)
     assert len(list(job.glob("part-*.parquet"))) == 2  # The second is an orphan.
     monkeypatch.setattr(job_folder.Journal, "append", real_append)
-    jb.run(summarise, ds, job, checkpoint_every=30, progress=False)
+    jb.run(summarise, ds, job, checkpoint_every=30, progress=False, batch_size=ROWS)
     assert shard_bytes(job) == shard_bytes(tmp_path / "reference")
     assert_matches_reference(jb.read_output(job), [ds.example(i)["tokens"] for i in range(100)])
 

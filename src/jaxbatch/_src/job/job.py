@@ -258,8 +258,10 @@ def run(
       ``batch_size`` / ``memory_budget`` as for jb.map (a :class:`PatchPack`
       too: one output per image); the planner is resolved once, on the
       first run, and kept for every resume.
-    * ``checkpoint_every``: examples per shard and journal record: what a
-      crash can cost at most.
+    * ``checkpoint_every``: examples per shard and journal record. A shard
+      closes at the first batch end at or past it (the loader's state is
+      kept between batches), so a crash costs at most that plus one batch;
+      a batch_size="auto" batch on a GPU can hold many examples.
     * ``on_error``: ``"raise"``, ``"skip"`` or ``"quarantine"`` for records
       that break ``schema`` and examples whose ``check_finite``/``check``
       fail; skipped and quarantined examples are not written, and are
