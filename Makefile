@@ -161,16 +161,19 @@ fuzz: build-fuzz
 	    -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 || exit 1; \
 	done
 
+# A libFuzzer run takes one core: the targets run $(JOBS) at a time, each
+# still for its full 20 s (a sub-make, its output grouped per target).
 test-fuzz: build-fuzz
-	for f in $(FUZZERS); do \
-	  crashes=$$(find cc/fuzz/regressions/$$f -type f 2>/dev/null); \
-	  if [ -n "$$crashes" ]; then \
-	    $(HANG_CHECK) 300 build/fuzz/$$f $(LIBFUZZER_OPTS) $$crashes || exit 1; \
-	  fi; \
-	  rm -rf build/fuzz/test-corpus/$$f && mkdir -p build/fuzz/test-corpus/$$f && \
-	  $(HANG_CHECK) 300 build/fuzz/$$f build/fuzz/test-corpus/$$f cc/fuzz/corpus/$$f \
-	    $(LIBFUZZER_OPTS) -max_total_time=20 || exit 1; \
-	done
+	$(MAKE) --no-print-directory -j $(JOBS) -O $(addprefix test-fuzz-,$(FUZZERS))
+
+test-fuzz-%:
+	crashes=$$(find cc/fuzz/regressions/$* -type f 2>/dev/null); \
+	if [ -n "$$crashes" ]; then \
+	  $(HANG_CHECK) 300 build/fuzz/$* $(LIBFUZZER_OPTS) $$crashes || exit 1; \
+	fi; \
+	rm -rf build/fuzz/test-corpus/$* && mkdir -p build/fuzz/test-corpus/$* && \
+	$(HANG_CHECK) 300 build/fuzz/$* build/fuzz/test-corpus/$* cc/fuzz/corpus/$* \
+	  $(LIBFUZZER_OPTS) -max_total_time=20
 
 # One test file to a worker, a worker a core (pytest-xdist); the slowest
 # tests are named at the end, so a slow new test shows in CI's log.
