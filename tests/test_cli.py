@@ -238,3 +238,60 @@ def test_plan_of_a_graph_file_refuses_what_does_not_apply_to_graphs(tmp_path, ca
     assert line == (
         "jaxbatch plan: --graphs applies to graph data (senders and receivers columns) only"
     )
+
+
+def _images_parquet(path, n=60, seed=0):
+    """Images of 2..40 x 2..40 pixels as nested lists, and their sizes."""
+    rng = np.random.default_rng(seed)
+    sizes = rng.integers(2, 41, size=(n, 2))
+    images = [np.zeros((h, w), np.float32).tolist() for h, w in sizes]
+    pq.write_table(pa.table({"image": pa.array(images, pa.list_(pa.list_(pa.float32())))}), path)
+    return sizes
+
+
+def _row(out: str, planner: str) -> list[str]:
+    line = next(line for line in out.splitlines() if line.startswith(planner))
+    return line[len(planner) :].split()
+
+
+def test_plan_of_images_is_by_height_and_width(tmp_path, capsys):
+    """A column of images is planned in two axes, as a Loader plans it: the
+    sizes are each image's (height, width), not its flattened cell count;
+    PadToMax's and PatchPack's efficiencies equal NumPy's count of real and
+    padded cells (patches), AutoBuckets' equals jb.plan's on the sizes."""
+    path = tmp_path / "images.parquet"
+    sizes = _images_parquet(path)
+    got, source = load_lengths(str(path), None)
+    np.testing.assert_array_equal(got, sizes)
+    assert source.endswith("column 'image' (height x width)")
+    assert main(["plan", str(path), "--token-budget", "4000", "--patch", "8"]) == 0
+    out = capsys.readouterr().out
+    areas = sizes[:, 0] * sizes[:, 1]
+    assert f"60 examples, {areas.sum()} cells" in out
+    # PadToMax: index order, 4000 // largest rows a batch, the last padded to full rows.
+    rows = 4000 // areas.max()
+    padded = sum(
+        rows * sizes[i : i + rows, 0].max() * sizes[i : i + rows, 1].max()
+        for i in range(0, len(sizes), rows)
+    )
+    assert _row(out, f"PadToMax(batch_size={rows})")[0] == f"{areas.sum() / padded:.1%}"
+    auto = jb.plan(sizes, jb.AutoBuckets(8, token_budget=4000))
+    cells = _row(out, "AutoBuckets(max_shapes=8)")
+    assert cells[0] == f"{auto.stats.efficiency:.1%}" and int(cells[2]) == auto.stats.shapes <= 8
+    # PatchPack: real patches over the rows' patch slots.
+    patches = -(-sizes[:, 0] // 8) * -(-sizes[:, 1] // 8)
+    row = 1 << int(patches.max() - 1).bit_length()
+    packed = _row(out, f"PatchPack(patch=(8, 8), row_length={row})")
+    slots = int(packed[3]) * max(1, 4000 // (row * 64)) * row
+    assert packed[0] == f"{patches.sum() / slots:.1%}" and packed[2] == "1"
+
+
+def test_plan_of_images_refuses_what_does_not_apply(tmp_path, capsys):
+    path = tmp_path / "images.parquet"
+    _images_parquet(path)
+    assert main(["plan", str(path), "--plot", str(tmp_path / "p.png")]) == 2
+    assert "planned in two axes" in capsys.readouterr().err
+    assert main(["plan", str(path), "--token-budget", "100"]) == 2
+    assert "smaller than the largest example" in capsys.readouterr().err
+    assert main(["plan", "--default", "--patch", "16"]) == 2
+    assert "--patch plans a column of images" in capsys.readouterr().err

@@ -2,13 +2,16 @@
 `jaxbatch demo` (see jaxbatch._src.cli.run for the last two).
 
     jaxbatch plan [FILE | --default] [--column NAME] [--max-shapes K]
-                  [--token-budget T] [--plot out.png]
+                  [--token-budget T] [--plot out.png] [--patch P]
     jaxbatch plan FILE --pack COLUMN=LENGTH [--pack COLUMN=LENGTH ...]
     jaxbatch plan GRAPHS.parquet [--graphs G] [--max-shapes K] [--multiple M]
 
 compares PadToMax, power-of-two FixedBuckets, AutoBuckets and Pack on a data
 set's lengths: padding efficiency, shapes (= compilations), batches and
-planning time. With --pack it plans a Parquet/Arrow file's named list
+planning time. A column of two variable axes (images: nested lists, tensor
+types) is planned by each example's height and width instead: PadToMax,
+AutoBuckets and, with --patch P, PatchPack of P x P patches, the budget
+counting cells (pixels). With --pack it plans a Parquet/Arrow file's named list
 columns jointly, each to its own row length (an encoder-decoder's inputs
 and targets), and reports each feature's shape. A graph file (``senders``
 and ``receivers`` list columns) gets the graph plan instead: the budget
@@ -34,7 +37,7 @@ from jaxbatch._src.data.opening import open_source
 from jaxbatch._src.execute.batch_loop import DEFAULT_MAX_SHAPES  # jb.run's too
 from jaxbatch._src.load.loader import LoaderOptions
 from jaxbatch._src.plan.plan import BatchPlan, plan
-from jaxbatch._src.plan.planners import AutoBuckets, FixedBuckets, Pack, PadToMax
+from jaxbatch._src.plan.planners import AutoBuckets, FixedBuckets, Pack, PadToMax, PatchPack
 
 DEFAULT_TOKEN_BUDGET = 4096
 
@@ -47,7 +50,8 @@ def load_lengths(path: str | None, column: str | None) -> tuple[np.ndarray, str]
     """Lengths from a Parquet/Arrow file, a text file (one example per line,
     whitespace tokens) or, with no path, the embedded pydoc default. The
     column of a Parquet/Arrow file follows the Loader's rule (the named
-    one, else the first list column; it must be a list or large_list).
+    one, else the first list column; it must be a list or large_list); a
+    grid column (two variable axes) gives ``[n, 2]`` (height, width) sizes.
     ValueError or OSError naming the file for what cannot be planned."""
     if path is None:
         return pydoc_lengths(), "pydoc topics (embedded default), whitespace tokens"
@@ -63,6 +67,10 @@ def load_lengths(path: str | None, column: str | None) -> tuple[np.ndarray, str]
         # Opened as a Loader opens it, just the column to batch by.
         opened = open_source(p, LoaderOptions(column=column), who=WHO, lengths_only=True)
         name = opened.length_column
+        grid = opened.dataset._core.column(name)
+        if grid.is_grid:  # Images, pair features: planned by (h, w), as a Loader plans them.
+            sizes = np.stack([grid.heights(), grid.widths()], axis=1)
+            return sizes, f"{path}, column {name!r} (height x width)"
         return opened.dataset.lengths(name), f"{path}, column {name!r}"
     with open(p, encoding="utf-8", errors="replace") as f:
         lengths = np.array([len(line.split()) for line in f], dtype=np.int64)
@@ -93,10 +101,47 @@ def compare(
             Pack(row, max(1, token_budget // row), algorithm="best_fit"),
         ),
     ]
+    return _timed(lengths, planners)
+
+
+def compare_grid(
+    sizes: np.ndarray, max_shapes: int, token_budget: int, patch: int | None
+) -> list[tuple[str, BatchPlan, float]]:
+    """Plans (height, width) sizes with the planners that take them, at one
+    budget of cells a batch: PadToMax, AutoBuckets and, for a `patch`,
+    PatchPack (rows of the next power of two of the most patches an image
+    has; a partial last patch padded)."""
+    largest = int((sizes[:, 0] * sizes[:, 1]).max())
+    if token_budget < largest:
+        raise ValueError(
+            f"--token-budget {token_budget} is smaller than the largest example "
+            f"({largest} cells); raise it to at least {largest}"
+        )
+    planners: list[tuple[str, PadToMax | AutoBuckets | PatchPack]] = [
+        (f"PadToMax(batch_size={token_budget // largest})", PadToMax(token_budget // largest)),
+        (
+            f"AutoBuckets(max_shapes={max_shapes})",
+            AutoBuckets(max_shapes, token_budget=token_budget),
+        ),
+    ]
+    if patch is not None:
+        patches = -(-sizes[:, 0] // patch) * -(-sizes[:, 1] // patch)
+        row = _next_pow2(int(patches.max()))
+        rows = max(1, token_budget // (row * patch * patch))
+        planners.append(
+            (
+                f"PatchPack(patch=({patch}, {patch}), row_length={row})",
+                PatchPack(row, patch=(patch, patch), rows_per_batch=rows, partial_patches="pad"),
+            )
+        )
+    return _timed(sizes, planners)
+
+
+def _timed(sizes: np.ndarray, planners) -> list[tuple[str, BatchPlan, float]]:
     results = []
     for name, planner in planners:
         start = time.perf_counter()
-        p = plan(lengths, planner)
+        p = plan(sizes, planner)
         results.append((name, p, time.perf_counter() - start))
     return results
 
@@ -219,6 +264,10 @@ def _plan_command(args: argparse.Namespace) -> int:
             f"{source} holds {counted(lengths.size, 'example')}, all empty (0 tokens); "
             f"there is nothing to plan"
         )
+    if lengths.ndim == 2:
+        return _grid_plan(lengths, source, args)
+    if args.patch is not None:
+        raise ValueError(f"--patch plans a column of images (two variable axes); {source} is not")
     results = compare(lengths, args.max_shapes, args.token_budget)  # Refused before any output.
     print(f"data: {source}")
     print(
@@ -239,6 +288,30 @@ def _plan_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def _grid_plan(sizes: np.ndarray, source: str, args: argparse.Namespace) -> int:
+    """The table for (height, width) sizes (see compare_grid)."""
+    if args.plot:
+        raise ValueError(f"--plot draws a length histogram; {source} is planned in two axes")
+    if args.patch is not None and args.patch < 1:
+        raise ValueError(f"--patch must be >= 1, found {args.patch}")
+    results = compare_grid(sizes, args.max_shapes, args.token_budget, args.patch)
+    areas = sizes[:, 0] * sizes[:, 1]
+    print(f"data: {source}")
+    print(
+        f"{counted(len(sizes), 'example')}, {counted(int(areas.sum()), 'cell')}; "
+        f"height: mean {sizes[:, 0].mean():.1f}, max {sizes[:, 0].max()}; "
+        f"width: mean {sizes[:, 1].mean():.1f}, max {sizes[:, 1].max()}"
+    )
+    print(f"token budget {args.token_budget} cells per batch\n")
+    print(format_table(results))
+    print(
+        "\nreal elements: real / padded cells (PatchPack: real / row patches), partial "
+        "batches' padding rows included;\nin used rows: the same without those rows;"
+        "\nshapes: distinct batch shapes = compilations under jax.jit."
+    )
+    return 0
+
+
 def add_plan_parser(sub) -> None:
     """Adds `plan` to the `jaxbatch` command's subparsers."""
     p = sub.add_parser("plan", help="compare planners on a data set's lengths")
@@ -254,6 +327,9 @@ def add_plan_parser(sub) -> None:
         "--multiple", type=int, metavar="M", help="graph data: round node and edge slots up to M"
     )
     p.add_argument("--plot", metavar="OUT.png", help="draw the length histogram and boundaries")
+    p.add_argument(
+        "--patch", type=int, metavar="P", help="images: also plan PatchPack of P x P patches"
+    )
     p.add_argument(
         "--pack",
         action="append",
