@@ -1,7 +1,18 @@
 import json
 import os
+from pathlib import Path
 
 import pytest
+
+# XLA's executables persist between runs (JAX's persistent compilation cache,
+# keyed by the program's HLO, the compiler options and JAX's version, so a
+# changed program compiles anew), for the processes the suite starts too: a
+# warm run skips the compilations that took over a second (MiniLM's, the
+# benchmarks' training steps). At most 1 GiB, least recently used dropped.
+os.environ.setdefault(
+    "JAX_COMPILATION_CACHE_DIR", str(Path(__file__).resolve().parents[1] / "build" / "jax-cache")
+)
+os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(1 << 30))
 from hypothesis import HealthCheck, settings
 
 settings.register_profile(
