@@ -293,5 +293,7 @@ def test_plan_of_images_refuses_what_does_not_apply(tmp_path, capsys):
     assert "planned in two axes" in capsys.readouterr().err
     assert main(["plan", str(path), "--token-budget", "100"]) == 2
     assert "smaller than the largest example" in capsys.readouterr().err
+    assert main(["plan", str(path), "--patch", "0"]) == 2
+    assert "PatchPack: patch[0] must be a positive integer, found 0" in capsys.readouterr().err
     assert main(["plan", "--default", "--patch", "16"]) == 2
     assert "--patch plans a column of images" in capsys.readouterr().err

@@ -125,6 +125,7 @@ def compare_grid(
         ),
     ]
     if patch is not None:
+        PatchPack(1, patch=(patch, patch), rows_per_batch=1)  # The engine checks the patch first.
         patches = -(-sizes[:, 0] // patch) * -(-sizes[:, 1] // patch)
         row = _next_pow2(int(patches.max()))
         rows = max(1, token_budget // (row * patch * patch))
@@ -292,8 +293,6 @@ def _grid_plan(sizes: np.ndarray, source: str, args: argparse.Namespace) -> int:
     """The table for (height, width) sizes (see compare_grid)."""
     if args.plot:
         raise ValueError(f"--plot draws a length histogram; {source} is planned in two axes")
-    if args.patch is not None and args.patch < 1:
-        raise ValueError(f"--patch must be >= 1, found {args.patch}")
     results = compare_grid(sizes, args.max_shapes, args.token_budget, args.patch)
     areas = sizes[:, 0] * sizes[:, 1]
     print(f"data: {source}")
