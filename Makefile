@@ -31,6 +31,21 @@ CMAKE_FLAGS := -G Ninja -DCMAKE_MAKE_PROGRAM=$(abspath $(VENV))/bin/ninja -DJAXB
 CTEST_TIMEOUT ?= 300
 HANG_CHECK = timeout --signal=ABRT --kill-after=30
 
+# Every C++ build (the four CMake folders, the editable install and the
+# wheel) compiles through ccache: CMake takes its launcher from the
+# environment. Paths under the checkout are hashed relative to it
+# (CCACHE_BASEDIR), so another clone of the same commit, CI's fresh one
+# included, reuses the objects instead of compiling them again; the build
+# folders' own paths are not hashed (CCACHE_NOHASHDIR: debug info may then
+# name another clone's folder) and GCC's precompiled headers are cacheable.
+# CCACHE_DISABLE=1 turns it off.
+ifneq ($(shell command -v ccache),)
+export CMAKE_CXX_COMPILER_LAUNCHER := ccache
+export CCACHE_BASEDIR := $(abspath .)
+export CCACHE_NOHASHDIR := true
+export CCACHE_SLOPPINESS := pch_defines,time_macros,include_file_mtime,include_file_ctime
+endif
+
 .PHONY: demo test system-deps build stubs test-cpp test-asan test-tsan test-py lint format bench clean \
 	build-fuzz fuzz test-fuzz test-wheel test-install
 
@@ -39,12 +54,13 @@ demo: build
 
 test: lint test-cpp test-install test-asan test-tsan test-fuzz test-py test-wheel
 
-# g++, clang with libFuzzer's runtime, Python's venv module and GoogleTest;
+# g++, clang with libFuzzer's runtime, ccache, Python's venv module and GoogleTest;
 # installed with apt-get as root.
 system-deps:
 	@missing=""; \
 	command -v g++ >/dev/null || missing="$$missing g++"; \
 	command -v clang++ >/dev/null || missing="$$missing clang"; \
+	command -v ccache >/dev/null || missing="$$missing ccache"; \
 	[ -n "$$(find /usr/lib/llvm-*/lib/clang -name 'libclang_rt.fuzzer-*.a' 2>/dev/null | head -1)" ] \
 	  || missing="$$missing libclang-rt-dev"; \
 	$(PYTHON) -c 'import venv, ensurepip' 2>/dev/null || missing="$$missing python3-venv"; \

@@ -73,6 +73,11 @@ def main(pip_args: list[str]) -> int:
         before = snapshot(source)
         start = time.perf_counter()
         env = dict(os.environ, CMAKE_BUILD_PARALLEL_LEVEL=str(os.cpu_count() or 2))
+        # Under ccache (the Makefile's launcher), paths are hashed relative to
+        # this folder, and scikit-build-core's own temporary build folder is
+        # made inside it: every run compiles the same relative paths, so an
+        # unchanged file is not compiled again.
+        env.update(TMPDIR=tmp, CCACHE_BASEDIR=tmp)
         try:
             build = subprocess.run(
                 [sys.executable, "-m", "pip", "wheel", "-q", "--no-build-isolation",
