@@ -72,3 +72,19 @@ def collate_packed(row_examples: list[list[np.ndarray]], rows, length, segments,
             lens[r, s] = len(x)
             at += len(x)
     return values, seg, pos, lens
+
+
+def map_quarantining_one(fn, ds, planner, example: int, count: int) -> dict:
+    """jb.map(fn, ds, planner) with check_finite=True, on_error="quarantine",
+    where only `example` (of `count`) gives a non-finite output: asserts it
+    alone was set aside although it shares a packed row with others, and
+    returns the outputs of the rest, to compare with a reference."""
+    import jaxbatch as jb
+
+    result = jb.map(fn, ds, planner=planner, check_finite=True, on_error="quarantine")
+    assert [q["example"] for q in result.quarantine] == [example]
+    with jb.Loader(ds, planner, shuffle=False) as loader:
+        row = next(r for b in loader for r in np.asarray(b["example_index"]) if example in r)
+    assert sum(row >= 0) > 1  # it has row-mates, kept
+    assert sorted(result.outputs) == [i for i in range(count) if i != example]
+    return result.outputs

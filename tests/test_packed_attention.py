@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from hypothesis import given, settings
+from reference import map_quarantining_one
 
 import jaxbatch as jb
 
@@ -382,3 +383,175 @@ def test_the_cudnn_path_zeroes_what_the_kernel_leaves_in_padding_cells(
         assert np.isfinite(g).all()
         np.testing.assert_allclose(g, w, atol=1e-5)
         assert (np.asarray(g)[ids == 0] == 0).all()
+
+
+# --- a non-finite input stays in its segment ----------------------------------
+
+
+def _attention_and_grads(q, k, v, ids, weights, causal, implementation):
+    """Outputs and the gradients of q, k and v for the cotangent out x
+    weights: NaN wherever the outputs are (as a loss over them gives)."""
+
+    def attend(q, k, v):
+        return jb.masked.packed_attention(
+            q, k, v, ids, is_causal=causal, implementation=implementation
+        )
+
+    out, vjp = jax.vjp(attend, q, k, v)
+    return out, vjp(out * weights)
+
+
+_attention_and_grads_jit = jax.jit(
+    _attention_and_grads, static_argnames=("causal", "implementation")
+)
+
+
+@st.composite
+def planted(draw):
+    """A layout, and one non-finite cell in q, k or v: in one segment's
+    token or in a padding cell."""
+    lengths, length = draw(packed_rows(max_rows=3, max_length=9, max_segments=3))
+    ids = ids_of(lengths, length)
+    where = draw(st.sampled_from(["segment", "padding"]))
+    cells = np.argwhere(ids != 0) if where == "segment" else np.argwhere(ids == 0)
+    if not len(cells):
+        cells = np.argwhere(ids == ids)  # nothing of that kind: anywhere
+    r, t = (int(a) for a in cells[draw(st.integers(0, len(cells) - 1))])
+    return dict(
+        ids=ids,
+        cell=(r, t, draw(st.integers(0, 1)), draw(st.integers(0, 3))),  # row, token, head, feature
+        tensor=draw(st.integers(0, 2)),
+        value=draw(st.sampled_from([np.nan, np.inf, -np.inf])),
+        causal=draw(st.booleans()),
+        seed=draw(st.integers(0, 2**31)),
+    )
+
+
+def check_isolation(case, implementation):
+    """Every other segment's outputs and gradients are the clean run's, bit
+    for bit; padding gives exact zeros; with implementation="xla" (or
+    cuDNN's wrapper) the planted segment's head is NaN."""
+    ids, (r, t, h, f) = case["ids"], case["cell"]
+    clean = list(_qkv(case["seed"], *ids.shape))
+    dirty = [a.copy() for a in clean]
+    dirty[case["tensor"]][r, t, h, f] = case["value"]
+    weights = np.random.default_rng(case["seed"] + 1).normal(size=clean[0].shape)
+    run = functools.partial(
+        _attention_and_grads_jit, causal=case["causal"], implementation=implementation
+    )
+    want_out, want_grads = run(*clean, ids, weights)
+    got_out, got_grads = run(*dirty, ids, weights)
+    others = ids != ids[r, t] if ids[r, t] else np.ones_like(ids, bool)
+    for name, got, want in zip(
+        ("out", "dq", "dk", "dv"), (got_out, *got_grads), (want_out, *want_grads), strict=True
+    ):
+        got, want = np.asarray(got), np.asarray(want)
+        np.testing.assert_array_equal(got[others], want[others], err_msg=name)
+        assert (got[ids == 0] == 0).all(), name
+        assert np.isfinite(want).all(), name
+    if ids[r, t] and implementation != "kernel":
+        segment = ids[r] == ids[r, t]
+        assert np.isnan(np.asarray(got_out)[r, segment, h]).all()
+
+
+@settings(max_examples=40, deadline=None)
+@given(planted())
+def test_a_non_finite_input_never_leaves_its_segment(case):
+    check_isolation(case, "xla")
+
+
+@settings(max_examples=15, deadline=None)
+@given(planted())
+def test_the_cudnn_wrapper_keeps_a_non_finite_input_in_its_segment(case):
+    from jax._src.cudnn import fused_attention_stablehlo
+
+    with pytest.MonkeyPatch.context() as mp:
+        # The stand-in multiplies across segments as a dense kernel would.
+        mp.setattr(fused_attention_stablehlo, "dot_product_attention", dense_cudnn_stand_in)
+        check_isolation(case, "cudnn")
+
+
+def dense_cudnn_stand_in(query, key, value, *, q_seqlen, q_offsets, scale, mask_type,
+                         qkv_layout, **_):  # fmt: skip
+    """Stands in for cuDNN's packed attention off a GPU with the dense
+    masked product (no selects), which lets 0 x NaN cross segments."""
+    from jax._src.cudnn.fused_attention_stablehlo import MaskType
+
+    ids = _ids_from_layout(query.shape[1], q_seqlen, q_offsets)
+    allowed = (ids[:, :, None] == ids[:, None, :]) & (ids != 0)[:, None, :]
+    if mask_type == MaskType.PADDING_CAUSAL:
+        allowed = allowed & jnp.tril(jnp.ones(allowed.shape[-2:], bool))
+    scores = jnp.einsum("bqhd,bkhd->bhqk", query, key) * scale
+    weights = jax.nn.softmax(jnp.where(allowed[:, None], scores, -1e30), axis=-1)
+    return jnp.einsum("bhqk,bkhd->bqhd", weights * allowed[:, None], value)
+
+
+def test_jb_map_quarantines_exactly_the_example_with_a_nan_token():
+    """A NaN token's example alone is set aside; its row-mates, which attend
+    beside it in the same packed rows, equal attention over each alone."""
+    rng = np.random.default_rng(7)
+    feats = [rng.normal(size=(int(n), 8)).astype(np.float32) for n in rng.integers(1, 7, 16)]
+    feats[5][1, 3] = np.nan
+    ds = jb.Dataset.from_arrays({"x": feats})
+
+    def attend(row):
+        x = row["x"].reshape(row["x"].shape[0], 2, 4)  # [L, heads, d]
+        return jb.masked.packed_attention(x, x * 0.5, x + 1, row).reshape(-1, 8)
+
+    outputs = map_quarantining_one(attend, ds, jb.Pack(row_length=16, rows_per_batch=2), 5, 16)
+    for i, output in outputs.items():
+        x = feats[i].reshape(1, -1, 2, 4)
+        ids = np.ones(x.shape[:2], np.int32)
+        want = reference_attention(x, x * 0.5, x + 1, ids, 0.5)[0].reshape(-1, 8)
+        np.testing.assert_allclose(output, want, atol=2e-5, rtol=1e-5)
+
+
+# --- batches that pack several features --------------------------------------
+
+
+def _two_feature_batch():
+    ds = jb.Dataset.from_arrays(
+        {
+            "inputs": [np.arange(n, dtype=np.int32) for n in [3, 1, 5, 2]],
+            "targets": [np.arange(n, dtype=np.int32) for n in [1, 2, 0, 3]],
+        }
+    )
+    return jb.collate(
+        ds, jb.plan(ds, jb.Pack(row_length={"inputs": 8, "targets": 8}, rows_per_batch=2))[0]
+    )
+
+
+def test_a_batch_of_several_packed_features_needs_column():
+    batch = _two_feature_batch()
+    q = jnp.ones((batch["targets"].shape[0], 8, 1, 4))
+    for call in (
+        lambda: jb.masked.packed_attention(q, q, q, batch),
+        lambda: jb.masked.cu_seqlens(batch),
+    ):
+        with pytest.raises(ValueError, match=r"column=.*\['inputs', 'targets'\]"):
+            call()
+    ids = batch["targets_segment_ids"]
+    want = reference_attention(q, q, q, ids, 0.5)
+    got = jb.masked.packed_attention(q, q, q, batch, column="targets")
+    np.testing.assert_allclose(got, want, atol=2e-5)
+    lengths, starts = batch["targets_lengths"], batch["targets_segment_starts"]
+    np.testing.assert_array_equal(
+        jb.masked.cu_seqlens(batch, column="targets"), reference_cu_seqlens(lengths, starts, 8)
+    )
+
+
+def test_cu_seqlens_of_a_patch_pack_batch_takes_its_images():
+    images = [np.zeros((h, w, 3), np.float32) for h, w in [(4, 4), (8, 4), (4, 8), (2, 2)]]
+    ds = jb.Dataset.from_arrays({"image": images}, axes={"image": ("h", "w")})
+    batch = jb.collate(
+        ds, jb.plan(ds, jb.PatchPack(patch=(2, 2), row_length=32, rows_per_batch=2))[0]
+    )
+    patches = batch["image_patches"]
+    cu = np.asarray(jb.masked.cu_seqlens(batch))
+    np.testing.assert_array_equal(cu, reference_cu_seqlens(patches, reference_starts(patches), 32))
+    flat = batch["image_segment_ids"].reshape(-1)
+    slots = patches.shape[1]
+    for r in range(patches.shape[0]):
+        for s in range(slots):
+            a, b = cu[r * (slots + 1) + s], cu[r * (slots + 1) + s + 1]
+            assert (flat[a:b] == s + 1).all() and b - a == patches[r, s]

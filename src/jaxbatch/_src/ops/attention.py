@@ -21,6 +21,7 @@ Pure layout functions first, then the attention wrapper.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any, Literal
 
@@ -95,8 +96,10 @@ def cu_seqlens(
     ``cu_seqlens_q``/``cu_seqlens_k`` with ``max_seqlen = L`` and ignore the
     outputs of padding tokens.
 
-    Give a packed batch (``column`` defaults to its length column), or
-    ``lengths [rows, S]``, ``starts [rows, S]`` and ``row_length`` ``L``.
+    Give a packed batch (``column=`` names the feature when it packs
+    several), or ``lengths [rows, S]``, ``starts [rows, S]`` and
+    ``row_length`` ``L``. A PatchPack batch's segments are its images (its
+    ``<k>_patches``, laid back to back from cell 0).
 
     Example::
 
@@ -105,6 +108,11 @@ def cu_seqlens(
     """
     if isinstance(batch_or_lengths, Mapping):
         ids, lengths, starts = _segments_of("cu_seqlens", batch_or_lengths, column)
+        if lengths is None:
+            raise ValueError(
+                "jb.masked.cu_seqlens: the batch has segment ids but no per-segment lengths "
+                f"for column {column!r}; give lengths, starts and row_length instead"
+            )
         row_length = ids.shape[-1]
     elif starts is None or row_length is None:
         raise ValueError(
@@ -131,14 +139,17 @@ def cu_seqlens(
 
 
 def _column_of(op: str, batch: Mapping, column: str | None) -> str:
+    """The column whose segments to read. A batch that packs several
+    features (``Pack(row_length={...})``: each its own segment ids, lengths
+    and starts) has no default: the length column's segments are not the
+    other features', so guessing would silently attend over the wrong cells."""
+    found = sorted(k[: -len(keys.SEGMENT_IDS)] for k in batch if k.endswith(keys.SEGMENT_IDS))
     if column is None:
-        column = getattr(batch, "length_column", None)
-    if column is None:
-        found = [k[: -len(keys.SEGMENT_IDS)] for k in batch if k.endswith(keys.SEGMENT_IDS)]
         if len(found) != 1:
+            what = f"the features {found}" if found else "no column"
             raise ValueError(
-                f"jb.masked.{op}: pass column= to say whose segments to use; the rows hold "
-                f"segment ids of {found or 'no column'}"
+                f"jb.masked.{op}: pass column= to say whose segments to use; the batch holds "
+                f"segment ids of {what}"
             )
         column = found[0]
     if keys.segment_ids(column) not in batch:
@@ -150,16 +161,25 @@ def _column_of(op: str, batch: Mapping, column: str | None) -> str:
 
 
 def _segments_of(op: str, segments: Any, column: str | None):
-    """(segment ids, lengths or None, starts or None) from a batch or ids."""
+    """(segment ids, lengths or None, starts or None) from a batch or ids.
+    A padded batch's ``<k>_lengths [rows]`` is one segment a row from cell
+    0; a PatchPack batch's ``<k>_patches [rows, S]`` (no starts: its images
+    lie back to back from cell 0) gives starts as the running sum."""
     if not isinstance(segments, Mapping):
         return jnp.asarray(segments), None, None
     column = _column_of(op, segments, column)
-    lengths = segments.get(keys.lengths(column))
+    ids = jnp.asarray(segments[keys.segment_ids(column)])
+    lengths = segments.get(keys.example_lengths(segments, column))
     starts = segments.get(keys.segment_starts(column))
-    if starts is None and lengths is not None:  # a padded batch: one segment a row, from 0
-        lengths = jnp.asarray(lengths)[..., None]
+    if lengths is None:
+        return ids, None, None
+    lengths = jnp.asarray(lengths, jnp.int32)
+    if starts is None and lengths.ndim == ids.ndim - 1:  # padded: one segment a row, from 0
+        lengths = lengths[..., None]
         starts = jnp.zeros_like(lengths)
-    return jnp.asarray(segments[keys.segment_ids(column)]), lengths, starts
+    elif starts is None:  # PatchPack: back to back from cell 0
+        starts = jnp.cumsum(lengths, axis=-1, dtype=jnp.int32) - lengths
+    return ids, lengths, jnp.asarray(starts, jnp.int32)
 
 
 def _check_qkv(query, key, value, ids, layout):
@@ -191,15 +211,17 @@ def _xla_attention(query, key, value, ids, *, scale, is_causal, layout):
     """Attention under the same-segment mask, in XLA: scores and the
     weighted sum take their operands in the inputs' dtype and accumulate in
     float32, the softmax runs in float32, and a query that may see no key
-    (padding) gives zeros."""
+    (padding) gives zeros. The weights are selected (not multiplied) to
+    exact zeros outside the mask, so with finite inputs (see
+    :func:`_isolated`) no product across segments is anything but 0."""
     f32 = jnp.float32
     if layout == "BTNH":
         score_spec, out_spec = "...qnh,...knh->...nqk", "...nqk,...knh->...qnh"
     else:
         score_spec, out_spec = "...nqh,...nkh->...nqk", "...nqk,...nkh->...nqh"
     scores = jnp.einsum(score_spec, query, key, preferred_element_type=f32) * scale
-    allowed = ids[..., :, None] == ids[..., None, :]
     real = ids != 0
+    allowed = (ids[..., :, None] == ids[..., None, :]) & real[..., None, :]
     if is_causal:
         length = ids.shape[-1]
         allowed = allowed & jnp.tril(jnp.ones((length, length), jnp.bool_))
@@ -207,9 +229,67 @@ def _xla_attention(query, key, value, ids, *, scale, is_causal, layout):
     # A finite floor, not -inf: a padding query's row is all floor, whose
     # softmax is finite (uniform), and its output is zeroed below.
     weights = jax.nn.softmax(jnp.where(allowed, scores, jnp.finfo(f32).min), axis=-1)
+    weights = jnp.where(allowed, weights, 0)  # a row's overflow stays in its segment
     out = jnp.einsum(out_spec, weights.astype(value.dtype), value, preferred_element_type=f32)
-    keep = jnp.expand_dims(real, axis=(-1, -2) if layout == "BTNH" else (-3, -1))
-    return jnp.where(keep, out, 0).astype(query.dtype)
+    return jnp.where(_real_cells(real, layout), out, 0).astype(query.dtype)
+
+
+def _finite_or_zero_fwd(x, dirty):
+    return jnp.where(jnp.isfinite(x), x, jnp.zeros((), x.dtype)), dirty
+
+
+def _finite_or_zero_bwd(dirty, g):
+    return jnp.where(dirty, jnp.full((), jnp.nan, g.dtype), g), None
+
+
+@jax.custom_vjp
+def _finite_or_zero(x: jax.Array, dirty: jax.Array) -> jax.Array:
+    """``x`` with non-finite cells set to 0; the gradient passes unchanged
+    except in the ``dirty`` cells (a segment that held a non-finite input),
+    where it is NaN, as the segment's outputs are."""
+    return _finite_or_zero_fwd(x, dirty)[0]
+
+
+_finite_or_zero.defvjp(_finite_or_zero_fwd, _finite_or_zero_bwd)
+
+
+def _isolated(attend, query, key, value, ids, *, layout):
+    """``attend`` (a dense or fused attention) with every non-finite input
+    kept in its own segment and head. The kernels multiply weights that are
+    exactly 0 by the other segments' values and 0 x NaN is NaN, so a NaN or
+    Inf anywhere in a row would reach every segment (and in the backward
+    pass every gradient). Here the kernel sees only finite inputs (non-finite
+    cells replaced by 0), and each segment and head that held a non-finite
+    q, k or v is selected to NaN afterwards, outputs and gradients alike;
+    every other segment's outputs and gradients are those of the clean run,
+    bit for bit, and padding gives exact zeros."""
+    f32 = jnp.float32
+    to_tokens = (lambda x: x) if layout == "BTNH" else (lambda x: jnp.swapaxes(x, -1, -2))
+    bad = jnp.zeros(query.shape[:-1], jnp.bool_)
+    for x in (query, key, value):
+        bad = bad | ~jnp.all(jnp.isfinite(x), axis=-1)
+    real = ids != 0
+    same = (ids[..., :, None] == ids[..., None, :]) & real[..., :, None]
+    # Per token and head [..., L, N]: does its segment hold a bad cell in that
+    # head? Counts of 0/1 in float32 are exact.
+    hits = jnp.einsum(
+        "...qk,...kn->...qn",
+        same.astype(f32),
+        to_tokens(bad).astype(f32),
+        preferred_element_type=f32,
+        precision=jax.lax.Precision.HIGHEST,
+    )
+    dirty = to_tokens(hits > 0)[..., None]  # back to q's layout, one flag per cell row
+    keep = _real_cells(real, layout)
+    query, key, value = (_finite_or_zero(x, dirty) for x in (query, key, value))
+    out = attend(query, key, value)
+    nan = jnp.full((), jnp.nan, out.dtype)
+    return jnp.where(dirty, nan, jnp.where(keep, out, jnp.zeros((), out.dtype)))
+
+
+def _real_cells(real: jax.Array, layout: str) -> jax.Array:
+    """Segment ids != 0 [..., L] broadcast against q/k/v in ``layout``."""
+    return jnp.expand_dims(real, axis=(-1, -2) if layout == "BTNH" else (-3, -1))
 
 
 def _lengths_from_ids(ids: jax.Array, num_segments: int) -> tuple[jax.Array, jax.Array]:
@@ -300,7 +380,7 @@ def packed_attention(
     row (inside ``jax.vmap`` / ``jb.map``; XLA then, see
     :func:`cudnn_supported`). ``segments``: a packed batch or row (its
     ``<column>_segment_ids``, ``_lengths`` and ``_segment_starts``;
-    ``column`` defaults to the batch's length column) or segment ids
+    ``column=`` is needed when the batch packs several features) or segment ids
     ``[rows, L]`` (1..n back to back, 0 for padding; a padded batch's mask
     as int works too). ``scale`` defaults to ``1 / sqrt(head_size)``.
 
@@ -317,6 +397,12 @@ def packed_attention(
     block pairs, 100% in some batches, so a static cap skips nothing, and
     gathering the pairs ran 0.54-0.65x the dense form; so it is not offered.)
 
+    A NaN or Inf in one segment's q, k or v (or in a padding cell) never
+    reaches another segment, forward or backward: every other segment's
+    outputs and gradients are those of the clean run, and padding gives
+    zeros. With ``"xla"`` and ``"cudnn"`` the segment's outputs (in that
+    head) and gradients are NaN.
+
     Example::
 
         out = jb.masked.packed_attention(q, k, v, batch)   # q [rows, L, heads, d]
@@ -329,9 +415,10 @@ def packed_attention(
     if implementation is None:
         implementation = "cudnn" if cudnn_supported(query, layout) else "xla"
     if implementation == "xla":
-        return _xla_attention(
-            query, key, value, ids, scale=scale, is_causal=is_causal, layout=layout
+        attend = functools.partial(
+            _xla_attention, ids=ids, scale=scale, is_causal=is_causal, layout=layout
         )
+        return _isolated(attend, query, key, value, ids, layout=layout)
     if implementation != "cudnn":
         raise ValueError(
             "jb.masked.packed_attention: implementation must be None, 'xla' or 'cudnn', "
@@ -345,17 +432,16 @@ def packed_attention(
         )
     if lengths is None:
         lengths, starts = _lengths_from_ids(ids, num_segments or ids.shape[-1])
-    return _cudnn_attention(
-        query,
-        key,
-        value,
-        ids,
-        jnp.asarray(lengths),
-        jnp.asarray(starts),
+    attend = functools.partial(
+        _cudnn_attention,
+        ids=ids,
+        lengths=jnp.asarray(lengths),
+        starts=jnp.asarray(starts),
         scale=scale,
         is_causal=is_causal,
         layout=layout,
     )
+    return _isolated(attend, query, key, value, ids, layout=layout)
 
 
 __all__ = ["cu_seqlens", "cudnn_packed_layout", "cudnn_supported", "packed_attention"]
