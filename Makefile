@@ -145,15 +145,18 @@ test-asan: $(VENV)/.deps
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  $(VENV)/bin/ctest --test-dir build/asan --output-on-failure -j $(JOBS) --timeout $(CTEST_TIMEOUT)
 
-# The threaded input pipeline's tests, and collation (threaded for large
-# batches), under ThreadSanitizer.
+# The threaded input pipeline's tests, collation (threaded for large
+# batches) and the attention kernel (items split over threads) under
+# ThreadSanitizer.
 test-tsan: $(VENV)/.deps
 	$(CMAKE) -S . -B build/tsan $(CMAKE_FLAGS) -DCMAKE_BUILD_TYPE=Debug -DJAXBATCH_SANITIZE=thread
-	$(CMAKE) --build build/tsan -j $(JOBS) --target jaxbatch_load_test jaxbatch_core_test
+	$(CMAKE) --build build/tsan -j $(JOBS) --target jaxbatch_load_test jaxbatch_core_test jaxbatch_kernels_test
 	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:handle_abort=1 \
 	  $(HANG_CHECK) 600 build/tsan/jaxbatch_load_test
 	TSAN_OPTIONS=halt_on_error=1:handle_abort=1 \
 	  $(HANG_CHECK) 600 build/tsan/jaxbatch_core_test --gtest_filter='Collat*:GraphCollat*:GridCollat*'
+	TSAN_OPTIONS=halt_on_error=1:handle_abort=1 \
+	  $(HANG_CHECK) 600 build/tsan/jaxbatch_kernels_test
 
 # libFuzzer targets (cc/fuzz/), built with clang, ASan and UBSan in their own
 # folder. `make fuzz` grows build/fuzz/corpus/<name> from the committed seeds;

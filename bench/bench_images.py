@@ -319,7 +319,8 @@ def patch_loss(params, patches, positions, segments, labels):
     allowed = jb.masked.attention_mask(segments)[:, None]  # [R, 1, L, L]
     x = (patches.astype(jnp.float32) / 255.0 - 0.5) @ params["embed"]
     x = x + params["row"][positions[..., 0]] + params["col"][positions[..., 1]]
-    x = transformer.norm(transformer.encode(params["layers"], x, allowed, HEADS), params["norm"])
+    attend = transformer.masked_attention(allowed)
+    x = transformer.norm(transformer.encode(params["layers"], x, attend, HEADS), params["norm"])
     pooled = jb.masked.segment_mean(x, segments, labels.shape[1])
     logp = jax.nn.log_softmax(pooled @ params["head"], -1)  # [R, S, classes]
     valid = labels >= 0

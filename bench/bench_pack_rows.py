@@ -17,9 +17,15 @@ attention a token pays in a row of L tokens. From the fit it prints:
   own length, with no padding at all.
 
 The fitted model is checked against the measured time per batch of the
-chosen short length (printed side by side). Run::
+chosen short length (printed side by side).
 
-    .venv/bin/python bench/bench_pack_rows.py [--reps N] [--quick]
+Then attention alone (attention_rows.py): jaxbatch's packed attention (the
+C++ kernel, and its masked XLA form) against the dense masked attention an
+expert writes in jax.numpy, forward and forward+backward, over the corpus's
+packed rows of 256 (MiniLM's 12 heads of 32) and over rows of one full
+segment. Run::
+
+    .venv/bin/python bench/bench_pack_rows.py [--reps N] [--quick] [--attention-only]
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("JAXBATCH_MEMORY_PLAN_CACHE", "0")
 
+import attention_rows  # noqa: E402
 import harness  # noqa: E402
 import numpy as np  # noqa: E402
 
@@ -83,6 +90,9 @@ def _plan_cost(plan, c: float, a: float) -> float:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     harness.add_arguments(parser, default_reps=5)
+    parser.add_argument(
+        "--attention-only", action="store_true", help="only the packed-attention table"
+    )
     args = parser.parse_args(argv)
     env = harness.check_load(args.force)
     reps = harness.repetitions(args)
@@ -95,6 +105,14 @@ def main(argv: list[str] | None = None) -> int:
     model = load_model()
     texts = bench_e2e.corpus(300 if args.quick else None)
     dataset = jb.Dataset.from_arrays({"input_ids": model.tokenize(texts)})
+    lengths = dataset.lengths("input_ids").astype(float)
+    attention = attention_rows.compare(
+        attention_rows.layouts(lengths, rows=4 if args.quick else 16), reps
+    )
+    print(f"bench_pack_rows: packed attention, {reps} reps; {harness.describe(env)}")
+    print(harness.format_table(attention))
+    if args.attention_only:
+        return 0
     budget = 2048 if args.quick else 10496  # the demo's budget on this machine's memory
     planner, segments, step, batches = _batches(model, dataset, budget)
     for batch in batches.values():
@@ -108,7 +126,6 @@ def main(argv: list[str] | None = None) -> int:
     per_token = {s[1]: float(np.median(t)) / (s[0] * s[1]) for s, t in seconds.items()}
     c, a = _fit(per_token)
 
-    lengths = dataset.lengths("input_ids").astype(float)
     full = max(per_token)
     one = jb.plan(dataset, jb.Pack(row_length=full, rows_per_batch=budget // full))
     base = _plan_cost(one, c, a)

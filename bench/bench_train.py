@@ -25,8 +25,9 @@ the same example; padding never counts).
   buckets  jb.Loader(jb.AutoBuckets(4, token_budget=2560)), shuffled: at most
            4 shapes, short examples in big batches;
   pack     jb.Loader(jb.Pack(512, 5)), shuffled: 5 rows of 512 bytes, several
-           examples per row; attention is jb.masked.attention_mask(segment_ids,
-           causal=True) and positions come from the batch: one shape.
+           examples per row; attention is jb.masked.packed_attention(segment_ids,
+           is_causal=True) (on CPU the C++ kernel, which computes only within
+           segments) and positions come from the batch: one shape.
 
 The batch sizes are chosen so a step sees a similar number of real tokens
 (measured at 100k tokens: 1.8k-2.5k) and the ways take a similar number of
@@ -233,9 +234,11 @@ def logits_fn(params, tokens, positions, segments):
     its own segment only (segment 0 is padding)."""
     import jaxbatch as jb
 
-    allowed = jb.masked.attention_mask(segments, causal=True)[:, None]  # [rows, 1, L, L]
+    def attend(q, k, v):  # [rows, heads, L, d]; a padded row is one segment
+        return jb.masked.packed_attention(q, k, v, segments, is_causal=True, layout="BNTH")
+
     x = params["embed"][tokens] + params["position"][positions]
-    x = transformer.encode(params["layers"], x, allowed, HEADS)
+    x = transformer.encode(params["layers"], x, attend, HEADS)
     return transformer.norm(x, params["norm"]) @ params["head"]
 
 

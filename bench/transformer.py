@@ -48,21 +48,30 @@ def norm(x, scale):
     return x * scale / jnp.sqrt(jnp.mean(x * x, -1, keepdims=True) + 1e-6)
 
 
-def encode(layers: list[dict], x, allowed, heads: int):
-    """``x`` [rows, L, width] through the blocks; a query attends to the keys
+def masked_attention(allowed):
+    """Attention over [rows, heads, L, d] where a query attends to the keys
     ``allowed`` [rows, 1, L, L] marks (jb.masked.softmax: a row with none
     gets zeros, not NaN)."""
-    import jax.numpy as jnp
-
     import jaxbatch as jb
+
+    def attend(q, k, v):
+        scores = q @ k.transpose(0, 1, 3, 2) / math.sqrt(q.shape[-1])
+        return jb.masked.softmax(scores, allowed) @ v
+
+    return attend
+
+
+def encode(layers: list[dict], x, attend, heads: int):
+    """``x`` [rows, L, width] through the blocks; ``attend(q, k, v)`` is the
+    attention over heads-first [rows, heads, L, d] (:func:`masked_attention`,
+    or jb.masked.packed_attention with layout="BNTH")."""
+    import jax.numpy as jnp
 
     rows, length, width = x.shape
     for p in layers:
         q, k, v = jnp.split(norm(x, p["norm1"]) @ p["qkv"], 3, axis=-1)
         q, k, v = (t.reshape(rows, length, heads, -1).transpose(0, 2, 1, 3) for t in (q, k, v))
-        scores = q @ k.transpose(0, 1, 3, 2) / math.sqrt(width // heads)
-        weights = jb.masked.softmax(scores, allowed)
-        attended = (weights @ v).transpose(0, 2, 1, 3).reshape(rows, length, width)
+        attended = attend(q, k, v).transpose(0, 2, 1, 3).reshape(rows, length, width)
         x = x + attended @ p["out"]
         h = norm(x, p["norm2"]) @ p["up"]
         x = x + (h * (h > 0)) @ p["down"]

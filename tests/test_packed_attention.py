@@ -225,27 +225,39 @@ def _qkv(seed, rows, length, heads=2, d=4):
     return (rng.normal(size=(rows, length, heads, d)).astype(np.float32) for _ in range(3))
 
 
-@functools.partial(jax.jit, static_argnames="causal")
-def _three_ways(q, k, v, ids, causal):
+@functools.partial(jax.jit, static_argnames=("causal", "implementation"))
+def _three_ways(q, k, v, ids, causal, implementation):
     """packed_attention over the rows, heads first, and one row at a time
     under vmap. Jitted together: one compilation an input shape, where eager
     calls compiled every op for every shape hypothesis draws (2 s an example)."""
-    rows = jb.masked.packed_attention(q, k, v, ids, is_causal=causal, implementation="xla")
+    attend = functools.partial(
+        jb.masked.packed_attention, is_causal=causal, implementation=implementation
+    )
+    rows = attend(q, k, v, ids)
     bnth = [jnp.swapaxes(a, 1, 2) for a in (q, k, v)]
-    heads_first = jb.masked.packed_attention(*bnth, ids, is_causal=causal, layout="BNTH")
-    per_row = jax.vmap(lambda a, b, c, i: jb.masked.packed_attention(a, b, c, i, is_causal=causal))
+    heads_first = attend(*bnth, ids, layout="BNTH")
+    per_row = jax.vmap(attend)
     return rows, jnp.swapaxes(heads_first, 1, 2), per_row(q, k, v, ids)
 
 
 @settings(max_examples=30, deadline=None)
-@given(packed_rows(max_length=10), st.booleans(), st.integers(0, 2**31))
-def test_packed_attention_matches_the_masked_reference(rows, causal, seed):
+@given(
+    packed_rows(max_length=10),
+    st.booleans(),
+    st.integers(0, 2**31),
+    st.sampled_from(["xla", "kernel"]),
+)
+def test_packed_attention_matches_the_masked_reference(rows, causal, seed, implementation):
     lengths, length = rows
     ids = ids_of(lengths, length)
     q, k, v = _qkv(seed, lengths.shape[0], length)
     want = reference_attention(q, k, v, ids, 0.5, causal)
     # Over the rows, heads first, and one row at a time under vmap: each agrees.
-    ways = zip(("rows", "heads first", "per row"), _three_ways(q, k, v, ids, causal), strict=True)
+    ways = zip(
+        ("rows", "heads first", "per row"),
+        _three_ways(q, k, v, ids, causal, implementation),
+        strict=True,
+    )
     for way, got in ways:
         np.testing.assert_allclose(got, want, atol=2e-5, rtol=1e-5, err_msg=way)
 

@@ -28,6 +28,7 @@ void BindPlan(nb::module_& m);
 void BindCollate(nb::module_& m);
 void BindLoad(nb::module_& m);
 void BindJob(nb::module_& m);
+void BindKernels(nb::module_& m);
 
 // The DLPack dtype numpy understands for `dtype`; bfloat16 travels as
 // uint16 and the Python layer views it as ml_dtypes.bfloat16.

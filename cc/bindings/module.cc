@@ -96,4 +96,5 @@ NB_MODULE(_core, m) {
   jaxbatch::bindings::BindCollate(m);
   jaxbatch::bindings::BindLoad(m);
   jaxbatch::bindings::BindJob(m);
+  jaxbatch::bindings::BindKernels(m);
 }

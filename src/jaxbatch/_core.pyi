@@ -1305,3 +1305,13 @@ def hash64(data: bytes, seed: int = 0) -> int: ...
 def dataset_fingerprint(dataset: Dataset) -> int: ...
 
 def layout_fingerprint(dataset: Dataset) -> int: ...
+
+def packed_attention_ffi() -> dict:
+    """
+    The CPU packed-attention kernel's XLA FFI handlers: {'forward', 'backward'} -> capsule.
+    """
+
+def packed_attention_uses_avx2() -> bool:
+    """
+    Whether the packed-attention kernel's inner loops run with AVX2 and FMA on this CPU.
+    """

@@ -30,8 +30,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxbatch._src.collate import keys
+from jaxbatch._src.ops import attention_kernel
 
-Implementation = Literal["xla", "cudnn"]
+Implementation = Literal["xla", "cudnn", "kernel"]
+_IMPLEMENTATIONS = ("xla", "cudnn", "kernel")
 _LAYOUTS = ("BTNH", "BNTH")
 # cuDNN's flash attention with the packed layout takes 16-bit inputs, head
 # sizes that are multiples of 8 up to 256, on Hopper (compute capability
@@ -292,15 +294,6 @@ def _real_cells(real: jax.Array, layout: str) -> jax.Array:
     return jnp.expand_dims(real, axis=(-1, -2) if layout == "BTNH" else (-3, -1))
 
 
-def _lengths_from_ids(ids: jax.Array, num_segments: int) -> tuple[jax.Array, jax.Array]:
-    """Per-segment lengths and starts [..., S] from segment ids 1..S laid
-    back to back (as collation writes them)."""
-    slots = jnp.arange(1, num_segments + 1, dtype=ids.dtype)
-    lengths = jnp.sum(ids[..., None, :] == slots[:, None], axis=-1, dtype=jnp.int32)
-    starts = jnp.cumsum(lengths, axis=-1, dtype=jnp.int32) - lengths
-    return lengths, starts
-
-
 def cudnn_supported(query: Any, layout: str = "BTNH") -> bool:
     """Whether :func:`packed_attention` would run cuDNN's fused kernel for
     ``query``: the default backend is a GPU, the query has its rows axis
@@ -413,16 +406,29 @@ def packed_attention(
     if scale is None:
         scale = 1.0 / float(np.sqrt(query.shape[-1]))
     if implementation is None:
-        implementation = "cudnn" if cudnn_supported(query, layout) else "xla"
+        implementation = _choose(query, layout)
+    if implementation not in _IMPLEMENTATIONS:
+        raise ValueError(
+            f"jb.masked.packed_attention: implementation must be None or one of "
+            f"{_IMPLEMENTATIONS}, found {implementation!r}"
+        )
     if implementation == "xla":
         attend = functools.partial(
             _xla_attention, ids=ids, scale=scale, is_causal=is_causal, layout=layout
         )
         return _isolated(attend, query, key, value, ids, layout=layout)
-    if implementation != "cudnn":
-        raise ValueError(
-            "jb.masked.packed_attention: implementation must be None, 'xla' or 'cudnn', "
-            f"found {implementation!r}"
+    if lengths is None:
+        lengths, starts = attention_kernel.segments_from_ids(ids, num_segments or ids.shape[-1])
+    if implementation == "kernel":
+        if query.dtype not in attention_kernel.DTYPES or not attention_kernel.available():
+            raise ValueError(
+                "jb.masked.packed_attention: implementation='kernel' takes float32 or bfloat16 "
+                f"on CPU, found {query.dtype}"
+                + ("" if attention_kernel.available() else " (the kernel is not registered)")
+            )
+        # The kernel reads only the segments' cells: padding never enters.
+        return attention_kernel.attention(
+            query, key, value, lengths, starts, scale=scale, is_causal=is_causal, layout=layout
         )
     if query.ndim != 4:
         raise ValueError(
@@ -430,8 +436,6 @@ def packed_attention(
             f"({layout}, found {tuple(query.shape)}): JAX's vmap rule for cuDNN attention takes "
             "per-row lengths only, not the packed layout; call it on the whole batch"
         )
-    if lengths is None:
-        lengths, starts = _lengths_from_ids(ids, num_segments or ids.shape[-1])
     attend = functools.partial(
         _cudnn_attention,
         ids=ids,
@@ -442,6 +446,14 @@ def packed_attention(
         layout=layout,
     )
     return _isolated(attend, query, key, value, ids, layout=layout)
+
+
+def _choose(query: jax.Array, layout: str) -> str:
+    """cuDNN on a GPU that takes the shapes, the C++ kernel on CPU for the
+    dtypes it takes, the masked XLA form elsewhere."""
+    if cudnn_supported(query, layout):
+        return "cudnn"
+    return "kernel" if attention_kernel.supported(query) else "xla"
 
 
 __all__ = ["cu_seqlens", "cudnn_packed_layout", "cudnn_supported", "packed_attention"]
