@@ -1,6 +1,7 @@
 """Masked ops for padded and packed batches: reductions that ignore padding,
 block-diagonal attention masks, per-segment sums, and attention over packed
-rows (``packed_attention``, cuDNN's fused kernel on GPU) with the layouts
+rows (``packed_attention``: jaxbatch's C++ kernel on CPU, cuDNN's fused kernel
+on GPU) with the layouts
 fused kernels take (``cu_seqlens``, ``cudnn_packed_layout``). Every function is jit-
 and vmap-safe and never gives NaN (nor a NaN gradient) for a fully masked row.
 

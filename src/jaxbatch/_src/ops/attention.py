@@ -14,7 +14,8 @@ static shape and can be built inside ``jit``.
 - flash-attention's varlen kernels want cumulative lengths over the
   flattened rows: :func:`cu_seqlens`.
 - :func:`packed_attention` runs attention where every token sees only its
-  own segment: cuDNN's fused kernel on a GPU that takes the shapes, else XLA.
+  own segment: cuDNN's fused kernel on a GPU that takes the shapes,
+  jaxbatch's C++ kernel on CPU (attention_kernel.py), else XLA.
 
 Pure layout functions first, then the attention wrapper.
 """
@@ -379,16 +380,14 @@ def packed_attention(
 
     ``implementation``: ``None`` picks ``"cudnn"`` where
     :func:`cudnn_supported` (a Hopper or later GPU with cuDNN, float16 or
-    bfloat16, head size a multiple of 8 up to 256) and ``"xla"`` elsewhere.
-    ``"cudnn"`` calls JAX's fused cuDNN kernel with the packed layout
-    (:func:`cudnn_packed_layout`), which computes only within segments;
-    segment ids alone are turned into lengths with ``num_segments`` slots
-    (default L). ``"xla"`` is the dense masked
-    form: the same result, computed over whole rows. (Skipping the blocks no
-    segment spans did not pay on CPU at MiniLM's shapes, rows of 256 tokens
-    and 12 heads of 32: the demo corpus's packed rows keep 67% of 64-token
-    block pairs, 100% in some batches, so a static cap skips nothing, and
-    gathering the pairs ran 0.54-0.65x the dense form; so it is not offered.)
+    bfloat16, head size a multiple of 8 up to 256), ``"kernel"`` on CPU for
+    float32 and bfloat16, and ``"xla"`` elsewhere. ``"cudnn"`` calls JAX's
+    fused cuDNN kernel with the packed layout (:func:`cudnn_packed_layout`)
+    and ``"kernel"`` jaxbatch's C++ kernel through XLA's FFI; both compute
+    only within segments (the kernel's work is the sum of the squared
+    segment lengths), and from segment ids alone take each segment as one
+    run of equal ids, with ``num_segments`` slots (default L). ``"xla"`` is
+    the dense masked form: the same result, computed over whole rows.
 
     A NaN or Inf in one segment's q, k or v (or in a padding cell) never
     reaches another segment, forward or backward: every other segment's
