@@ -1,4 +1,4 @@
-// Binds job/: the journal, atomic file writes and fingerprints (and base/'s
+// Binds job/: the journal, atomic file writes, work units and fingerprints (and base/'s
 // Hash64, which jobs use for checksums).
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/string_view.h>
@@ -8,6 +8,7 @@
 #include "jaxbatch/base/hash.h"
 #include "jaxbatch/data/fingerprint.h"
 #include "jaxbatch/job/journal.h"
+#include "jaxbatch/job/work_units.h"
 
 namespace jaxbatch::bindings {
 namespace {
@@ -65,6 +66,22 @@ void BindJob(nb::module_& m) {
         WriteFileAtomic(path, bytes);
       },
       nb::arg("path"), nb::arg("data"));
+  m.def(
+      "publish_file_once",
+      [](const std::string& path, const nb::bytes& data) {
+        const std::span<const uint8_t> bytes = Span(data);
+        nb::gil_scoped_release release;
+        return PublishFileOnce(path, bytes);
+      },
+      nb::arg("path"), nb::arg("data"));
+  m.def(
+      "cut_into_units",
+      [](const BatchPlan& plan, int64_t examples_per_unit) {
+        return ToNumpy(CutIntoUnits(plan, examples_per_unit));
+      },
+      nb::arg("plan"), nb::arg("examples_per_unit"));
+  m.def("slice_batches", &SliceBatches, nb::arg("plan"), nb::arg("begin"), nb::arg("end"),
+        nb::call_guard<nb::gil_scoped_release>());
   m.def("sync_directory", &SyncDirectory, nb::arg("path"),
         nb::call_guard<nb::gil_scoped_release>());
   m.def("atomic_temp_prefix", &AtomicTempPrefix, nb::arg("name"));

@@ -30,6 +30,7 @@
 #include "jaxbatch/data/ragged_column.h"
 #include "jaxbatch/job/files.h"
 #include "jaxbatch/job/journal.h"
+#include "jaxbatch/job/work_units.h"
 #include "jaxbatch/load/chunk_cache.h"
 #include "jaxbatch/load/chunked_source.h"
 #include "jaxbatch/load/loader.h"

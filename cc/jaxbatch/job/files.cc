@@ -53,7 +53,13 @@ void SyncDirectory(const std::string& path) {
   if (result != 0) throw IoError(StrCat("cannot sync folder ", path, ": ", error));
 }
 
-void WriteFileAtomic(const std::string& path, std::span<const uint8_t> data) {
+namespace {
+
+// The temporary beside `path` that WriteFileAtomic and PublishFileOnce fill:
+// created exclusively and without following links (never write through a
+// file or link that someone else put at its name), `data` written and
+// synced. Returns its path; throws IoError (the temporary removed).
+std::string WriteTemporary(const std::string& path, std::span<const uint8_t> data) {
   static std::atomic<uint64_t> counter{0};
   const std::string folder = Folder(path);
   const std::string name = std::filesystem::path(path).filename().string();
@@ -61,8 +67,6 @@ void WriteFileAtomic(const std::string& path, std::span<const uint8_t> data) {
   int fd = -1;
   for (int attempt = 0; attempt < kTempNameAttempts && fd < 0; ++attempt) {
     temp = StrCat(folder, "/", AtomicTempPrefix(name), ::getpid(), "-", counter++);
-    // Exclusive and without following links: never write through a file or
-    // link that someone else put at the temporary's name.
     fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (fd < 0 && errno != EEXIST) break;
   }
@@ -70,12 +74,36 @@ void WriteFileAtomic(const std::string& path, std::span<const uint8_t> data) {
   const bool ok = WriteAllAt(fd, data.data(), data.size(), 0) && ::fsync(fd) == 0;
   const std::string error = ok ? "" : Errno();
   ::close(fd);
-  if (!ok || ::rename(temp.c_str(), path.c_str()) != 0) {
-    const std::string reason = ok ? Errno() : error;
+  if (!ok) {
+    ::unlink(temp.c_str());
+    throw IoError(StrCat("cannot write ", path, ": ", error));
+  }
+  return temp;
+}
+
+}  // namespace
+
+void WriteFileAtomic(const std::string& path, std::span<const uint8_t> data) {
+  const std::string temp = WriteTemporary(path, data);
+  if (::rename(temp.c_str(), path.c_str()) != 0) {
+    const std::string reason = Errno();
     ::unlink(temp.c_str());
     throw IoError(StrCat("cannot write ", path, ": ", reason));
   }
-  SyncDirectory(folder);
+  SyncDirectory(Folder(path));
+}
+
+bool PublishFileOnce(const std::string& path, std::span<const uint8_t> data) {
+  const std::string temp = WriteTemporary(path, data);
+  // link() never replaces: of writers racing for one name, exactly one wins.
+  const bool created = ::link(temp.c_str(), path.c_str()) == 0;
+  const int error = created ? 0 : errno;
+  ::unlink(temp.c_str());
+  if (!created && error != EEXIST) {
+    throw IoError(StrCat("cannot write ", path, ": ", std::strerror(error)));
+  }
+  SyncDirectory(Folder(path));
+  return created;
 }
 
 int OpenOwnedFile(const std::string& path, int flags, unsigned mode) {

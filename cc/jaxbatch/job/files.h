@@ -32,6 +32,20 @@ namespace jaxbatch {
 // removes the temporary file).
 void WriteFileAtomic(const std::string& path, std::span<const uint8_t> data);
 
+// Writes `data` to `path` only if nothing is there yet, whole or not at all:
+// a temporary file beside it (as WriteFileAtomic's), fsync, then a hard link
+// to `path` that fails if `path` exists, the temporary removed and the
+// folder synced. Returns true when this call created `path`, false when it
+// already existed (its content is left as it is: the first writer of a
+// deterministic name wins, so a retried or duplicated writer can never
+// replace it or leave it partial). Throws IoError naming the file on failure
+// (the temporary removed).
+// Example:
+//   if (!PublishFileOnce("out/part-000003.parquet", bytes)) {
+//     const std::string there = ReadOwnedFile("out/part-000003.parquet");  // the winner's
+//   }
+bool PublishFileOnce(const std::string& path, std::span<const uint8_t> data);
+
 // The start of every temporary name WriteFileAtomic uses for a file named
 // `name` (a file name, not a path): ".<name>.tmp-".
 std::string AtomicTempPrefix(std::string_view name);

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "jaxbatch/base/error.h"
@@ -81,6 +82,49 @@ TEST_F(FilesTest, ReadOwnedFileRefusesLinksAndOtherKinds) {
   message = ThrownMessage<IoError>([&] { ReadOwnedFile(dir_.string()); });
   EXPECT_TRUE(Contains(message, "regular file")) << message;
   message = ThrownMessage<IoError>([&] { ReadOwnedFile((dir_ / "absent").string()); });
+  EXPECT_TRUE(Contains(message, "absent")) << message;
+}
+
+TEST_F(FilesTest, PublishFileOnceKeepsTheFirstWritersFile) {
+  const std::string path = (dir_ / "part-000003.parquet").string();
+  EXPECT_TRUE(PublishFileOnce(path, std::vector<uint8_t>{1, 2, 3}));
+  EXPECT_FALSE(PublishFileOnce(path, std::vector<uint8_t>{9}));
+  EXPECT_EQ(Read(path), "\x01\x02\x03");
+  // Nothing but the file: neither writer left its temporary behind.
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir_), fs::directory_iterator()), 1);
+}
+
+TEST_F(FilesTest, PublishFileOnceHasOneWinnerAmongRacingWriters) {
+  // Writers of one deterministic name (a retried unit and its duplicate):
+  // exactly one creates it, whole, with its own bytes.
+  constexpr int kWriters = 8;
+  const std::string path = (dir_ / "unit.bin").string();
+  std::vector<int> won(kWriters, 0);
+  std::vector<std::thread> writers;
+  for (int w = 0; w < kWriters; ++w) {
+    writers.emplace_back([&, w] {
+      const std::vector<uint8_t> bytes(4096, static_cast<uint8_t>('a' + w));
+      won[static_cast<size_t>(w)] = PublishFileOnce(path, bytes) ? 1 : 0;
+    });
+  }
+  for (std::thread& t : writers) t.join();
+  int winners = 0, winner = -1;
+  for (int w = 0; w < kWriters; ++w) {
+    if (won[static_cast<size_t>(w)]) winners++, winner = w;
+  }
+  ASSERT_EQ(winners, 1);
+  EXPECT_EQ(Read(path), std::string(4096, static_cast<char>('a' + winner)));
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir_), fs::directory_iterator()), 1);
+}
+
+TEST_F(FilesTest, PublishFileOnceNeverWritesThroughALink) {
+  const fs::path precious = dir_ / "precious.txt";
+  std::ofstream(precious) << "keep me";
+  fs::create_symlink(precious, dir_ / "out.bin");
+  EXPECT_FALSE(PublishFileOnce((dir_ / "out.bin").string(), std::vector<uint8_t>{42}));
+  EXPECT_EQ(Read(precious), "keep me");
+  const std::string message = ThrownMessage<IoError>(
+      [&] { PublishFileOnce((dir_ / "absent" / "x.bin").string(), std::vector<uint8_t>{1}); });
   EXPECT_TRUE(Contains(message, "absent")) << message;
 }
 
