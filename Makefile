@@ -242,6 +242,7 @@ bench: $(BENCH_VENV)/.deps $(VENV)/.built
 	$(BENCH_VENV)/bin/python bench/bench_train.py $(BENCH_FLAGS)
 	$(BENCH_VENV)/bin/python bench/bench_graphs.py $(BENCH_FLAGS)
 	$(BENCH_VENV)/bin/python bench/bench_images.py $(BENCH_FLAGS)
+	$(BENCH_VENV)/bin/python bench/bench_ray.py $(BENCH_FLAGS)
 
 clean:
 	rm -rf build $(VENV) $(BENCH_VENV)

@@ -1,6 +1,12 @@
-"""Every Python block in docs/*.md runs as written, top to bottom per page."""
+"""Every Python block in docs/*.md runs as written, top to bottom per page.
+A page that starts Ray (docs/ray.md) runs in a process of its own in a
+network namespace with only loopback up (bench/loopback.py), as the Ray
+tests do; it is skipped, saying why, where one cannot be made or Ray is not
+installed."""
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -48,8 +54,39 @@ def test_index_links_each_integration_to_a_section_that_exists():
             assert anchor in {_anchor(h) for h in headings}, (page, anchor)
 
 
+# Pages whose examples start Ray.
+RAY_PAGES = {"ray"}
+
+
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.stem)
+@pytest.mark.timeout(600)
 def test_page_examples_run(page):
+    if page.stem in RAY_PAGES:
+        _run_in_loopback_namespace(page)
+    else:
+        run_page(page)
+
+
+def _run_in_loopback_namespace(page: Path) -> None:
+    pytest.importorskip("ray")
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    import loopback
+
+    reason = loopback.skip_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    done = subprocess.run(
+        loopback.command([sys.executable, __file__, page]),
+        env=loopback.env(),
+        capture_output=True,
+        text=True,
+        timeout=540,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
+
+
+def run_page(page: Path) -> None:
+    """Runs every Python block of `page` in one scope, in order."""
     scope: dict = {}
     try:
         text = page.read_text()
@@ -66,3 +103,7 @@ def test_page_examples_run(page):
         # every Flax NNX Module class, and so its globals, this dict, until
         # exit); emptying the dict frees the page's loaders and datasets now.
         scope.clear()
+
+
+if __name__ == "__main__":
+    run_page(Path(sys.argv[1]))

@@ -113,7 +113,12 @@ def test_progress_without_tqdm_logs_the_extra_and_still_maps(monkeypatch, caplog
 
 @pytest.mark.parametrize(
     ("module", "extra"),
-    [("orbax.checkpoint", "orbax"), ("grain", "grain"), ("datasets", "huggingface")],
+    [
+        ("orbax.checkpoint", "orbax"),
+        ("grain", "grain"),
+        ("datasets", "huggingface"),
+        ("ray", "ray"),
+    ],
 )
 def test_integrations_name_their_extra(monkeypatch, module, extra):
     hide(monkeypatch, module.split(".")[0])

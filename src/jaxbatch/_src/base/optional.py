@@ -22,6 +22,7 @@ EXTRAS: dict[str, tuple[str, str]] = {
     "orbax": ("orbax-checkpoint", "orbax"),
     "grain": ("grain", "grain"),
     "datasets": ("datasets", "huggingface"),
+    "ray": ("ray", "ray"),
 }
 
 

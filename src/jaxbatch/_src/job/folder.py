@@ -3,11 +3,13 @@ own, and opening it to write (claiming, checking and repairing it) or to read
 (changing nothing).
 
 A job owns only what it wrote and recorded: its journal, its report, and the
-shards its journal names. Each shard is named in a ``writing`` record before
-the file is written and in a ``shard`` record once it is whole, so a crash
-between any two steps still leaves every file the job made named by a
-record. Anything else in the folder is someone else's: a writer refuses such
-a folder, naming the first foreign file, and never deletes or overwrites it.
+shards its journal names (a job run in work units names them all in its first
+record: ``units``, shard u being unit u's output). Each shard is named in a
+``writing`` record before the file is written and in a ``shard`` record once
+it is whole, so a crash between any two steps still leaves every file the job
+made named by a record. Anything else in the folder is someone else's: a
+writer refuses such a folder, naming the first foreign file, and never deletes
+or overwrites it.
 A name is not enough: a file named like one of the job's is the job's only
 if its content is what the job writes there (a journal begins with a record
 marker, a shard and its temporaries with Parquet's magic bytes, the report
@@ -163,6 +165,16 @@ def _decode(payload: bytes, path: Path, index: int) -> dict[str, Any]:
     return record
 
 
+def _unit_file(name: str, units: int) -> str | None:
+    """The shard of unit < `units` that `name` is, or is a temporary of."""
+    m = _SHARD_NAME.search(name)
+    if m is None or int(m[1]) >= units:
+        return None
+    if name == m[0] or name.startswith(_core.atomic_temp_prefix(m[0])):
+        return m[0]
+    return None
+
+
 def _named_files(records: Iterable[dict[str, Any]]) -> set[str]:
     return {r["file"] for r in records if "file" in r}
 
@@ -219,6 +231,12 @@ class JobFolder:
         job = journal.records[0] if journal.records else {}
         if job.get("kind") == "job" and job.get("fingerprint", {}).get("format") == 1:
             owned |= {p.name for p in self.path.iterdir() if _SHARD_NAME.fullmatch(p.name)}
+        units = job.get("units") if job.get("kind") == "job" else None
+        if isinstance(units, int) and not isinstance(units, bool):
+            # A job run in work units (jaxbatch.ray.run) names all its shards
+            # up front: unit u's output is shard u's file, whoever writes it,
+            # and so is a temporary a worker left writing it.
+            owned |= {name for p in self.path.iterdir() if (name := _unit_file(p.name, units))}
         return owned
 
     def foreign(self, owned: set[str]) -> list[str]:

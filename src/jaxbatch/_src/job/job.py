@@ -148,6 +148,10 @@ class JobReport:
     #: The compilations planning batch_size="auto" ran and those the plan
     #: cache saved ({"compiled": n, "cached": m}); None for a job of before.
     memory_plan: dict[str, int] | None = None
+    #: A job run by workers (jaxbatch.ray.run): per worker, the units and
+    #: examples it committed, its seconds per stage, compilations and peak
+    #: host memory (:func:`worker_breakdown`); None for a job of one process.
+    workers: list[dict[str, Any]] | None = None
 
     @property
     def padding_efficiency(self) -> float:
@@ -187,6 +191,7 @@ class JobReport:
                 f"{r['reason']}); {counted(r['dropped'], 'record')} cut, their work redone"
                 for r in self.repairs
             ),
+            *_worker_lines(self.workers),
             f"  peak memory: host {self.peak_host_bytes / 2**20:.0f} MiB"
             + (
                 f", device {self.peak_device_bytes / 2**20:.0f} MiB"
@@ -195,6 +200,23 @@ class JobReport:
             ),
         ]
         return "\n".join(lines)
+
+
+def _worker_lines(workers: list[dict[str, Any]] | None) -> list[str]:
+    """The report's lines on each worker of a job on a cluster."""
+    if not workers:
+        return []
+    lines = [f"  {counted(len(workers), 'worker')}:"]
+    for w in workers:
+        s = w["seconds"]
+        lines.append(
+            f"    {w['worker']} on {w['node']}: {counted(w['units'], 'unit')}, "
+            f"{counted(w['examples'], 'example')}; loading {s['loading']:.2f} s, compiling "
+            f"{s['compiling']:.2f} s ({counted(w['compilations'], 'compilation')}), computing "
+            f"{s['computing']:.2f} s, writing {s['writing']:.2f} s; peak host "
+            f"{w['peak_host_bytes'] / 2**20:.0f} MiB"
+        )
+    return lines
 
 
 def _memory_plan_line(memory_plan: dict[str, int] | None) -> list[str]:
@@ -296,9 +318,9 @@ def run(
     start_time = time.perf_counter()
     raise_lost()
     require("pyarrow", "jb.run (it writes Parquet)")
-    _check_args(checkpoint_every)
+    check_checkpoint_every(checkpoint_every)
     if planner is not None:
-        _planner_record(planner)  # Refused before anything is made on disk.
+        planner_record(planner)  # Refused before anything is made on disk.
     graph = isinstance(planner, GRAPH_PLANNERS)  # Planned by node and edge counts: no column.
     # The job's loader reads in example order, once. The source is opened and
     # checked here, before any folder is made, and handed to the loader as it is.
@@ -340,49 +362,34 @@ def run(
     )
     options = dataclasses.replace(options, column=length_column)
     shard_index, shard_count = resolve_shard(shard)
-    fingerprint = {
-        "format": _FORMAT_VERSION,
-        "function": name or function_key(fun),
-        "function_source": function_fingerprint(fun, tag, "the function"),
-        "input": f"{opened.fingerprint:016x}",
-        "examples": dataset.num_examples,
-        "options": {
-            "planner": planner_key(planner),
-            "column": length_column,
-            "batch_size": batch_size,
-            "memory_budget": memory_budget,
-            "schema": schema_key(schema),
-            "check_finite": check_finite,
-            "check": None
-            if check is None
-            else [function_key(check), function_fingerprint(check, tag, "check=")],
-            "pad_value": pad_key(pad_value),
-            "tag": tag,
-            "shard": [shard_index, shard_count],
-            "on_error": on_error,
-            "checkpoint_every": int(checkpoint_every),
-        },
-    }
-    if graph:  # Keyed only where they apply: older jobs resume.
-        fingerprint["options"]["per_example"] = bool(per_example)
-        fingerprint["options"]["per"] = per if per is None or isinstance(per, str) else dict(per)
+    fingerprint = job_fingerprint(
+        fun,
+        opened,
+        name=name,
+        tag=tag,
+        planner=planner,
+        batch_size=batch_size,
+        memory_budget=memory_budget,
+        schema=schema,
+        check_finite=check_finite,
+        check=check,
+        pad_value=pad_value,
+        shard=(shard_index, shard_count),
+        on_error=on_error,
+        checkpoint_every=checkpoint_every,
+        graph=graph,
+        per_example=per_example,
+        per=per,
+    )
     folder, journal = claim(
         process_folder(Path(output), shard_index, shard_count),
         overwrite=overwrite,
         inputs=opened.inputs,
     )
     with journal:
-        given = {"schema": schema, "pad_value": pad_value}
-        if journal.records and _differences(journal.records[0], fingerprint, given):
-            if not _committed_any(journal):
-                # Nothing was computed (a run that failed while planning, say):
-                # nothing is locked in, so the new settings start the job afresh.
-                log.info("jb.run: %s holds no committed work; starting anew", folder.path)
-                start_over(folder, journal)
-            else:
-                _refuse_changes(journal.records[0], fingerprint, given, folder.path)
+        reconcile(folder, journal, fingerprint, {"schema": schema, "pad_value": pad_value})
         if journal.records:
-            resolved = _planner_from(journal.records[0]["planner"])
+            resolved = planner_from(journal.records[0]["planner"])
         else:
             with counting() as plan_count:
                 resolved = planner or default_planner(
@@ -392,7 +399,7 @@ def run(
                 {
                     "kind": "job",
                     "fingerprint": fingerprint,
-                    "planner": _planner_record(resolved),
+                    "planner": planner_record(resolved),
                     "memory_plan": dataclasses.asdict(plan_count),
                     "source": opened.name if opened.path else "a Dataset",
                     "created": time.time(),
@@ -400,18 +407,7 @@ def run(
             )
         shards, done, redone = settle(folder, journal)
         if not done:
-            journal.append(
-                {
-                    "kind": "start",
-                    "time": time.time(),
-                    "host": socket.gethostname(),
-                    "pid": os.getpid(),
-                    "on_error": on_error,
-                    "resumed_at": sum(s["examples"] for s in shards),
-                    "redone": redone,
-                    "repaired": journal.repairs,
-                }
-            )
+            journal.append(start_record(shards, on_error, redone, journal.repairs))
             job = _Job(
                 fun,
                 opened,
@@ -436,46 +432,119 @@ def run(
             )
         else:
             log.info("jb.run: the job in %s is already complete", folder.path)
-        starts = [r for r in journal.records if r.get("kind") == "start"]
-        runs, redone = len(starts), sum(r.get("redone", 0) for r in starts)
-        repairs = [note for r in starts for note in r.get("repaired", [])]
-        done_record = next(r for r in journal.records if r.get("kind") == "done")
-    report = _report(
-        folder,
-        dataset.num_examples if shard_count == 1 else None,  # A shard's: what it handled.
-        shards,
-        done_record,
-        runs,
-        redone,
-        repairs,
-        time.perf_counter() - start_time,
-        memory_plan=journal.records[0].get("memory_plan"),
-    )
+        total = dataset.num_examples if shard_count == 1 else None  # A shard's: what it handled.
+        report = journal_report(folder, journal, total, shards, time.perf_counter() - start_time)
     folder.write_report(report.to_dict())
     return report
 
 
-def _check_args(checkpoint_every) -> None:
+def start_record(shards: list[dict], on_error: str, redone: int, repairs: list, **more) -> dict:
+    """The journal record that opens a run of a job: where it resumed, what
+    it redid and repaired (and `more`: a cluster job's pool)."""
+    return {
+        "kind": "start",
+        "time": time.time(),
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "on_error": on_error,
+        "resumed_at": sum(s["examples"] for s in shards),
+        "redone": redone,
+        "repaired": repairs,
+        **more,
+    }
+
+
+def journal_report(folder, journal: Journal, total, shards, wall: float) -> JobReport:
+    """The report of a finished job: its shards and every run's start
+    record added up (job_report)."""
+    starts = [r for r in journal.records if r.get("kind") == "start"]
+    return job_report(
+        folder,
+        total,
+        shards,
+        next(r for r in journal.records if r.get("kind") == "done"),
+        len(starts),
+        sum(r.get("redone", 0) for r in starts),
+        [note for r in starts for note in r.get("repaired", [])],
+        wall,
+        memory_plan=journal.records[0].get("memory_plan"),
+    )
+
+
+def job_fingerprint(
+    fun: Callable,
+    opened,
+    *,
+    name: str | None,
+    tag: str | None,
+    planner: Planner | PatchPack | None,
+    batch_size: int | Auto,
+    memory_budget: int | Auto | None,
+    schema: Mapping[str, ColumnSchema] | None,
+    check_finite: bool,
+    check: Callable | None,
+    pad_value: float | Mapping[str, float],
+    shard: tuple[int, int],
+    on_error: OnError,
+    checkpoint_every: int,
+    graph: bool = False,
+    per_example: bool | None = None,
+    per: GraphRole | Mapping[str, GraphRole] | None = None,
+) -> dict[str, Any]:
+    """What the first record keys a job on (its function, input and
+    options): a run whose key differs is refused (:func:`refuse_changes`).
+    Shared by every runner of a job (jb.run, jaxbatch.ray.run)."""
+    fingerprint = {
+        "format": _FORMAT_VERSION,
+        "function": name or function_key(fun),
+        "function_source": function_fingerprint(fun, tag, "the function"),
+        "input": f"{opened.fingerprint:016x}",
+        "examples": opened.dataset.num_examples,
+        "options": {
+            "planner": planner_key(planner),
+            "column": opened.length_column,
+            "batch_size": batch_size,
+            "memory_budget": memory_budget,
+            "schema": schema_key(schema),
+            "check_finite": check_finite,
+            "check": None
+            if check is None
+            else [function_key(check), function_fingerprint(check, tag, "check=")],
+            "pad_value": pad_key(pad_value),
+            "tag": tag,
+            "shard": list(shard),
+            "on_error": on_error,
+            "checkpoint_every": int(checkpoint_every),
+        },
+    }
+    if graph:  # Keyed only where they apply: older jobs resume.
+        fingerprint["options"]["per_example"] = bool(per_example)
+        fingerprint["options"]["per"] = per if per is None or isinstance(per, str) else dict(per)
+    return fingerprint
+
+
+def check_checkpoint_every(checkpoint_every, who: str = "jb.run") -> None:
     if (
         isinstance(checkpoint_every, bool)
         or not isinstance(checkpoint_every, int | np.integer)
         or checkpoint_every < 1
     ):
         raise ValueError(
-            f"jb.run: checkpoint_every must be an int >= 1 (examples per shard), found "
+            f"{who}: checkpoint_every must be an int >= 1 (examples per shard), found "
             f"{checkpoint_every!r}"
         )
 
 
-def _planner_record(planner: Planner | PatchPack) -> dict[str, Any]:
+def planner_record(planner: Planner | PatchPack, who: str = "jb.run") -> dict[str, Any]:
+    """The job record's planner (the engine's key); a planner no job takes is refused."""
     if not isinstance(planner, PLANNERS + PATCH_PLANNERS):
-        raise TypeError(f"jb.run: planner must be a jaxbatch planner, found {planner!r}")
-    refuse_split(planner, "jb.run")
-    refuse_several_features(planner, "jb.run")
+        raise TypeError(f"{who}: planner must be a jaxbatch planner, found {planner!r}")
+    refuse_split(planner, who)
+    refuse_several_features(planner, who)
     return {"key": planner.key}
 
 
-def _planner_from(record: dict[str, Any]) -> Planner | PatchPack:
+def planner_from(record: dict[str, Any]) -> Planner | PatchPack:
     """The planner a job record holds: the engine's key, or (format 1) the
     planner's type and fields."""
     if "key" in record:
@@ -486,7 +555,21 @@ def _planner_from(record: dict[str, Any]) -> Planner | PatchPack:
     )
 
 
-def _committed_any(journal: Journal) -> bool:
+def reconcile(
+    folder, journal: Journal, fingerprint: dict, given: dict, who: str = "jb.run"
+) -> None:
+    """Takes the job in `folder` for this call's `fingerprint`: the same job
+    resumes; a different one is refused, unless it committed nothing (a run
+    that failed while planning, say), which then starts afresh."""
+    if journal.records and _differences(journal.records[0], fingerprint, given):
+        if not committed_any(journal):
+            log.info("%s: %s holds no committed work; starting anew", who, folder.path)
+            start_over(folder, journal)
+        else:
+            refuse_changes(journal.records[0], fingerprint, given, folder.path, who)
+
+
+def committed_any(journal: Journal) -> bool:
     """Whether the job recorded any work: a shard, or its completion."""
     return any(r["kind"] in ("shard", "done") for r in [*journal.records, *journal.salvaged])
 
@@ -503,6 +586,9 @@ def _differences(job_record: dict, fingerprint: dict, given: dict[str, Any]) -> 
         if old.get(key) != fingerprint[key]:
             differences.append(f"{key}: was {old.get(key)!r}, now {fingerprint[key]!r}")
     recorded = old.get("options", {})
+    for key in sorted(recorded.keys() - fingerprint["options"].keys() - set(_OPTIONS_ADDED)):
+        # Keyed by the job's runner but not by this call's (jaxbatch.ray's "runner").
+        differences.append(f"option {key}: was {recorded[key]!r}, now not given")
     for key, value in fingerprint["options"].items():
         if key not in recorded and key in _OPTIONS_ADDED:
             continue  # A job of an older format did not record it.
@@ -527,11 +613,14 @@ def _same_planner_keys(a: Any, b: str) -> bool:
         return False
 
 
-def _refuse_changes(job_record: dict, fingerprint: dict, given: dict, path: Path) -> None:
+def refuse_changes(
+    job_record: dict, fingerprint: dict, given: dict, path: Path, who: str = "jb.run"
+) -> None:
+    """JobError listing what differs between the job in `path` and this call."""
     differences = _differences(job_record, fingerprint, given)
     if differences:
         raise JobError(
-            f"jb.run: {path} holds a job with a different "
+            f"{who}: {path} holds a job with a different "
             + ("function, input or options" if len(differences) > 1 else "setting")
             + ":\n  "
             + "\n  ".join(differences)
@@ -569,7 +658,7 @@ class _Job:
         self.loop = BatchLoop(fun, settings, self.loader, length_column)
         if not shards:  # A resumed job may need only some shapes: compile as they come.
             self.loop.compile_ahead(self.loader.shapes)
-        self.bar = _ProgressBar(progress, self.total, sum(s["examples"] for s in shards))
+        self.bar = ProgressBar(progress, self.total, sum(s["examples"] for s in shards))
         self.loader_quarantine: list[dict[str, Any]] = []
         self.loader_skipped = 0
 
@@ -592,11 +681,15 @@ class _Job:
         mark = self._tally()
         for parts in self.loop.run(_real_batches(self.loader)):
             for ran in parts:
-                examples, columns = _columns(ran)
+                examples, columns = ran_columns(ran)
                 pending.append((examples, columns))
                 bad.extend(self._set_aside(ran))
                 written += len(examples)
-                self.bar.update(len(examples) + len(ran.bad), self.loader, self.loop.stats)
+                self.bar.update(
+                    len(examples) + len(ran.bad),
+                    self.loader.stats.efficiency,
+                    self.loop.stats.compilations,
+                )
             if written + len(bad) >= self.checkpoint_every:
                 mark = self._commit(pending, bad, written, mark)
                 pending, bad, written = [], [], 0
@@ -636,32 +729,44 @@ class _Job:
         if os.path.lexists(self.folder.path / name):  # Put there since the job settled.
             self.folder.refuse_foreign([name], "the job did not write")
         _core.write_file_atomic(str(self.folder.path / name), data)
-        digest = f"{_core.hash_file_contents(data):016x}"
         writing = time.perf_counter() - t0
         now = self._tally()
         spent = {k: now[k] - mark[k] for k in now}
-        record = {
-            "kind": "shard",
-            "shard": number,
-            "file": name,
-            "bytes": len(data),
-            "hash": digest,
-            "examples": written,
-            "bad": bad,
-            "state": self.loader.get_state(),
-            "seconds": {
-                "loading": spent["loading"],
-                "compiling": spent["compiling"],
-                "computing": spent["computing"],
-                "writing": writing,
-            },
-            "compilations": int(spent["compilations"]),
-            "real_elements": int(spent["real_elements"]),
-            "padded_elements": int(spent["padded_elements"]),
-        }
+        record = shard_record(
+            number,
+            data,
+            written,
+            bad,
+            self.loader.get_state(),
+            {**spent, "writing": writing},
+        )
         self.journal.append(record)
         self.shards.append(record)
         return now
+
+
+def shard_record(
+    number: int, data: bytes, examples: int, bad: list, state: Any, spent: dict[str, float], **more
+) -> dict[str, Any]:
+    """The journal record that commits shard `number` (its file's bytes
+    `data`): the commit point. `spent` holds the seconds per stage (loading,
+    compiling, computing, writing) and the counts (compilations, real and
+    padded elements) of its work; `more`, a cluster job's worker."""
+    return {
+        "kind": "shard",
+        "shard": number,
+        "file": shard_name(number),
+        "bytes": len(data),
+        "hash": f"{_core.hash_file_contents(data):016x}",
+        "examples": examples,
+        "bad": bad,
+        "state": state,
+        "seconds": {k: spent[k] for k in ("loading", "compiling", "computing", "writing")},
+        "compilations": int(spent["compilations"]),
+        "real_elements": int(spent["real_elements"]),
+        "padded_elements": int(spent["padded_elements"]),
+        **more,
+    }
 
 
 def _real_batches(loader: Loader):
@@ -678,33 +783,32 @@ def _real_batches(loader: Loader):
             yield batch
 
 
-def _columns(ran: Ran):
+def ran_columns(ran: Ran):
     """The kept examples' indices and their output columns."""
     put = graph_columns if ran.batch.is_graphs else batch_columns
     return put(ran.outputs, ran.keep, ran.batch, ran.layout)
 
 
-class _ProgressBar:
+class ProgressBar:
     """A tqdm bar of examples with padding efficiency and compilations."""
 
-    def __init__(self, enabled: bool, total: int, initial: int):
+    def __init__(self, enabled: bool, total: int, initial: int, who: str = "jb.run"):
         self.bar = None
         if not enabled:
             return
         tqdm = optional("tqdm.auto")
         if tqdm is None:
-            log.info("jb.run: no tqdm, so no progress bar: %s", install_hint("tqdm"))
+            log.info("%s: no tqdm, so no progress bar: %s", who, install_hint("tqdm"))
             return
-        self.bar = tqdm.tqdm(total=total, initial=initial, unit="ex", desc="jb.run", smoothing=0.1)
+        self.bar = tqdm.tqdm(total=total, initial=initial, unit="ex", desc=who, smoothing=0.1)
 
-    def update(self, examples: int, loader: Loader, stats) -> None:
+    def update(self, examples: int, efficiency: float, compilations: int, **more: Any) -> None:
+        """Adds `examples`; shows the padding efficiency, compilations and `more`."""
         if self.bar is None:
             return
         self.bar.update(examples)
         self.bar.set_postfix(
-            padding_eff=f"{loader.stats.efficiency:.0%}",
-            compiles=stats.compilations,
-            refresh=False,
+            padding_eff=f"{efficiency:.0%}", compiles=compilations, **more, refresh=False
         )
 
     def close(self) -> None:
@@ -712,7 +816,7 @@ class _ProgressBar:
             self.bar.close()
 
 
-def _report(folder, total, shards, done, runs, redone, repairs, wall, memory_plan) -> JobReport:
+def job_report(folder, total, shards, done, runs, redone, repairs, wall, memory_plan) -> JobReport:
     """Adds up the committed shards of every run."""
     records = shards
     seconds = dict.fromkeys(("loading", "compiling", "computing", "writing"), 0.0)
@@ -736,6 +840,8 @@ def _report(folder, total, shards, done, runs, redone, repairs, wall, memory_pla
     except Exception:  # noqa: BLE001 - a report never fails on a missing statistic
         device_peak = None
     examples = sum(r["examples"] for r in records)
+    workers = worker_breakdown(records)
+    peak_host = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     return JobReport(
         output=str(folder.path),
         complete=True,
@@ -752,8 +858,38 @@ def _report(folder, total, shards, done, runs, redone, repairs, wall, memory_pla
         wall_seconds=wall,
         real_elements=sum(r["real_elements"] for r in records),
         padded_elements=sum(r["padded_elements"] for r in records),
-        peak_host_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        peak_host_bytes=max([peak_host, *(w["peak_host_bytes"] for w in workers)]),
         peak_device_bytes=device_peak,
         repairs=repairs,
         memory_plan=memory_plan,
+        workers=workers or None,
     )
+
+
+def worker_breakdown(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per worker that committed any of `records` (shard records that name
+    their ``worker``: a job on a cluster), what it did, in worker order."""
+    workers: dict[str, dict[str, Any]] = {}
+    for r in records:
+        if "worker" not in r:
+            continue
+        who = r["worker"]
+        w = workers.setdefault(
+            who["id"],
+            {
+                "worker": who["id"],
+                "node": who["node"],
+                "units": 0,
+                "examples": 0,
+                "seconds": dict.fromkeys(("loading", "compiling", "computing", "writing"), 0.0),
+                "compilations": 0,
+                "peak_host_bytes": 0,
+            },
+        )
+        w["units"] += 1
+        w["examples"] += r["examples"]
+        for k in w["seconds"]:
+            w["seconds"][k] += r["seconds"][k]
+        w["compilations"] += r["compilations"]
+        w["peak_host_bytes"] = max(w["peak_host_bytes"], who["peak_host_bytes"])
+    return [workers[k] for k in sorted(workers)]
