@@ -72,14 +72,24 @@ def _wait_for_units(folder: Path, count: int) -> dict:
     end = time.monotonic() + DEADLINE
     while time.monotonic() < end:
         records = _records(folder)
-        shards = sum(r["kind"] == "shard" for r in records)
-        if shards >= count:
+        shards = [r for r in records if r["kind"] == "shard"]
+        if len(shards) >= count:
             return {
-                "units_before": shards,
+                "units_before": len(shards),
                 "done_before": any(r["kind"] == "done" for r in records),
+                "pids_before": sorted({r["worker"]["pid"] for r in shards}),
             }
         time.sleep(0.02)
     raise TimeoutError(f"{folder}: {count} units not committed in {DEADLINE} s")
+
+
+def _job_worker(cluster, seen: dict) -> tuple[int, object]:
+    """(pid, node) of a worker process of the running job: one that has
+    committed units (so not a worker of an earlier job still exiting)."""
+    for pid, node in _unit_workers(_raylets(cluster)):
+        if pid in seen["pids_before"]:
+            return pid, node
+    raise RuntimeError(f"no worker process of this job found among {seen['pids_before']}")
 
 
 def _unit_workers(raylets: dict[int, object]) -> list[tuple[int, object]]:
@@ -132,7 +142,7 @@ def _finish(thread: threading.Thread, box: dict) -> dict:
 def worker_killed(work: Path, cluster) -> dict:
     thread, box = _in_thread(lambda: _job(work, "worker"))
     seen = _wait_for_units(work / "worker", STRIKE_AFTER)
-    pid, _ = _unit_workers(_raylets(cluster))[0]
+    pid, _ = _job_worker(cluster, seen)
     os.kill(pid, signal.SIGKILL)
     return {**seen, "killed_pid": pid, "report": _finish(thread, box)}
 
@@ -140,7 +150,7 @@ def worker_killed(work: Path, cluster) -> dict:
 def node_removed(work: Path, cluster) -> dict:
     thread, box = _in_thread(lambda: _job(work, "node"))
     seen = _wait_for_units(work / "node", STRIKE_AFTER)
-    pid, node = _unit_workers(_raylets(cluster))[0]
+    _, node = _job_worker(cluster, seen)
     cluster.remove_node(node, allow_graceful=False)
     report = _finish(thread, box)
     cluster.add_node(num_cpus=1)  # For the next job: a spare CPU again.
@@ -163,21 +173,18 @@ def driver_killed(work: Path, cluster) -> dict:
 
 
 def ray_data_views(folders: dict[str, Path]) -> dict[str, dict]:
-    """What ray.data.read_parquet reads from each job's folder (one read of
-    all of them), against jb.read_output: the same examples, each once, and
-    the same values."""
+    """What ray.data.read_parquet reads from each job's folder, against
+    jb.read_output: the same examples, each once, and the same values. One
+    folder a read: given several paths, Ray Data 2.60 resolves them in
+    threads that race to import fsspec's HTTP filesystem (absent without
+    aiohttp) and one of them fails on the half-imported module."""
     import pyarrow as pa
     import ray
 
-    paths = [str(f) for f in folders.values()]
-    refs = ray.data.read_parquet(paths, include_paths=True).to_arrow_refs()
-    table = pa.concat_tables(ray.get(refs))
     views = {}
     for name, folder in folders.items():
-        mine = np.array(
-            [str(Path(p).parent) == str(folder) for p in table.column("path").to_pylist()]
-        )
-        part = table.filter(pa.array(mine)).sort_by("example_index")
+        refs = ray.data.read_parquet(str(folder)).to_arrow_refs()
+        part = pa.concat_tables(ray.get(refs)).sort_by("example_index")
         ours = jb.read_output(folder)
         index = part.column("example_index").to_numpy()
         views[name] = {

@@ -17,6 +17,7 @@ FACES = {
     "jaxbatch.masked",
     "jaxbatch.checkpoint",
     "jaxbatch.grain",
+    "jaxbatch.ray",
     "jaxbatch.__main__",
 }
 
@@ -109,17 +110,26 @@ def test_the_implementation_mirrors_the_engine():
 
 
 def test_integrations_have_an_area_of_their_own():
-    """Hugging Face, Grain and Orbax code lives in _src/integrations (each
+    """Hugging Face, Grain, Orbax and Ray code lives in _src/integrations (each
     with an optional dependency), so load/ holds loading and data/ the
     engine's sources; every module of the area names its optional package."""
     area = PACKAGE / "_src" / "integrations"
-    assert {p.stem for p in area.glob("*.py")} == {"__init__", "grain", "huggingface", "orbax"}
+    assert {p.stem for p in area.glob("*.py")} == {
+        "__init__",
+        "grain",
+        "huggingface",
+        "orbax",
+        "ray",
+        "ray_data",
+        "ray_units",
+    }
     for other in ("load", "data"):
         held = {p.stem for p in (PACKAGE / "_src" / other).glob("*.py")}
-        assert not held & {"grain", "checkpoint", "huggingface", "orbax"}, (other, held)
-    for name in ("grain", "huggingface", "orbax"):
-        text = (area / f"{name}.py").read_text()
-        assert {"grain": "grain", "huggingface": "datasets", "orbax": "orbax"}[name] in text, name
+        assert not held & {"grain", "checkpoint", "huggingface", "orbax", "ray"}, (other, held)
+    needs = {"grain": "grain", "huggingface": "datasets", "orbax": "orbax"}
+    needs.update(ray="ray", ray_data="ray", ray_units="ray")
+    for name, package in needs.items():
+        assert package in (area / f"{name}.py").read_text(), name
 
 
 def test_public_option_defaults_are_the_engines():

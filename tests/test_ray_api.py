@@ -149,3 +149,20 @@ def test_stage_refuses_an_output_named_like_an_input_column():
     stage = jbr.Stage(lambda ex: {"tokens": ex["tokens"]}, jb.PadToMax(8))
     with pytest.raises(ValueError, match="the output 'tokens' has the name of an input column"):
         stage(pa.table({"tokens": pa.array(_tokens(10))}))
+
+
+def test_a_worker_the_cluster_cannot_hold_is_refused_not_waited_for():
+    """Ray waits forever for resources no node has; the job says so."""
+    from jaxbatch._src.integrations.ray import _refuse_infeasible
+
+    class Cluster:
+        def cluster_resources(self):
+            return {"CPU": 8.0, "memory": 1e9}
+
+    _refuse_infeasible(Cluster(), 2, 0, None)
+    with pytest.raises(
+        ValueError, match=r"asks for \{'GPU': 1\}, but the cluster has \{'GPU': 0\}"
+    ):
+        _refuse_infeasible(Cluster(), 1, 1, None)
+    with pytest.raises(ValueError, match="'TPU': 4"):
+        _refuse_infeasible(Cluster(), 1, 0, {"TPU": 4})

@@ -130,9 +130,12 @@ def _unit_records(scenario: dict) -> list[dict]:
 @pytest.mark.timeout(1200)
 def test_worker_killed_mid_job_equals_jb_run(cluster):
     scenario = _checked(cluster, "worker")
-    # Ray restarted the killed actor: its units came from another process.
-    pids = {r["worker"]["pid"] for r in _unit_records(scenario)}
-    assert len(pids) > 2 or scenario["killed_pid"] not in pids
+    # The killed process had committed units; Ray restarted its actor, and the
+    # job's later units came from other processes.
+    pids = [r["worker"]["pid"] for r in _unit_records(scenario)]
+    killed = scenario["killed_pid"]
+    assert killed in pids[: scenario["units_before"]]
+    assert killed not in pids[scenario["units_before"] + 4 :]
 
 
 @pytest.mark.timeout(1200)
@@ -141,9 +144,10 @@ def test_node_removed_mid_job_equals_jb_run(cluster):
     records = _unit_records(scenario)
     nodes = [r["worker"]["node"] for r in records]
     removed = scenario["removed_node"]
-    # The removed node's worker ran units before; the rest ran elsewhere.
+    # The removed node's worker had committed units; none committed after the
+    # removal came from that node (a few in flight as it struck may land).
     assert removed in nodes[: scenario["units_before"]]
-    assert removed not in nodes[-(len(nodes) // 4) :]
+    assert removed not in nodes[scenario["units_before"] + 4 :]
 
 
 @pytest.mark.timeout(1200)

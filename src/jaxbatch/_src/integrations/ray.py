@@ -208,13 +208,14 @@ def run(
             try:
                 units_plan = _UnitSlices(plan, bounds)
                 for record in pool.run(left, units_plan):
+                    record["committed"] = time.time()
                     journal.append(record)
                     shards.append(record)
                     bar.update(
                         record["examples"] + len(record["bad"]),
                         _efficiency(shards),
                         sum(s["compilations"] for s in shards),
-                        workers=pool.alive,
+                        units=f"{len(shards)}/{units}",
                     )
             finally:
                 pool.close()
@@ -257,6 +258,20 @@ def _check_pool(workers: Any, max_retries: Any) -> None:
             raise ValueError(f"{WHO}: {what} must be an int >= {least}, found {value!r}")
 
 
+def _refuse_infeasible(ray, num_cpus, num_gpus, resources) -> None:
+    """A worker's resources that the whole cluster does not have: Ray would
+    wait for them forever, so the job says so instead."""
+    asked = {"CPU": num_cpus, "GPU": num_gpus, **dict(resources or {})}
+    have = ray.cluster_resources()
+    short = {k: v for k, v in asked.items() if v and have.get(k, 0) < v}
+    if short:
+        raise ValueError(
+            f"{WHO}: each worker asks for {short}, but the cluster has "
+            f"{ {k: have.get(k, 0) for k in short} } in all; ask for less per worker "
+            f"(num_cpus=, num_gpus=, resources=) or add nodes that have it"
+        )
+
+
 def _handled(shards: list[dict[str, Any]]) -> int:
     return sum(s["examples"] + len(s["bad"]) for s in shards)
 
@@ -274,6 +289,7 @@ class _Pool:
         self.ray = ray
         if not ray.is_initialized():
             ray.init()
+        _refuse_infeasible(ray, num_cpus, num_gpus, resources)
         remote = ray.remote(UnitRunner).options(
             num_cpus=num_cpus,
             num_gpus=num_gpus,
@@ -284,7 +300,6 @@ class _Pool:
         # Held as long as the pool: a restarted actor is made from it again.
         self.job_ref = ray.put(job)
         self.actors = [remote.remote(self.job_ref, f"worker-{i}") for i in range(workers)]
-        self.alive = workers
 
     def run(self, units: list[int], slice_of: Callable[[int], Any]):
         """Yields each unit's record as it returns (in no fixed order)."""
