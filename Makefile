@@ -54,13 +54,15 @@ demo: build
 
 test: lint test-cpp test-install test-asan test-tsan test-fuzz test-py test-wheel
 
-# g++, clang with libFuzzer's runtime, ccache, Python's venv module and GoogleTest;
+# g++, clang with libFuzzer's runtime, ccache, Python's venv module, GoogleTest and
+# iproute2 (the Ray tests bring up loopback in a network namespace of their own);
 # installed with apt-get as root.
 system-deps:
 	@missing=""; \
 	command -v g++ >/dev/null || missing="$$missing g++"; \
 	command -v clang++ >/dev/null || missing="$$missing clang"; \
 	command -v ccache >/dev/null || missing="$$missing ccache"; \
+	command -v ip >/dev/null || missing="$$missing iproute2"; \
 	[ -n "$$(find /usr/lib/llvm-*/lib/clang -name 'libclang_rt.fuzzer-*.a' 2>/dev/null | head -1)" ] \
 	  || missing="$$missing libclang-rt-dev"; \
 	$(PYTHON) -c 'import venv, ensurepip' 2>/dev/null || missing="$$missing python3-venv"; \
