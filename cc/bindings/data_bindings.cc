@@ -18,6 +18,7 @@
 #include "jaxbatch/data/dataset.h"
 #include "jaxbatch/data/graph.h"
 #include "jaxbatch/data/ragged_column.h"
+#include "jaxbatch/data/view.h"
 
 namespace jaxbatch::bindings {
 namespace {
@@ -180,6 +181,7 @@ void BindData(nb::module_& m) {
       .def(nb::init<std::vector<RaggedColumn>, std::vector<std::vector<std::string>>, int64_t>(),
            nb::arg("columns"), nb::arg("aligned"), nb::arg("first_example") = 0)
       .def_prop_ro("num_examples", &Dataset::num_examples)
+      .def_prop_ro("view_key", &Dataset::view_key)
       .def_prop_ro("aligned_groups", &Dataset::aligned_groups)
       .def_prop_ro("default_length_column", &Dataset::default_length_column)
       .def("column_names",
@@ -196,6 +198,25 @@ void BindData(nb::module_& m) {
             return d.IsTiedSquare(d.column(grid), length_column);
           },
           nb::arg("grid"), nb::arg("length_column"));
+  m.def(
+      "select_examples",
+      [](const Dataset& base, Int64Input index) {
+        const std::span<const int64_t> taken(index.data(), index.shape(0));
+        nb::gil_scoped_release release;
+        return SelectExamples(base, taken);
+      },
+      nb::arg("base"), nb::arg("index"));
+  m.def("slice_examples", &SliceExamples, nb::arg("base"), nb::arg("begin"), nb::arg("end"),
+        nb::call_guard<nb::gil_scoped_release>());
+  m.def("shard_examples", &ShardExamples, nb::arg("base"), nb::arg("index"), nb::arg("count"),
+        nb::call_guard<nb::gil_scoped_release>());
+  m.def(
+      "concat_datasets",
+      [](const std::vector<const Dataset*>& parts) {
+        nb::gil_scoped_release release;
+        return ConcatDatasets(parts);
+      },
+      nb::arg("parts"));
   m.attr("GRAPH_NODES") = kNodesName;
   m.attr("GRAPH_EDGES") = kEdgesName;
   m.attr("GRAPH_GLOBALS") = kGlobalsName;

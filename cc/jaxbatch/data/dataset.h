@@ -55,10 +55,17 @@ class Dataset {
   // True when `a` and `b` are the same column or declared aligned.
   bool AreAligned(std::string_view a, std::string_view b) const;
 
+  // A view's identity (data/view.h): which examples of which data it takes,
+  // mixed into its fingerprints so that a loader state or a job over one
+  // view is refused on another. 0 for data that is no view.
+  uint64_t view_key() const { return view_key_; }
+  void set_view_key(uint64_t key) { view_key_ = key; }
+
  private:
   std::vector<RaggedColumn> columns_;
   std::vector<std::vector<std::string>> aligned_;
   int64_t num_examples_ = 0;
+  uint64_t view_key_ = 0;
 };
 
 }  // namespace jaxbatch

@@ -48,6 +48,9 @@ uint64_t DatasetFingerprint(const Dataset& dataset) {
       h = stream.Digest();
     }
   }
+  // A view's key (absent before views, so older fingerprints stand).
+  const uint64_t view = dataset.view_key();
+  if (view != 0) h = Hash64(&view, sizeof(view), h);
   return h;
 }
 
@@ -68,6 +71,8 @@ uint64_t LayoutFingerprint(const Dataset& columns, const LengthsOf& lengths_of) 
     const std::span<const int64_t> shapes = column.grid_shapes();
     if (!shapes.empty()) h = Hash64(shapes.data(), shapes.size() * sizeof(int64_t), h);
   }
+  const uint64_t view = columns.view_key();
+  if (view != 0) h = Hash64(&view, sizeof(view), h);
   return h;
 }
 

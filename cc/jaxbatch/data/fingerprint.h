@@ -16,6 +16,9 @@
 // dtype or name changes it. It reads every byte once (memory-mapped files
 // included), at several GB/s.
 //
+// Both mix in a view's key (Dataset::view_key), so two views of equal
+// lengths or values that take other examples differ.
+//
 // Both are stored (loader states, job journals): their values never change.
 //
 // Example:

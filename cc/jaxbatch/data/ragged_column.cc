@@ -191,15 +191,7 @@ RaggedColumn RaggedColumn::FromPieces(std::string name, DType dtype,
   return Ragged(col.name_, dtype, std::move(inner), values, rows, offsets, num_examples, storage);
 }
 
-namespace {
-
-// A gathered column's index: where each example starts and its rows.
-struct GatherIndex {
-  std::vector<const uint8_t*> starts;
-  std::vector<int64_t> lengths;
-};
-
-}  // namespace
+namespace {}  // namespace
 
 RaggedColumn RaggedColumn::Gathered(std::string name, DType dtype, std::vector<int64_t> inner_shape,
                                     bool fixed, std::span<const Chunk> chunks,
@@ -250,16 +242,127 @@ RaggedColumn RaggedColumn::Gathered(std::string name, DType dtype, std::vector<i
   col.dtype_ = dtype;
   col.InitShape(std::move(inner_shape));
   col.fixed_ = fixed;
-  col.num_examples_ = static_cast<int64_t>(index->starts.size());
-  col.max_length_ = fixed ? (col.num_examples_ > 0 ? 1 : 0) : 0;
-  for (int64_t length : index->lengths) col.max_length_ = std::max(col.max_length_, length);
+  col.SetGathered(std::move(index));
+  col.owner_ = std::move(owner);
+  return col;
+}
+
+namespace {
+
+// Every owner a concatenated column reads through, kept alive together.
+struct Owners {
+  std::vector<Keepalive> owners;
+};
+
+}  // namespace
+
+// A gathered column's fields from `index` (its starts and, unless fixed,
+// lengths): the examples it reads, wherever they lie.
+void RaggedColumn::SetGathered(std::shared_ptr<GatherIndex> index) {
+  num_examples_ = static_cast<int64_t>(index->starts.size());
+  max_length_ = fixed_ ? (num_examples_ > 0 ? 1 : 0) : 0;
+  for (int64_t length : index->lengths) max_length_ = std::max(max_length_, length);
   // A gathered column with no examples still reads as gathered (a non-null index).
   static const uint8_t* const kNoStarts[1] = {nullptr};
   static const int64_t kNoLengths[1] = {0};
-  col.starts_ = index->starts.empty() ? kNoStarts : index->starts.data();
-  col.lengths_ = index->lengths.empty() ? kNoLengths : index->lengths.data();
-  col.gather_ = std::move(index);
-  col.owner_ = std::move(owner);
+  values_ = nullptr;
+  offsets_ = nullptr;
+  starts_ = index->starts.empty() ? kNoStarts : index->starts.data();
+  lengths_ = index->lengths.empty() ? kNoLengths : index->lengths.data();
+  gather_ = std::move(index);
+}
+
+void RaggedColumn::SetGridShapes(std::vector<int64_t> shapes) {
+  max_height_ = max_width_ = 0;
+  for (size_t k = 0; k + 1 < shapes.size(); k += 2) {
+    max_height_ = std::max(max_height_, shapes[k]);
+    max_width_ = std::max(max_width_, shapes[k + 1]);
+  }
+  grid_ = std::make_shared<const std::vector<int64_t>>(std::move(shapes));
+}
+
+RaggedColumn RaggedColumn::Select(const RaggedColumn& base, std::span<const int64_t> index) {
+  auto gathered = std::make_shared<GatherIndex>();
+  gathered->starts.reserve(index.size());
+  if (!base.fixed_) gathered->lengths.reserve(index.size());
+  std::vector<int64_t> shapes;
+  if (base.is_grid()) shapes.reserve(2 * index.size());
+  const Reader read = base.reader();
+  for (size_t i = 0; i < index.size(); ++i) {
+    const int64_t e = index[i];
+    if (e < 0 || e >= base.num_examples_) {
+      throw OutOfRangeError(StrCat("column '", base.name_, "': position ", i, " selects example ",
+                                   e, ", expected one in [0, ", base.num_examples_, ")"));
+    }
+    gathered->starts.push_back(read.data(e));
+    if (!base.fixed_) gathered->lengths.push_back(read.length(e));
+    if (base.is_grid()) {
+      shapes.push_back(base.height(e));
+      shapes.push_back(base.width(e));
+    }
+  }
+  RaggedColumn col = base;  // name, dtype, shape, axes and the owner of the values
+  col.SetGathered(std::move(gathered));
+  if (base.is_grid()) col.SetGridShapes(std::move(shapes));
+  return col;
+}
+
+RaggedColumn RaggedColumn::Slice(const RaggedColumn& base, int64_t begin, int64_t end) {
+  if (begin < 0 || end < begin || end > base.num_examples_) {
+    throw OutOfRangeError(
+        StrCat("column '", base.name_, "': slice [", begin, ", ", end,
+               ") out of range; expected 0 <= begin <= end <= ", base.num_examples_));
+  }
+  RaggedColumn col = base;
+  if (base.starts_ != nullptr) {  // Gathered: the same index, from `begin` (held by gather_).
+    col.starts_ = base.starts_ + begin;
+    if (!base.fixed_) col.lengths_ = base.lengths_ + begin;
+  } else if (base.fixed_) {
+    col.values_ = base.values_ + begin * base.row_bytes_;
+  } else {
+    col.offsets_ = base.offsets_ + begin;
+  }
+  col.num_examples_ = end - begin;
+  col.max_length_ = 0;
+  for (int64_t i = 0; i < col.num_examples_; ++i) {
+    col.max_length_ = std::max(col.max_length_, col.length(i));
+  }
+  if (base.is_grid()) {
+    const std::span<const int64_t> all = base.grid_shapes();
+    col.SetGridShapes(std::vector<int64_t>(all.begin() + 2 * begin, all.begin() + 2 * end));
+  }
+  return col;
+}
+
+RaggedColumn RaggedColumn::Concat(std::span<const RaggedColumn* const> parts) {
+  if (parts.empty())
+    throw InvalidArgumentError("RaggedColumn::Concat: expected a part, found none");
+  const RaggedColumn& first = *parts[0];
+  auto gathered = std::make_shared<GatherIndex>();
+  auto owners = std::make_shared<Owners>();
+  std::vector<int64_t> shapes;
+  for (size_t p = 0; p < parts.size(); ++p) {
+    const RaggedColumn& part = *parts[p];
+    if (part.name_ != first.name_ || part.dtype_ != first.dtype_ ||
+        part.inner_shape_ != first.inner_shape_ || part.fixed_ != first.fixed_ ||
+        part.is_grid() != first.is_grid()) {
+      throw InvalidArgumentError(
+          StrCat("column '", first.name_, "': part ", p,
+                 " differs from part 0 in name, dtype, inner shape or kind"));
+    }
+    const Reader read = part.reader();
+    for (int64_t e = 0; e < part.num_examples_; ++e) {
+      gathered->starts.push_back(read.data(e));
+      if (!part.fixed_) gathered->lengths.push_back(read.length(e));
+    }
+    const std::span<const int64_t> grid = part.grid_shapes();
+    shapes.insert(shapes.end(), grid.begin(), grid.end());
+    owners->owners.push_back(part.owner_);
+  }
+  RaggedColumn col = first;
+  col.SetGathered(std::move(gathered));
+  if (first.is_grid()) col.SetGridShapes(std::move(shapes));
+  col.owner_ = std::move(owners);
   return col;
 }
 

@@ -116,6 +116,21 @@ class RaggedColumn {
                                bool fixed, std::span<const Chunk> chunks,
                                std::optional<std::span<const int64_t>> order, Keepalive owner);
 
+  // Views of columns, read in place (data/view.h builds datasets of them).
+  // Select: examples index[0], index[1], ... of `base` (repeats allowed), as
+  // a gathered column (16 bytes an example) keeping `base`'s memory alive.
+  // Throws OutOfRangeError naming the column and the position of an index
+  // outside [0, base.num_examples()).
+  static RaggedColumn Select(const RaggedColumn& base, std::span<const int64_t> index);
+  // Examples [begin, end) of `base`: O(1) for a column of one buffer or a
+  // gathered one (a grid's shapes are copied). Throws OutOfRangeError for a
+  // range outside [0, base.num_examples()].
+  static RaggedColumn Slice(const RaggedColumn& base, int64_t begin, int64_t end);
+  // `parts`' examples one after the other, as a gathered column. The parts
+  // must agree in name, dtype, inner shape and kind (InvalidArgumentError
+  // naming the first part that does not); axes are the first part's.
+  static RaggedColumn Concat(std::span<const RaggedColumn* const> parts);
+
   // Copies per-example arrays into one owned buffer (one copy). Every piece
   // must have `dtype` and rank/inner shape matching `inner_shape`; the error
   // names the first example that does not.
@@ -208,6 +223,12 @@ class RaggedColumn {
 
  private:
   RaggedColumn() = default;
+  struct GatherIndex {
+    std::vector<const uint8_t*> starts;
+    std::vector<int64_t> lengths;
+  };
+  void SetGathered(std::shared_ptr<GatherIndex> index);
+  void SetGridShapes(std::vector<int64_t> shapes);
   void InitShape(std::vector<int64_t> inner_shape);
   // Checks offsets[0..num_examples] against `num_value_rows` and sets the
   // column's examples; `values_bytes` (-1: unknown) names the buffer's size.

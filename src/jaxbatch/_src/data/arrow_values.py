@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from jaxbatch._src.base.optional import require
-from jaxbatch._src.data.dtypes import as_bytes
+from jaxbatch._src.data.dtypes import as_bytes, text_message
 
 
 def primitive_values(name: str, array: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -24,6 +24,8 @@ def primitive_values(name: str, array: Any) -> tuple[np.ndarray, np.ndarray]:
     if pa.types.is_boolean(array.type):  # Arrow packs bools in bits: one copy.
         values = array.to_numpy(zero_copy_only=False).astype(np.bool_)
         return values, as_bytes(values)
+    if _is_text(pa, array.type):
+        raise ValueError(text_message(f"column {name!r}", f"Arrow type {array.type}"))
     try:
         values = array.to_numpy(zero_copy_only=True)
     except (pa.ArrowInvalid, NotImplementedError) as e:
@@ -32,6 +34,14 @@ def primitive_values(name: str, array: Any) -> tuple[np.ndarray, np.ndarray]:
             f"numeric or bool type, maybe inside list / large_list / fixed_size_list"
         ) from e
     return values, _buffer_extent(array, values.dtype.itemsize)
+
+
+def _is_text(pa: Any, arrow_type: Any) -> bool:
+    return any(
+        check(arrow_type)
+        for check in (pa.types.is_string, pa.types.is_large_string, pa.types.is_binary,
+                      pa.types.is_large_binary)
+    )  # fmt: skip
 
 
 def _buffer_extent(array: Any, itemsize: int) -> np.ndarray:

@@ -11,7 +11,13 @@ import numpy as np
 from jaxbatch import _core
 from jaxbatch._src.base.words import counted
 from jaxbatch._src.data.arrow import column_from_arrow, refuse_repeated_names
-from jaxbatch._src.data.dtypes import as_bytes, dtype_name, numpy_dtype
+from jaxbatch._src.data.dtypes import (
+    as_bytes,
+    dtype_name,
+    is_text_dtype,
+    numpy_dtype,
+    text_message,
+)
 from jaxbatch._src.data.graphs import GraphLayout, graph_columns
 from jaxbatch._src.data.grids import (
     Axes,
@@ -71,6 +77,8 @@ class Dataset(Columns):
         # How to open this dataset again from where it was read (see
         # set_reopen): a pickle of it is then that recipe, not its values.
         self._reopen: tuple[Any, tuple, dict[str, Any], tuple] | None = None
+        # A view's recipe (views.py): how to make it again from its parents.
+        self._view: tuple | None = None
 
     def __reduce__(self):
         """Pickles (for worker processes, e.g. Grain's ``mp_prefetch``): a
@@ -79,6 +87,8 @@ class Dataset(Columns):
         (a replaced or changed file is an OSError when unpickled); any
         other as its values, one copy per column (the engine's, in C++)."""
         layout = getattr(self, "_graph_layout", None)
+        if self._view is not None:  # Its parents pickle as they do, and the view again.
+            return (_rebuilt_view, (self._view,))
         if self._reopen is not None:
             return (_reopened, (*self._reopen, layout))
         columns = [_column_state(self._core.column(n)) for n in self.column_names]
@@ -281,6 +291,86 @@ class Dataset(Columns):
         groups = [list(g) for g in (aligned or [])]
         return cls(_core.Dataset(built, groups, first_example))
 
+    @classmethod
+    def from_examples(
+        cls,
+        examples: Iterable[Mapping[str, Any]],
+        *,
+        fixed: Sequence[str] = (),
+        aligned: Sequence[Sequence[str]] | None = None,
+        dtypes: Mapping[str, Any] | None = None,
+        axes: Axes | None = None,
+    ) -> Dataset:
+        """Builds a dataset from examples given one by one: a list of dicts
+        or a generator of them, read once (one copy of the values). Each
+        key is a column: scalars make a fixed column, arrays a ragged one
+        (their first axis varies), unless ``fixed`` names the key (then its
+        arrays are stacked). Every example needs the first one's keys.
+
+        Example::
+
+            ds = jb.Dataset.from_examples(
+                {"tokens": tokenizer.encode(t).ids, "label": y} for t, y in rows
+            )
+        """
+        from jaxbatch._src.data.records import records_columns
+
+        columns = records_columns(list(examples), 0, "Dataset.from_examples", list(fixed))
+        return cls.from_arrays(columns, aligned=aligned, dtypes=dtypes, axes=axes)
+
+    @classmethod
+    def concat(cls, datasets: Sequence[Dataset]) -> Dataset:
+        """`datasets` end to end, as a view (no value is copied): they need
+        the same columns (names in one order, dtypes, inner shapes, kinds,
+        axes) and aligned groups; a ValueError names the first that differs.
+
+        Example::
+
+            both = jb.Dataset.concat([train_a, train_b])
+        """
+        from jaxbatch._src.data.views import concat
+
+        return concat(datasets)
+
+    def select(self, indices: Any) -> Dataset:
+        """The examples `indices` (ints, any order, repeats allowed;
+        negative ones count from the end) as a view: the engine holds the
+        index, no value is copied. An empty selection is an empty dataset."""
+        from jaxbatch._src.data.views import select
+
+        return select(self, indices)
+
+    def filter(self, predicate: Any) -> Dataset:
+        """The examples where `predicate` holds, in order, as a view. The
+        predicate is a bool array (one entry per example) or a function
+        called once with every column at once (a fixed column's
+        ``[n, ...]`` array, a ragged column's ``(values, offsets)`` and its
+        ``<name>_lengths``) that returns one: vectorised, never per example.
+
+        Example::
+
+            short = ds.filter(lambda c: c["tokens_lengths"] <= 512)
+        """
+        from jaxbatch._src.data.views import filter_examples
+
+        return filter_examples(self, predicate)
+
+    def shard(self, index: int, count: int) -> Dataset:
+        """Part `index` of `count` contiguous parts, as a view: examples
+        ``[index * n // count, (index + 1) * n // count)``, so the parts
+        cover the data once and differ in size by at most one."""
+        from jaxbatch._src.data.views import shard
+
+        return shard(self, index, count)
+
+    def __getitem__(self, key: Any) -> Any:
+        """``ds[i]`` is example i as a dict of arrays (as :meth:`example`);
+        ``ds[a:b]`` (any slice), ``ds[[i, j, ...]]`` and ``ds[mask]`` are
+        views (:meth:`select`, :meth:`filter`)."""
+        from jaxbatch._src.data.views import getitem
+
+        return getitem(self, key)
+
     @property
     def num_examples(self) -> int:
         return self._core.num_examples
@@ -382,6 +472,13 @@ def _reopened(opener: Any, args: tuple, kwargs: dict, stamps: tuple, layout: Any
     if layout is not None:
         dataset._graph_layout = layout
     return dataset
+
+
+def _rebuilt_view(recipe: tuple) -> Dataset:
+    """A pickled view made again (Dataset.__reduce__)."""
+    from jaxbatch._src.data.views import rebuild
+
+    return rebuild(recipe)
 
 
 def _column_state(col: _core.RaggedColumn) -> tuple:
@@ -530,12 +627,20 @@ def _as_array(name: str, data: Any, dtype: Any, example: int | None = None) -> n
         array = np.asarray(data) if dtype is None else np.asarray(data, dtype=dtype)
     except (TypeError, ValueError, OverflowError) as e:
         raise ValueError(f"{where}: cannot convert to a numeric array: {e}") from e
+    if is_text_dtype(array.dtype) or (array.dtype == object and _holds_text(array)):
+        raise ValueError(text_message(where, f"{type(data).__name__} of {array.dtype}"))
     if array.dtype == object or array.dtype.kind in "USMmO":
         raise ValueError(
             f"{where}: unsupported dtype '{array.dtype}'; expected a numeric or bool array "
             f"(found {type(data).__name__} of {array.dtype})"
         )
     return array
+
+
+def _holds_text(array: np.ndarray) -> bool:
+    """Whether an object array's first element is a string (text a user
+    meant as a column, not numbers numpy could not stack)."""
+    return array.size > 0 and isinstance(array.reshape(-1)[0], str | bytes)
 
 
 def _ragged_from_pieces(name: str, items: list, dtype: Any) -> _core.RaggedColumn:

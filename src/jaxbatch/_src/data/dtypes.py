@@ -39,6 +39,20 @@ def dtype_name(dtype: np.dtype, what: str) -> str:
     return name
 
 
+def text_message(where: str, found: str) -> str:
+    """What a text column is told: jaxbatch batches numbers, so text is
+    tokenized into ids first. The one place the hint is written."""
+    return (
+        f"{where}: holds text ({found}), but jaxbatch batches numbers; tokenize the text into "
+        f"token ids first (a Hugging Face tokenizer's encode_batch, say) and pass the ids"
+    )
+
+
+def is_text_dtype(dtype: np.dtype) -> bool:
+    """Whether numpy `dtype` holds strings or bytes."""
+    return np.dtype(dtype).kind in "US"
+
+
 def as_bytes(array: np.ndarray) -> np.ndarray:
     """A flat uint8 view of a C-contiguous array (no copy)."""
     return np.ascontiguousarray(array).reshape(-1).view(np.uint8)

@@ -23,6 +23,7 @@ from jaxbatch import _core
 from jaxbatch._src.data.dataset import Columns, Dataset, graph_layout, mapped_files
 from jaxbatch._src.data.dtypes import dtype_name
 from jaxbatch._src.data.grids import Axes
+from jaxbatch._src.data.records import is_records
 from jaxbatch._src.data.sources import (
     StreamedParquet,
     open_path,
@@ -124,10 +125,15 @@ def open_source(
     elif isinstance(source, Dataset):
         dataset = source
         _refuse_file_options(options, who, grouped=True)
+    elif is_records(source):  # A list of dicts or a generator: read once, in memory.
+        _refuse_file_options(options, who, grouped=False)
+        if options.columns is not None:
+            raise ValueError(f"{who}: columns= selects columns of a file; got examples")
+        dataset = Dataset.from_examples(source, aligned=options.aligned, axes=options.axes)
     else:
         raise TypeError(
-            f"{who}: expected a jb.Dataset, a Hugging Face dataset or a path, found "
-            f"{type(source).__name__}"
+            f"{who}: expected a jb.Dataset, a Hugging Face dataset, a path, or examples (a list "
+            f"of dicts or a generator of them), found {type(source).__name__}"
         )
     # What the data says of itself (its graph layout) before the options'
     # rules are checked against its columns.

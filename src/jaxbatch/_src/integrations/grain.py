@@ -29,13 +29,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import numpy as np
-
 from jaxbatch import _core
 from jaxbatch._src.base.optional import require
 from jaxbatch._src.base.words import counted
 from jaxbatch._src.collate.collate import Batch, collate
 from jaxbatch._src.data.dataset import Dataset
+from jaxbatch._src.data.records import records_columns
 from jaxbatch._src.load.device import DevicePrefetcher
 from jaxbatch._src.load.loader import Loader, check_not_read_ahead
 from jaxbatch._src.plan.plan import BatchPlan, plan
@@ -52,45 +51,6 @@ _FINGERPRINT_KEY = "fingerprint"
 
 
 # -- the window as a Dataset ---------------------------------------------------
-
-
-def window_columns(examples: Sequence[Any], first: int) -> dict[str, Any]:
-    """The columns ``Dataset.from_arrays`` takes for `examples` (dicts of
-    arrays, as Grain hands them over): per key, the examples' arrays as a
-    list (ragged along their leading axis), or stacked when every value is
-    a scalar (a fixed column, such as a label). `first` is the stream
-    position of examples[0], for errors."""
-    keys = _keys(examples[0], first)
-    columns: dict[str, Any] = {}
-    for key in keys:
-        values = []
-        for i, example in enumerate(examples):  # The window Grain gave, once per key.
-            if not isinstance(example, Mapping) or key not in example:
-                found = list(example) if isinstance(example, Mapping) else type(example).__name__
-                raise ValueError(
-                    f"BatchIterDataset: example {first + i} lacks key {key!r}; every example "
-                    f"must be a dict with the keys of example {first} {keys}, found {found}"
-                )
-            values.append(example[key])
-        scalar = [np.ndim(v) == 0 for v in values]
-        if all(scalar):
-            columns[key] = np.asarray(values)
-        elif any(scalar):
-            bad = first + scalar.index(not scalar[0])
-            raise ValueError(
-                f"BatchIterDataset: key {key!r} is a scalar in some examples and an array in "
-                f"others (example {bad} differs from example {first}); expected one or the other"
-            )
-        else:
-            columns[key] = values
-    for i, example in enumerate(examples):  # Each has every key: an extra one would be lost.
-        if len(example) != len(keys):
-            extra = next(k for k in example if k not in columns)
-            raise ValueError(
-                f"BatchIterDataset: example {first + i} has key {extra!r}, which example "
-                f"{first} lacks; every example must have the keys {keys}"
-            )
-    return columns
 
 
 def window_layout(data: Dataset) -> dict[str, str]:
@@ -111,15 +71,6 @@ def check_same_layout(layout: dict[str, str], last: dict[str, str], first: int) 
                 f"{expected}, as in the window before, found {found}; every window must have "
                 f"the same keys and dtypes (pass dtypes= to fix a key's dtype)"
             )
-
-
-def _keys(example: Any, position: int) -> list[str]:
-    if not isinstance(example, Mapping) or not example:
-        raise TypeError(
-            f"BatchIterDataset: example {position} is {type(example).__name__}; expected a "
-            f"non-empty dict of numpy arrays (one per feature)"
-        )
-    return list(example)
 
 
 # -- the batching transformation ------------------------------------------------
@@ -238,7 +189,7 @@ class PlannedBatchIterator(grain.DatasetIterator):
         if not examples:
             return False
         s = self._spec
-        columns = window_columns(examples, self._position)
+        columns = records_columns(examples, self._position, "BatchIterDataset")
         try:  # The engine's message numbers examples within the window: say where it is.
             self._data = Dataset.from_arrays(columns, aligned=s._aligned, dtypes=s._dtypes)
             self._plan = plan(self._data, s._planner, column=s._column)

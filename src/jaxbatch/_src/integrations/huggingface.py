@@ -21,6 +21,7 @@ import numpy as np
 
 from jaxbatch import _core
 from jaxbatch._src.data.arrow import column_from_arrow, supported_type
+from jaxbatch._src.data.dtypes import text_message
 from jaxbatch._src.data.grids import grid_from_arrays
 
 
@@ -139,6 +140,10 @@ def _chosen(table: Any, shown: list[str], columns, images: set[str], who: str) -
     else:
         chosen = list(columns)
         bad = [n for n in candidates if n not in numeric]
+        text = [n for n in bad if str(table.schema.field(n).type) in ("string", "large_string")]
+        if text:
+            found = f"Arrow type {table.schema.field(text[0]).type}"
+            raise ValueError(text_message(f"{who}: column {text[0]!r}", found))
         if bad:
             raise ValueError(
                 f"{who}: column {bad[0]!r} is {table.schema.field(bad[0]).type}; expected "
