@@ -58,6 +58,43 @@ void BindLoad(nb::module_& m) {
   m.def("parse_error_policy", &ParseErrorPolicy, nb::arg("name"));
   m.def("parse_shuffle_mode", &ParseShuffleMode, nb::arg("name"));
   m.attr("LOADER_STATE_VERSION") = kLoaderStateVersion;
+  m.attr("DEFAULT_MIXTURE_BLOCK") = kDefaultMixtureBlock;
+  m.attr("DEFAULT_MIXTURE_UNIT") = MixtureUnitName(kDefaultMixtureUnit);
+  m.attr("DEFAULT_EXHAUSTION") = ExhaustionName(kDefaultExhaustion);
+
+  nb::class_<Mixture>(m, "Mixture")
+      .def_prop_ro("names", [](const Mixture& mix) { return mix.names; })
+      .def_prop_ro("num_sources", [](const Mixture& mix) { return mix.names.size(); });
+  // stages: (start, shares) each, shares in `names`' order. Validated, and
+  // the sources' columns checked to agree, here: where Dataset.mix is called.
+  m.def(
+      "make_mixture",
+      [](std::vector<std::string> names, std::vector<std::shared_ptr<const Dataset>> sources,
+         std::vector<std::pair<int64_t, std::vector<double>>> stages, std::string_view unit,
+         std::string_view exhaustion, int64_t block_size) {
+        auto mixture = std::make_shared<Mixture>();
+        mixture->names = std::move(names);
+        mixture->sources = std::move(sources);
+        for (auto& [start, shares] : stages) {
+          mixture->options.stages.push_back({start, std::move(shares)});
+        }
+        mixture->options.unit = ParseMixtureUnit(unit);
+        mixture->options.exhaustion = ParseExhaustion(exhaustion);
+        mixture->options.block_size = block_size;
+        std::shared_ptr<const Mixture> out = std::move(mixture);
+        nb::gil_scoped_release release;
+        ConcatSources(out);
+        return out;
+      },
+      nb::arg("names"), nb::arg("sources"), nb::arg("stages"), nb::arg("unit"),
+      nb::arg("exhaustion"), nb::arg("block_size"));
+  // The integer weights the schedule draws by (for showing shares).
+  m.def(
+      "mixture_weights",
+      [](const std::vector<double>& shares, const std::vector<std::string>& names) {
+        return WeightsFromShares(shares, names);
+      },
+      nb::arg("shares"), nb::arg("names"));
 
   nb::class_<StreamKey>(m, "StreamKey")
       .def(nb::init<>())
@@ -86,7 +123,17 @@ void BindLoad(nb::module_& m) {
       .def_rw("real_elements", &LoaderState::real_elements)
       .def_rw("padded_elements", &LoaderState::padded_elements)
       .def_rw("real_edges", &LoaderState::real_edges)
-      .def_rw("padded_edges", &LoaderState::padded_edges);
+      .def_rw("padded_edges", &LoaderState::padded_edges)
+      // A mixture's per source: (name, examples, elements, weight), or None.
+      .def_prop_ro("mixture_sources", [](const LoaderState& s) {
+        std::optional<std::vector<std::tuple<std::string, int64_t, int64_t, int64_t>>> out;
+        if (!s.mixture) return out;
+        out.emplace();
+        for (const MixtureSourceState& source : s.mixture->sources) {
+          out->emplace_back(source.name, source.examples, source.elements, source.weight);
+        }
+        return out;
+      });
   // The state's text form (load/state_json.h): what get_state() returns, parsed.
   m.def("loader_state_to_json", &LoaderStateToJson, nb::arg("state"));
   m.def("loader_state_from_json", &LoaderStateFromJson, nb::arg("text"));
@@ -163,7 +210,8 @@ void BindLoad(nb::module_& m) {
       .def_rw("mapped_files", &LoaderOptions::mapped_files);
   m.def("validate_loader_options", &ValidateLoaderOptions, nb::arg("options"), nb::arg("who"));
 
-  using Source = std::variant<std::shared_ptr<const Dataset>, std::shared_ptr<const ChunkedSource>>;
+  using Source = std::variant<std::shared_ptr<const Dataset>, std::shared_ptr<const ChunkedSource>,
+                              std::shared_ptr<const Mixture>>;
   nb::class_<Loader>(m, "Loader")
       .def(
           "__init__",
@@ -206,6 +254,7 @@ void BindLoad(nb::module_& m) {
       .def_ro_static("NO_CHUNK_REQUEST", &ChunkCache::kNoRequest)
       .def_ro_static("CHUNKS_CLOSED", &ChunkCache::kClosed)
       .def("state", &Loader::state)
+      .def("mixture_changes", &Loader::mixture_changes)
       .def("steps", &Loader::Steps, nb::arg("epoch"), nb::call_guard<nb::gil_scoped_release>())
       .def("total_steps", &Loader::TotalSteps, nb::call_guard<nb::gil_scoped_release>())
       .def(

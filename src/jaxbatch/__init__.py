@@ -22,6 +22,7 @@ _interrupt.import_jax()
 from jaxbatch import masked  # a namespace module: jb.masked.sum(...)
 from jaxbatch._src.collate.collate import Batch, collate, join_pieces, unbatch
 from jaxbatch._src.data.dataset import Dataset
+from jaxbatch._src.data.mixture import Mixture, SourceShare
 from jaxbatch._src.execute.autotune import AutotuneResult, autotune
 from jaxbatch._src.execute.axes import AxisError, check_axes
 from jaxbatch._src.execute.map import MapResult, MapStats, map
@@ -83,10 +84,12 @@ __all__ = [
     "MapResult",
     "MapStats",
     "MemoryEstimate",
+    "Mixture",
     "Pack",
     "PadToMax",
     "PatchPack",
     "PlanStats",
+    "SourceShare",
     "Planner",
     "autotune",
     "check_axes",

@@ -38,6 +38,10 @@ inline constexpr std::string_view kEdgeMaskName = "edge_mask";
 inline constexpr std::string_view kGraphMaskName = "graph_mask";
 inline constexpr std::string_view kNodeGraphName = "node_graph";
 inline constexpr std::string_view kGraphIndexName = "graph_index";
+// A mixture's batches (load/mixture.h): beside example_index (graph_index),
+// int32 of its shape, the source of each row or segment, -1 for padding;
+// example_index then numbers examples within their source.
+inline constexpr std::string_view kSourceIndexName = "source_index";
 
 }  // namespace jaxbatch
 

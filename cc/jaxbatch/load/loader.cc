@@ -75,15 +75,21 @@ FileStamp StampMappedFile(const std::string& path, const std::string& when) {
 
 Loader::Loader(std::shared_ptr<const Dataset> dataset, LoaderOptions options,
                std::optional<LoaderState> start)
-    : Loader(std::move(dataset), nullptr, std::move(options), start) {}
+    : Loader(std::move(dataset), nullptr, nullptr, std::move(options), start) {}
 
 Loader::Loader(std::shared_ptr<const ChunkedSource> source, LoaderOptions options,
                std::optional<LoaderState> start)
-    : Loader(source ? source->prototype : nullptr, source, std::move(options), start) {}
+    : Loader(source ? source->prototype : nullptr, source, nullptr, std::move(options), start) {}
+
+Loader::Loader(std::shared_ptr<const Mixture> mixture, LoaderOptions options,
+               std::optional<LoaderState> start)
+    : Loader(ConcatSources(mixture), nullptr, mixture, std::move(options), start) {}
 
 Loader::Loader(std::shared_ptr<const Dataset> dataset, std::shared_ptr<const ChunkedSource> source,
-               LoaderOptions options, std::optional<LoaderState> start)
+               std::shared_ptr<const Mixture> mixture, LoaderOptions options,
+               std::optional<LoaderState> start)
     : dataset_(std::move(dataset)), chunked_(std::move(source)), options_(std::move(options)) {
+  epochs_ = options_.epochs;
   if (!dataset_) {
     throw InvalidArgumentError("Loader: expected a dataset or a chunked source, found none");
   }
@@ -169,6 +175,7 @@ Loader::Loader(std::shared_ptr<const Dataset> dataset, std::shared_ptr<const Chu
     real_lengths_ = PackFeatureTotals(lengths_, edge_lengths_, *pack);
   }
   if (patch_pack_) real_lengths_ = KeptPatchCounts(lengths_, widths_, *patch_pack_);
+  if (mixture) InitMixture(std::move(mixture));
 
   state_.seed = options_.schedule.seed;
   state_.key = key_;
@@ -180,6 +187,7 @@ Loader::Loader(std::shared_ptr<const Dataset> dataset, std::shared_ptr<const Chu
     CheckStartState(*start);
     state_ = *start;
     state_.key = key_;
+    state_.mixture.reset();  // state() makes it anew
     entered_epoch_ = state_.step > 0 ? state_.epoch : state_.epoch - 1;
   }
   claim_epoch_ = state_.epoch;
@@ -269,7 +277,7 @@ void Loader::CheckStreamKey(const StreamKey& key) const {
         "batches' order too; this one keeps the blocks' order, so the stream would differ: "
         "restart the epoch (set the state's step to 0) or use that version");
   }
-  if (key.num_examples != key_.num_examples) {
+  if (key.num_examples != key_.num_examples && !mixture_) {
     throw InvalidArgumentError(StrCat("Loader: the state was saved for ", key.num_examples,
                                       " examples but this source has ", key_.num_examples));
   }
@@ -318,6 +326,14 @@ void Loader::PlanAsBefore3(int64_t version) {
 }
 
 void Loader::CheckStartState(const LoaderState& start) {
+  if (mixture_ && !start.mixture) {
+    throw InvalidArgumentError(
+        "Loader: the state was saved by a loader over one dataset; this one reads a mixture");
+  }
+  if (!mixture_ && start.mixture) {
+    throw InvalidArgumentError(
+        "Loader: the state was saved by a loader over a mixture; this one reads one dataset");
+  }
   if (start.key) CheckStreamKey(*start.key);
   if (start.key && start.key->version < 3) PlanAsBefore3(start.key->version);
   const std::pair<const char*, int64_t> counters[] = {{"epoch", start.epoch},
@@ -342,17 +358,17 @@ void Loader::CheckStartState(const LoaderState& start) {
   // Counts reach (epoch + 1) x num_examples: beyond int64 they would overflow.
   const int64_t max_epoch =
       std::numeric_limits<int64_t>::max() / std::max<int64_t>(num_examples_, 1) - 1;
-  const int64_t last_epoch = options_.epochs > 0 ? options_.epochs : max_epoch;
+  const int64_t last_epoch = epochs_ > 0 ? epochs_ : max_epoch;
   if (start.epoch > last_epoch || (start.epoch == last_epoch && start.step > 0)) {
     throw InvalidArgumentError(
         StrCat("Loader: the state's position (epoch ", start.epoch, ", step ", start.step,
                ") is past the end of the stream; expected epoch < ", last_epoch,
-               options_.epochs > 0 ? StrCat(" (epochs=", options_.epochs, ")") : std::string(),
-               " or epoch ", last_epoch, " with step 0"));
+               epochs_ > 0 ? StrCat(" (epochs=", epochs_, ")") : std::string(), " or epoch ",
+               last_epoch, " with step 0"));
   }
+  if (mixture_) yielded_ = mixture_->Restore(*start.mixture, start.epoch, start.step);
   if (start.step == 0) return;
-  auto schedule = std::make_shared<const EpochSchedule>(MakeEpochSchedule(
-      lengths_, excluded_, options_.schedule, start.epoch, edge_lengths_, widths_));
+  auto schedule = std::make_shared<const EpochSchedule>(MakeSchedule(start.epoch));
   const auto steps = static_cast<int64_t>(schedule->steps.size());
   if (start.step >= steps) {
     throw InvalidArgumentError(StrCat("Loader: the state's step ", start.step,
@@ -366,14 +382,19 @@ void Loader::CheckStartState(const LoaderState& start) {
 void Loader::CheckMemoryLimit() {
   // Workers fill prefetch batches ahead while the consumer holds one (and a
   // Python loop the one before): a limit below that would wait forever.
-  auto schedule = std::make_shared<const EpochSchedule>(MakeEpochSchedule(
-      lengths_, excluded_, options_.schedule, claim_epoch_, edge_lengths_, widths_));
+  auto schedule = std::make_shared<const EpochSchedule>(MakeSchedule(claim_epoch_));
   int64_t largest = 0;
   for (const BatchShape& shape : schedule->plan.shapes) {
-    largest = std::max(largest, patch_pack_ ? PatchBatchBytes(*dataset_, layout_.length_column,
-                                                              shape, *patch_pack_, layout_.split)
-                                            : CollatedBytes(*dataset_, shape, layout_,
-                                                            options_.collate.padded_segments));
+    int64_t bytes =
+        patch_pack_
+            ? PatchBatchBytes(*dataset_, layout_.length_column, shape, *patch_pack_, layout_.split)
+            : CollatedBytes(*dataset_, shape, layout_, options_.collate.padded_segments);
+    // A mixture's source_index: an int32 beside each example_index.
+    if (mixture_) {
+      bytes = SaturatingAdd(
+          bytes, SaturatingMul(SaturatingMul(shape.rows, std::max<int64_t>(shape.segments, 1)), 4));
+    }
+    largest = std::max(largest, bytes);
   }
   largest_batch_bytes_ = largest;
   const int64_t needed = SaturatingMul(SaturatingAdd(options_.prefetch, 2), largest);
@@ -495,8 +516,7 @@ std::shared_ptr<const EpochSchedule> Loader::ScheduleFor(int64_t epoch,
   std::shared_ptr<const EpochSchedule> schedule;
   std::exception_ptr error;
   try {
-    schedule = std::make_shared<const EpochSchedule>(
-        MakeEpochSchedule(lengths_, excluded_, options_.schedule, epoch, edge_lengths_, widths_));
+    schedule = std::make_shared<const EpochSchedule>(MakeSchedule(epoch));
   } catch (...) {
     error = std::current_exception();
   }
@@ -516,7 +536,7 @@ void Loader::WorkerLoop() {
       return stop_ || (end_seq_ < 0 && claim_seq_ < consume_seq_ + options_.prefetch);
     });
     if (stop_ || end_seq_ >= 0) return;
-    if (options_.epochs > 0 && claim_epoch_ >= options_.epochs) {
+    if (epochs_ > 0 && claim_epoch_ >= epochs_) {
       end_seq_ = claim_seq_;
       result_cv_.notify_all();
       work_cv_.notify_all();
@@ -541,6 +561,11 @@ void Loader::WorkerLoop() {
     if (!schedule) return;                                 // Stopped while waiting.
     if (end_seq_ >= 0 || claim_epoch_ != epoch) continue;  // Another worker moved on.
     const auto steps = static_cast<int64_t>(schedule->steps.size());
+    if (steps == 0 && !EndsStream(*schedule)) {  // A mixture's block of bad records only.
+      ++claim_epoch_;
+      claim_step_ = 0;
+      continue;
+    }
     if (steps == 0) {  // Nothing left to yield in any epoch: the stream ends.
       end_seq_ = claim_seq_;
       empty_epoch_ = epoch;
@@ -578,6 +603,10 @@ void Loader::WorkerLoop() {
           result.real_edges += edge_lengths_[static_cast<size_t>(e)];
         }
       }
+      if (mixture_) {
+        result.sources = mixture_->Tally(view, real_lengths_.empty() ? lengths_ : real_lengths_,
+                                         widths_, layout_.graph);
+      }
       if (patch_pack_) {
         result.arrays = CollatePatchStep(view, epoch, seq);
       } else if (cache_) {
@@ -589,6 +618,7 @@ void Loader::WorkerLoop() {
         PrefetchExamples(*dataset_, view.all_examples());  // overlaps the gather's misses
         result.arrays = CollateView(*dataset_, view, layout, options_.collate);
       }
+      if (mixture_) mixture_->TagBatch(result.arrays, options_.collate.allocator);
     } catch (...) {
       result.error = std::current_exception();
     }
@@ -607,8 +637,8 @@ void Loader::WorkerLoop() {
     // Halfway through an epoch, plan the next one ahead, so the consumer does
     // not wait for it at the boundary while other workers keep collating.
     const int64_t next_epoch = epoch + 1;
-    if (2 * step >= steps && (options_.epochs == 0 || next_epoch < options_.epochs) && !stop_ &&
-        end_seq_ < 0 && !schedules_.contains(next_epoch) && !building_.contains(next_epoch)) {
+    if (2 * step >= steps && (epochs_ == 0 || next_epoch < epochs_) && !stop_ && end_seq_ < 0 &&
+        !schedules_.contains(next_epoch) && !building_.contains(next_epoch)) {
       try {
         ScheduleFor(next_epoch, lock);
       } catch (...) {
@@ -627,6 +657,8 @@ void Loader::EnterEpoch(int64_t epoch, const EpochSchedule& schedule) {
   state_.padding_batches = SaturatingAdd(state_.padding_batches, schedule.padding_batches);
   state_.truncated = SaturatingAdd(state_.truncated, schedule.plan.stats.truncated);
   if (bad_records_.empty()) return;
+  // Every epoch reaches every bad record once; a mixture's block the ones it drew.
+  const int64_t reached = mixture_ ? schedule.excluded : static_cast<int64_t>(bad_records_.size());
   const BadRecord& first = bad_records_.front();
   switch (options_.on_error) {
     case ErrorPolicy::kRaise:
@@ -635,19 +667,22 @@ void Loader::EnterEpoch(int64_t epoch, const EpochSchedule& schedule) {
                                         " bad records in all; pass on_error=\"skip\" or "
                                         "\"quarantine\" to drop them)"));
     case ErrorPolicy::kSkip:
-      state_.skipped += static_cast<int64_t>(bad_records_.size());
+      state_.skipped = SaturatingAdd(state_.skipped, reached);
       break;
     case ErrorPolicy::kQuarantine:
-      state_.quarantined += static_cast<int64_t>(bad_records_.size());
+      state_.quarantined = SaturatingAdd(state_.quarantined, reached);
       // Each record once per run, and once per job: every shard finds the
       // same bad records, so shard 0 alone writes them (processes of a
       // multi-host job often share the file).
       if (epoch == 0 && options_.schedule.shard_index == 0) WriteQuarantine(bad_records_);
       break;
   }
-  // Bad records reached, not what a planner skipped: each epoch finds them all.
-  const int64_t errors = SaturatingMul(epoch + 1, static_cast<int64_t>(bad_records_.size()));
-  const int64_t seen = (epoch + 1) * num_examples_;
+  // Bad records reached, not what a planner skipped: each epoch finds them
+  // all; a mixture's blocks those drawn (counted as skipped or quarantined).
+  const int64_t errors =
+      mixture_ ? (options_.on_error == ErrorPolicy::kSkip ? state_.skipped : state_.quarantined)
+               : SaturatingMul(epoch + 1, static_cast<int64_t>(bad_records_.size()));
+  const int64_t seen = SaturatingMul(epoch + 1, mixture_ ? mixture_->block_size() : num_examples_);
   const bool over_count = options_.max_errors >= 0 && errors > options_.max_errors;
   const bool over_fraction =
       options_.max_error_fraction >= 0 &&
@@ -757,6 +792,10 @@ bool Loader::TryNext(std::chrono::milliseconds timeout, std::optional<LoadedBatc
   }
   const std::shared_ptr<const EpochSchedule> schedule = schedules_.at(result.epoch);
   try {
+    // A mixture's blocks of bad records only, passed over, count theirs too.
+    for (int64_t e = entered_epoch_ + 1; mixture_ && e < result.epoch; ++e) {
+      if (const auto it = schedules_.find(e); it != schedules_.end()) EnterEpoch(e, *it->second);
+    }
     EnterEpoch(result.epoch, *schedule);
   } catch (...) {
     end_seq_ = consume_seq_;  // A bad record under "raise" or too many errors end the stream.
@@ -764,6 +803,13 @@ bool Loader::TryNext(std::chrono::milliseconds timeout, std::optional<LoadedBatc
   }
   // Drop schedules of epochs the consumer has left.
   schedules_.erase(schedules_.begin(), schedules_.lower_bound(result.epoch));
+  if (mixture_) {
+    mixture_->Forget(result.epoch);
+    for (size_t s = 0; s < result.sources.size(); ++s) {
+      yielded_[s].examples = SaturatingAdd(yielded_[s].examples, result.sources[s].examples);
+      yielded_[s].elements = SaturatingAdd(yielded_[s].elements, result.sources[s].elements);
+    }
+  }
   state_.batches += 1;
   state_.examples += result.examples;
   state_.real_elements = SaturatingAdd(state_.real_elements, result.real_elements);
@@ -785,10 +831,9 @@ bool Loader::TryNext(std::chrono::milliseconds timeout, std::optional<LoadedBatc
 }
 
 std::shared_ptr<const EpochSchedule> Loader::PlannedEpoch(int64_t epoch) const {
-  if (epoch < 0 || (options_.epochs > 0 && epoch >= options_.epochs)) {
+  if (epoch < 0 || (epochs_ > 0 && epoch >= epochs_)) {
     throw OutOfRangeError(StrCat("Loader: epoch ", epoch, " out of range; the stream has ",
-                                 options_.epochs > 0 ? StrCat(options_.epochs) : "endless",
-                                 " epochs"));
+                                 epochs_ > 0 ? StrCat(epochs_) : "endless", " epochs"));
   }
   {
     std::unique_lock<std::mutex> lock(mu_);
@@ -799,8 +844,7 @@ std::shared_ptr<const EpochSchedule> Loader::PlannedEpoch(int64_t epoch) const {
     }
   }
   // Lengths, exclusions and options never change after construction.
-  return std::make_shared<const EpochSchedule>(
-      MakeEpochSchedule(lengths_, excluded_, options_.schedule, epoch, edge_lengths_, widths_));
+  return std::make_shared<const EpochSchedule>(MakeSchedule(epoch));
 }
 
 void Loader::InitFeatureLengths(const PackOptions& pack) {
@@ -901,6 +945,7 @@ void Loader::InitGraphs() {
 }
 
 bool Loader::EpochsMayDiffer() const {
+  if (mixture_) return true;  // every block draws other examples
   // Graph batches follow the order: a shuffle changes how many there are.
   const bool ordered = std::holds_alternative<PadToMaxOptions>(options_.schedule.planner) ||
                        std::holds_alternative<PackOptions>(options_.schedule.planner) ||
@@ -914,27 +959,35 @@ int64_t Loader::Steps(int64_t epoch) const {
 }
 
 int64_t Loader::TotalSteps() const {
-  if (options_.epochs == 0) {
+  if (mixture_ &&
+      !(mixture_->mixture().options.exhaustion == Exhaustion::kRestart && options_.epochs == 0)) {
+    int64_t total = 0;  // Every block until the one that ends the stream.
+    for (int64_t e = 0;; ++e) {
+      const std::shared_ptr<const EpochSchedule> block = PlannedEpoch(e);
+      if (block->steps.empty() && EndsStream(*block)) return total;
+      total = SaturatingAdd(total, static_cast<int64_t>(block->steps.size()));
+    }
+  }
+  if (epochs_ == 0) {
     throw InvalidArgumentError(
         "Loader: an endless stream (epochs=0, None in Python) has no total number of steps; "
         "count the steps of one epoch with Steps(epoch)");
   }
-  if (!EpochsMayDiffer()) return SaturatingMul(Steps(0), options_.epochs);
+  if (!EpochsMayDiffer()) return SaturatingMul(Steps(0), epochs_);
   int64_t total = 0;
-  for (int64_t e = 0; e < options_.epochs; ++e) total = SaturatingAdd(total, Steps(e));
+  for (int64_t e = 0; e < epochs_; ++e) total = SaturatingAdd(total, Steps(e));
   return total;
 }
 
 std::vector<BatchShape> Loader::PlannedShapes(int64_t from_epoch) const {
   std::vector<BatchShape> shapes;
-  if (options_.epochs > 0 && from_epoch == options_.epochs) return shapes;  // At the end.
+  if (epochs_ > 0 && from_epoch == epochs_) return shapes;  // At the end.
   {
     std::lock_guard<std::mutex> lock(mu_);
     // Ended (at the end of the data or at an error): no batch is to come.
     if (end_seq_ >= 0 && consume_seq_ >= end_seq_) return shapes;
   }
-  const int64_t last =
-      options_.epochs == 0 || !EpochsMayDiffer() ? from_epoch : options_.epochs - 1;
+  const int64_t last = epochs_ == 0 || !EpochsMayDiffer() ? from_epoch : epochs_ - 1;
   for (int64_t e = from_epoch; e <= last; ++e) {
     const std::shared_ptr<const EpochSchedule> schedule = PlannedEpoch(e);
     for (size_t t = 0; t < schedule->steps.size(); ++t) {
@@ -947,7 +1000,9 @@ std::vector<BatchShape> Loader::PlannedShapes(int64_t from_epoch) const {
 
 LoaderState Loader::state() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return state_;
+  LoaderState state = state_;
+  if (mixture_) state.mixture = mixture_->State(state_.epoch, yielded_);
+  return state;
 }
 
 std::vector<BadRecord> Loader::quarantine() const {

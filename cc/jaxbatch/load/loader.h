@@ -44,6 +44,7 @@
 #include "jaxbatch/data/dataset.h"
 #include "jaxbatch/load/chunk_cache.h"
 #include "jaxbatch/load/chunked_source.h"
+#include "jaxbatch/load/mixture.h"
 #include "jaxbatch/load/schedule.h"
 #include "jaxbatch/load/schema.h"
 
@@ -138,6 +139,9 @@ struct LoaderState {
   // Set by Loader::state(). A state made by hand without one is checked for
   // its seed and position only.
   std::optional<StreamKey> key = std::nullopt;
+  // A mixture's (load/mixture.h): where the block `epoch` starts, per
+  // source, and each source's yield. For a mixture, `epoch` counts blocks.
+  std::optional<MixtureState> mixture = std::nullopt;
 };
 
 struct LoadedBatch {
@@ -169,6 +173,14 @@ class Loader {
   //     if (c >= 0) loader.ProvideChunk(c, DecodeRowGroup(c));
   //   }
   Loader(std::shared_ptr<const ChunkedSource> source, LoaderOptions options,
+         std::optional<LoaderState> start = std::nullopt);
+  // Draws `mixture`'s sources into one stream (load/mixture.h), planned
+  // block by block: an epoch of this loader is one block, and
+  // options.epochs counts passes over all the sources' examples (kRestart;
+  // 0: endless) or must be 1 (kStop, kDrop: the mixture ends the stream).
+  // Every batch carries source_index. Throws InvalidArgumentError for
+  // sources whose columns differ, and for a planner a mixture cannot take.
+  Loader(std::shared_ptr<const Mixture> mixture, LoaderOptions options,
          std::optional<LoaderState> start = std::nullopt);
   ~Loader();
   Loader(const Loader&) = delete;
@@ -225,6 +237,9 @@ class Loader {
   int64_t Steps(int64_t epoch) const;
   int64_t TotalSteps() const;
   std::vector<BatchShape> PlannedShapes(int64_t from_epoch = 0) const;
+  // What a start state of another mixture changed (weights, sources), one
+  // line each; empty when nothing did, or for a loader over a dataset.
+  std::vector<std::string> mixture_changes() const;
   // Every quarantined record (each once, in example order).
   std::vector<BadRecord> quarantine() const;
   int64_t num_threads() const { return static_cast<int64_t>(workers_.size()); }
@@ -237,7 +252,8 @@ class Loader {
 
  private:
   Loader(std::shared_ptr<const Dataset> dataset, std::shared_ptr<const ChunkedSource> source,
-         LoaderOptions options, std::optional<LoaderState> start);
+         std::shared_ptr<const Mixture> mixture, LoaderOptions options,
+         std::optional<LoaderState> start);
 
   struct Result {
     std::vector<Array> arrays;
@@ -248,7 +264,16 @@ class Loader {
     BatchShape shape;
     int64_t real_elements = 0;
     int64_t real_edges = 0;
+    std::vector<SourceTally> sources;  // a mixture's batch: each source's yield
   };
+  // `epoch`'s schedule, planned now: the dataset's epoch, or the mixture's block.
+  EpochSchedule MakeSchedule(int64_t epoch) const;
+  // A mixture's, after the lengths: the stream, its block planner, its
+  // bad records named by source.
+  void InitMixture(std::shared_ptr<const Mixture> mixture);
+  // Whether `schedule` (with no steps) ends the stream: a mixture's block
+  // with no steps may only have drawn bad records; the next may have some.
+  bool EndsStream(const EpochSchedule& schedule) const;
   // `epoch`'s schedule: the workers' when they hold it; the consumer's
   // epoch is planned once and kept for the workers (shapes asked before the
   // first batch do not plan it twice); any other is planned now, not kept
@@ -312,6 +337,11 @@ class Loader {
   std::shared_ptr<const Dataset> dataset_;  // a streaming loader's: the source's prototype
   std::shared_ptr<const ChunkedSource> chunked_;
   std::unique_ptr<ChunkCache> cache_;
+  std::unique_ptr<MixtureStream> mixture_;
+  std::vector<SourceTally> yielded_;  // a mixture's, per source, of the batches yielded
+  // Epochs the stream has: options_.epochs, or 0 for a mixture (its blocks
+  // end where the mixture does).
+  int64_t epochs_ = 0;
   LoaderOptions options_;
   int64_t num_examples_ = 0;
   std::vector<int64_t> lengths_;  // node counts for a graph planner

@@ -187,7 +187,9 @@ void MixtureSchedule::SetWeights(MixtureCursor& cursor, std::vector<int64_t> wei
     }
     any = any || (weights[s] > 0 && !cursor.sources[s].exhausted);
   }
-  if (!any && !cursor.ended) {
+  if (!any && !cursor.ended && exhaustion_ == Exhaustion::kDrop) {
+    cursor.ended = true;  // every source these weights draw from has run out
+  } else if (!any && !cursor.ended) {
     throw InvalidArgumentError(
         "Dataset.mix: expected a positive weight for a source that can still be drawn, "
         "found none");

@@ -141,8 +141,8 @@ class MixtureSchedule {
   // from the cursor's, the token clocks restart (new weights apply to the
   // tokens from here on, not to those drawn before). Throws
   // InvalidArgumentError when no source that can still be drawn has a
-  // positive weight, or (kRestart) a source with a positive weight has no
-  // examples, naming it.
+  // positive weight (kDrop: the stream ends instead), or (kRestart) a source with a positive weight
+  // has no examples, naming it.
   void SetWeights(MixtureCursor& cursor, std::vector<int64_t> weights) const;
 
   // Draws the positions [cursor.position, cursor.position + count), or

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <type_traits>
+#include <utility>
 #include <variant>
 
 #include "jaxbatch/base/checked.h"
@@ -121,11 +122,16 @@ EpochSchedule MakeEpochSchedule(std::span<const int64_t> lengths, std::span<cons
   for (size_t i = 0; i < lengths.size(); ++i) {
     if (excluded.empty() || !excluded[i]) candidates.push_back(static_cast<int64_t>(i));
   }
-  EpochSchedule schedule;
   // Plan() reads an empty order as "every example": with none left, plan none.
-  schedule.plan = candidates.empty() ? Plan({}, o.planner)
-                                     : Plan(lengths, o.planner, OrderExamples(candidates, o, epoch),
-                                            edges, widths);
+  return DealToShards(candidates.empty() ? Plan({}, o.planner)
+                                         : Plan(lengths, o.planner,
+                                                OrderExamples(candidates, o, epoch), edges, widths),
+                      o, epoch);
+}
+
+EpochSchedule DealToShards(BatchPlan planned, const ScheduleOptions& o, int64_t epoch) {
+  EpochSchedule schedule;
+  schedule.plan = std::move(planned);
   BatchPlan& plan = schedule.plan;
   // Block shuffle keeps the planner's batch order, which follows the
   // shuffled blocks, so a batch reads from the blocks read just before it;

@@ -59,6 +59,8 @@ struct EpochSchedule {
   // Empty batches (all shards) so every shard has as many steps; saturates
   // at 2^63 - 1 for a shard count near it.
   int64_t padding_batches = 0;
+  // A mixture block's draws of bad records, left out of its plan (mixture.h).
+  int64_t excluded = 0;
 
   static constexpr int64_t EmptyStep(int64_t shape_id) { return -1 - shape_id; }
   // The batch of step `t`: a view into `plan`, with no rows stored for an
@@ -79,6 +81,11 @@ EpochSchedule MakeEpochSchedule(std::span<const int64_t> lengths, std::span<cons
                                 const ScheduleOptions& options, int64_t epoch,
                                 std::span<const int64_t> edges = {},
                                 std::span<const int64_t> widths = {});
+
+// Steps 3 and 4 for a plan made already (MakeEpochSchedule's own, or a
+// mixture block's): deals `plan`'s batches to shards and orders the steps
+// (shuffled under options.shuffle = kGlobal, with `epoch`'s seed).
+EpochSchedule DealToShards(BatchPlan plan, const ScheduleOptions& options, int64_t epoch);
 
 }  // namespace jaxbatch
 

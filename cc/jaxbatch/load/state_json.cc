@@ -150,6 +150,101 @@ class Members {
   const JsonValue& object_;
 };
 
+// -- a mixture's part ------------------------------------------------------------
+
+std::string Hex16(uint64_t value) {
+  char hex[17];
+  std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(value));
+  return hex;
+}
+
+void AppendMixture(std::string& out, const MixtureState& m) {
+  out += "{\"unit\": ";
+  AppendJsonString(out, MixtureUnitName(m.unit));
+  AppendKey(out, "exhaustion");
+  AppendJsonString(out, ExhaustionName(m.exhaustion));
+  AppendKey(out, "block_size");
+  out += std::to_string(m.block_size);
+  AppendKey(out, "position");
+  out += std::to_string(m.position);
+  AppendKey(out, "ended");
+  out += m.ended ? "true" : "false";
+  AppendKey(out, "sources");
+  out += "[";
+  for (size_t s = 0; s < m.sources.size(); ++s) {
+    const MixtureSourceState& source = m.sources[s];
+    out += s ? ", {\"name\": " : "{\"name\": ";
+    AppendJsonString(out, source.name);
+    out += StrCat(", \"fingerprint\": \"", Hex16(source.fingerprint), "\", \"size\": ", source.size,
+                  ", \"draws\": ", source.cursor.draws, ", \"tokens\": ", source.cursor.tokens,
+                  ", \"exhausted\": ", source.cursor.exhausted ? "true" : "false",
+                  ", \"weight\": ", source.weight, ", \"examples\": ", source.examples,
+                  ", \"elements\": ", source.elements, "}");
+  }
+  out += "]}";
+}
+
+bool BoolField(const JsonValue& v, const char* name) {
+  if (v.kind != JsonValue::kBool) {
+    throw InvalidArgumentError(
+        StrCat("Loader: the state's ", name, " must be true or false, found ", DescribeJson(v)));
+  }
+  return v.raw == "true";
+}
+
+// The mixture's members, every one required.
+const JsonValue& Required(const JsonValue& object, std::string_view name, const char* where) {
+  if (object.kind != JsonValue::kObject) {
+    throw InvalidArgumentError(
+        StrCat("Loader: the state's ", where, " must be an object, found ", DescribeJson(object)));
+  }
+  for (size_t i = 0; i < object.keys.size(); ++i) {
+    if (object.keys[i] == name) return object.items[i];
+  }
+  throw InvalidArgumentError(StrCat("Loader: the state's ", where, " lacks '", name, "'"));
+}
+
+MixtureState MixtureField(const JsonValue& v) {
+  MixtureState m;
+  const char* where = "mixture";
+  try {
+    m.unit = ParseMixtureUnit(StringField(Required(v, "unit", where), "mixture unit"));
+    m.exhaustion =
+        ParseExhaustion(StringField(Required(v, "exhaustion", where), "mixture exhaustion"));
+  } catch (const InvalidArgumentError& e) {
+    throw InvalidArgumentError(StrCat("Loader: the state's mixture: ", e.what()));
+  }
+  m.block_size = CounterField(Required(v, "block_size", where), "mixture block_size");
+  m.position = CounterField(Required(v, "position", where), "mixture position");
+  m.ended = BoolField(Required(v, "ended", where), "mixture ended");
+  const JsonValue& sources = Required(v, "sources", where);
+  if (sources.kind != JsonValue::kArray) {
+    throw InvalidArgumentError(StrCat("Loader: the state's mixture sources must be a list, found ",
+                                      DescribeJson(sources)));
+  }
+  for (const JsonValue& item : sources.items) {
+    const char* in = "mixture source";
+    MixtureSourceState source;
+    source.name = StringField(Required(item, "name", in), "mixture source name");
+    const std::optional<uint64_t> fingerprint = FingerprintField(Required(item, "fingerprint", in));
+    if (!fingerprint) {
+      throw InvalidArgumentError(
+          StrCat("Loader: the state's mixture source '", source.name, "' has no fingerprint"));
+    }
+    source.fingerprint = *fingerprint;
+    source.size = CounterField(Required(item, "size", in), "mixture source size");
+    source.cursor.draws = CounterField(Required(item, "draws", in), "mixture source draws");
+    source.cursor.tokens = CounterField(Required(item, "tokens", in), "mixture source tokens");
+    source.cursor.exhausted =
+        BoolField(Required(item, "exhausted", in), "mixture source exhausted");
+    source.weight = CounterField(Required(item, "weight", in), "mixture source weight");
+    source.examples = CounterField(Required(item, "examples", in), "mixture source examples");
+    source.elements = CounterField(Required(item, "elements", in), "mixture source elements");
+    m.sources.push_back(std::move(source));
+  }
+  return m;
+}
+
 void CheckNothingMissing(const Members& members) {
   std::vector<const char*> required(kKeyFirst.begin(), kKeyFirst.end());
   required.push_back("seed");
@@ -189,9 +284,7 @@ std::string LoaderStateToJson(const LoaderState& state) {
   out += std::to_string(key.num_examples);
   AppendKey(out, "fingerprint");
   if (key.fingerprint) {
-    char hex[17];
-    std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(*key.fingerprint));
-    AppendJsonString(out, hex);
+    AppendJsonString(out, Hex16(*key.fingerprint));
   } else {
     out += "null";
   }
@@ -203,6 +296,10 @@ std::string LoaderStateToJson(const LoaderState& state) {
   out += std::to_string(key.block_size);
   AppendKey(out, "shard");
   out += StrCat("[", key.shard_index, ", ", key.shard_count, "]");
+  if (state.mixture) {
+    AppendKey(out, "mixture");
+    AppendMixture(out, *state.mixture);
+  }
   out += "}";
   return out;
 }
@@ -234,6 +331,7 @@ LoaderState LoaderStateFromJson(std::string_view text) {
   key.block_size = CounterField(members.Get("block_size"), "block_size");
   std::tie(key.shard_index, key.shard_count) = ShardField(members.Get("shard"));
   state.key = std::move(key);
+  if (const JsonValue* v = members.Find("mixture")) state.mixture = MixtureField(*v);
   return state;
 }
 

@@ -10,6 +10,11 @@
 //    "fingerprint": "de3c5abd8f45f319", "planner": "AutoBuckets(...)",
 //    "shuffle": "global", "block_size": 1024, "shard": [0, 2]}
 //
+// A mixture's state adds "mixture": {"unit", "exhaustion", "block_size",
+// "position", "ended", "sources": [{"name", "fingerprint", "size", "draws",
+// "tokens", "exhausted", "weight", "examples", "elements"}, ...]}, every
+// member required (load/mixture.h says what each holds).
+//
 // "version" is the StreamKey's (kLoaderStateVersion when saved by this
 // jaxbatch); the Loader decides whether it can continue that version's
 // stream. States written by earlier releases read back: "truncated" and the

@@ -29,6 +29,8 @@ from jaxbatch._src.data.grids import (
     named,
     rebuilt,
 )
+from jaxbatch._src.data.records import records_columns
+from jaxbatch._src.data.views import as_index, check_shard, index_kind, kept_index
 from jaxbatch._src.integrations.huggingface import huggingface_columns
 
 
@@ -313,8 +315,6 @@ class Dataset(Columns):
                 {"tokens": tokenizer.encode(t).ids, "label": y} for t, y in rows
             )
         """
-        from jaxbatch._src.data.records import records_columns
-
         columns = records_columns(list(examples), 0, "Dataset.from_examples", list(fixed))
         return cls.from_arrays(columns, aligned=aligned, dtypes=dtypes, axes=axes)
 
@@ -328,17 +328,44 @@ class Dataset(Columns):
 
             both = jb.Dataset.concat([train_a, train_b])
         """
-        from jaxbatch._src.data.views import concat
+        parts = list(datasets)
+        for k, part in enumerate(parts):
+            if not isinstance(part, Dataset):
+                raise TypeError(
+                    f"Dataset.concat: expected jb.Dataset values, found {type(part).__name__} at "
+                    f"position {k}"
+                )
+        core = _core.concat_datasets([p._core for p in parts])
+        return _view(core, ("concat", tuple(parts)), *parts)
 
-        return concat(datasets)
+    @classmethod
+    def mix(
+        cls,
+        sources: Mapping[str, Any],
+        weights: Any = None,
+        unit: str = "examples",
+        **options: Any,
+    ) -> Any:
+        """Named `sources` drawn by `weights` into one stream, in ``unit``
+        ("tokens" or "examples"), for a :class:`jaxbatch.Loader`: returns a
+        :class:`jaxbatch.Mixture` (its other options: ``exhaustion``,
+        ``block_size``).
+
+        Example::
+
+            mix = jb.Dataset.mix({"web": web, "code": code},
+                                 weights={"web": 0.7, "code": 0.3}, unit="tokens")
+        """
+        if _MIXTURE is None:
+            raise RuntimeError("Dataset.mix: jaxbatch._src.data.mixture was not imported")
+        return _MIXTURE(sources, weights, unit=unit, **options)
 
     def select(self, indices: Any) -> Dataset:
         """The examples `indices` (ints, any order, repeats allowed;
         negative ones count from the end) as a view: the engine holds the
         index, no value is copied. An empty selection is an empty dataset."""
-        from jaxbatch._src.data.views import select
-
-        return select(self, indices)
+        index = as_index(indices, len(self), "Dataset.select")
+        return _view(_core.select_examples(self._core, index), ("select", self, index), self)
 
     def filter(self, predicate: Any) -> Dataset:
         """The examples where `predicate` holds, in order, as a view. The
@@ -351,25 +378,33 @@ class Dataset(Columns):
 
             short = ds.filter(lambda c: c["tokens_lengths"] <= 512)
         """
-        from jaxbatch._src.data.views import filter_examples
-
-        return filter_examples(self, predicate)
+        return self.select(kept_index(self._core, predicate, "Dataset.filter"))
 
     def shard(self, index: int, count: int) -> Dataset:
         """Part `index` of `count` contiguous parts, as a view: examples
         ``[index * n // count, (index + 1) * n // count)``, so the parts
         cover the data once and differ in size by at most one."""
-        from jaxbatch._src.data.views import shard
-
-        return shard(self, index, count)
+        index, count = check_shard(index, count)
+        core = _core.shard_examples(self._core, index, count)
+        return _view(core, ("shard", self, index, count), self)
 
     def __getitem__(self, key: Any) -> Any:
         """``ds[i]`` is example i as a dict of arrays (as :meth:`example`);
         ``ds[a:b]`` (any slice), ``ds[[i, j, ...]]`` and ``ds[mask]`` are
         views (:meth:`select`, :meth:`filter`)."""
-        from jaxbatch._src.data.views import getitem
-
-        return getitem(self, key)
+        kind = index_kind(key)
+        if kind == "example":
+            return self.example(int(key))
+        if kind == "filter":
+            return self.select(kept_index(self._core, np.asarray(key), "Dataset[...]"))
+        if kind == "select":
+            return self.select(key)
+        begin, end, step = key.indices(len(self))
+        if step != 1:
+            return self.select(np.arange(begin, end, step, dtype=np.int64))
+        end = max(begin, end)
+        core = _core.slice_examples(self._core, begin, end)
+        return _view(core, ("slice", self, begin, end), self)
 
     @property
     def num_examples(self) -> int:
@@ -474,11 +509,40 @@ def _reopened(opener: Any, args: tuple, kwargs: dict, stamps: tuple, layout: Any
     return dataset
 
 
-def _rebuilt_view(recipe: tuple) -> Dataset:
-    """A pickled view made again (Dataset.__reduce__)."""
-    from jaxbatch._src.data.views import rebuild
+def _view(core: _core.Dataset, recipe: tuple, *parents: Dataset) -> Dataset:
+    """A Dataset over the view `core`, knowing its `recipe` (how to make it
+    again from its parents, for pickling) and what its parents read."""
+    view = Dataset(core)
+    view._view = recipe
+    set_mapped_files(view, dict.fromkeys(f for p in parents for f in mapped_files(p)))
+    layout = getattr(parents[0], "_graph_layout", None)
+    if layout is not None:
+        view._graph_layout = layout
+    return view
 
-    return rebuild(recipe)
+
+def _rebuilt_view(recipe: tuple) -> Dataset:
+    """A pickled view made again over its unpickled parents (Dataset.__reduce__)."""
+    kind, *args = recipe
+    if kind == "select":
+        return args[0].select(args[1])
+    if kind == "slice":
+        return args[0][args[1] : args[2]]
+    if kind == "shard":
+        return args[0].shard(args[1], args[2])
+    return Dataset.concat(args[0])
+
+
+# The class Dataset.mix makes (data/mixture.py's Mixture, which reads
+# Datasets and so cannot be imported here): set when that module is imported,
+# which `import jaxbatch` does.
+_MIXTURE: Any = None
+
+
+def register_mixture(mixture_type: Any) -> None:
+    """Makes `mixture_type` what Dataset.mix builds (data/mixture.py calls it)."""
+    global _MIXTURE
+    _MIXTURE = mixture_type
 
 
 def _column_state(col: _core.RaggedColumn) -> tuple:

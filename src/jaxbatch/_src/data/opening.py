@@ -23,6 +23,7 @@ from jaxbatch import _core
 from jaxbatch._src.data.dataset import Columns, Dataset, graph_layout, mapped_files
 from jaxbatch._src.data.dtypes import dtype_name
 from jaxbatch._src.data.grids import Axes
+from jaxbatch._src.data.mixture import Mixture
 from jaxbatch._src.data.records import is_records
 from jaxbatch._src.data.sources import (
     StreamedParquet,
@@ -123,6 +124,15 @@ def open_source(
         )
         _refuse_file_options(options, who, grouped=False)
     elif isinstance(source, Dataset):
+        dataset = source
+        _refuse_file_options(options, who, grouped=True)
+    elif isinstance(source, Mixture):
+        if who != "Loader":
+            raise TypeError(
+                f"{who}: a mixture is a stream for training (it draws sources by weight, "
+                f"repeats them, and changes weight over time), not a set of examples to process "
+                f"once; pass jb.Dataset.concat([...]) of its sources, or one source"
+            )
         dataset = source
         _refuse_file_options(options, who, grouped=True)
     elif is_records(source):  # A list of dicts or a generator: read once, in memory.

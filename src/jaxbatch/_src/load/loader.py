@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import json
+import logging
 import os
 import threading
 import weakref
@@ -18,6 +19,7 @@ from jaxbatch._src.base.choices import one_of
 from jaxbatch._src.collate.collate import Batch, batch_from_core, pad_values
 from jaxbatch._src.data.dataset import Dataset, mapped_files
 from jaxbatch._src.data.grids import Axes
+from jaxbatch._src.data.mixture import Mixture, SourceShare, source_shares
 from jaxbatch._src.data.opening import OpenedSource, check_int_option, open_source
 from jaxbatch._src.load.agree import agree, loader_settings
 from jaxbatch._src.plan.plan import BatchShape
@@ -29,6 +31,8 @@ from jaxbatch._src.plan.planners import (
     PatchPack,
     Planner,
 )
+
+log = logging.getLogger("jaxbatch")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,6 +82,10 @@ class LoaderStats:
     #: Row groups a streaming loader read since it started (or set_state):
     #: more than the file's row groups per epoch means some were read again.
     chunk_reads: int = 0
+    #: A mixture's sources by name: what each yielded, its realised share of
+    #: examples and tokens, and its weight (a :class:`SourceShare`); {} for
+    #: one dataset. For a mixture ``epoch`` counts planning blocks.
+    sources: Mapping[str, SourceShare] = dataclasses.field(default_factory=dict)
 
     @property
     def efficiency(self) -> float:
@@ -383,6 +391,11 @@ class Loader:
 
     def _start_core(self, core_state) -> None:
         self._ended = False  # Set once next() reached the end of the data.
+        if isinstance(self.dataset, Mixture):
+            self._core_loader = _core.Loader(self.dataset._mixture, self._core_options, core_state)
+            for change in self._core_loader.mixture_changes():
+                log.warning("%s", change)
+            return
         if self._stream is None:
             self._core_loader = _core.Loader(self.dataset._core, self._core_options, core_state)
             return
@@ -457,8 +470,15 @@ class Loader:
     def stats(self) -> LoaderStats:
         live = self._live()
         s = live.state()
-        counts = {f.name: getattr(s, f.name) for f in dataclasses.fields(LoaderStats)[:-1]}
-        return LoaderStats(**counts, chunk_reads=live.chunk_reads)
+        counts = {f.name: getattr(s, f.name) for f in dataclasses.fields(LoaderStats)[:-2]}
+        return LoaderStats(**counts, chunk_reads=live.chunk_reads, sources=source_shares(s))
+
+    @property
+    def mixture_changes(self) -> list[str]:
+        """What the state this loader started from changed of its mixture
+        (weights, sources added or removed, from which block on), one line
+        each, as logged (logger "jaxbatch", WARNING); [] when nothing did."""
+        return list(self._live().mixture_changes())
 
     @property
     def quarantine(self) -> list[dict[str, Any]]:

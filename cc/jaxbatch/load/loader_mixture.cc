@@ -1,0 +1,79 @@
+// The Loader's mixture (load/mixture.h): what it sets up once, and how it
+// plans an epoch, which for a mixture is one block of the mixed stream.
+#include <algorithm>
+#include <utility>
+
+#include "jaxbatch/base/checked.h"
+#include "jaxbatch/base/error.h"
+#include "jaxbatch/data/output_names.h"
+#include "jaxbatch/load/loader.h"
+
+namespace jaxbatch {
+
+void Loader::InitMixture(std::shared_ptr<const Mixture> mixture) {
+  const Exhaustion exhaustion = mixture->options.exhaustion;
+  if (exhaustion != Exhaustion::kRestart && options_.epochs != 1) {
+    throw InvalidArgumentError(
+        StrCat("Loader: a mixture with exhaustion='", ExhaustionName(exhaustion),
+               "' ends where its sources run out; epochs must be 1, found ",
+               options_.epochs == 0 ? "None (endless)" : StrCat(options_.epochs),
+               " (exhaustion='restart' repeats the sources)"));
+  }
+  if (dataset_->has_column(kSourceIndexName)) {
+    throw InvalidArgumentError(StrCat("Loader: column '", kSourceIndexName,
+                                      "' collides with the output a mixture adds to every "
+                                      "batch; rename the column"));
+  }
+  if (options_.source == "dataset") options_.source = "mixture";
+  // What unit="tokens" weighs and the stats count: each example's real
+  // elements (a grid's cells, a graph's nodes, a Pack's features together).
+  std::vector<int64_t> tokens = real_lengths_.empty() ? lengths_ : real_lengths_;
+  for (size_t i = 0; i < widths_.size(); ++i) tokens[i] = SaturatingMul(tokens[i], widths_[i]);
+  mixture_ = std::make_unique<MixtureStream>(mixture, std::move(tokens), options_.schedule,
+                                             options_.epochs);
+  epochs_ = 0;  // The mixture ends the stream: an empty block.
+  yielded_.assign(static_cast<size_t>(mixture_->num_sources()), SourceTally{});
+  key_.fingerprint = std::nullopt;  // Each source's, in the state's mixture.
+  // A planner whose shapes follow the data picks them once: from the
+  // mixture's first positions and its longest example.
+  std::vector<int64_t> sample;
+  for (int64_t e : mixture_->ShapeSample()) {
+    if (!excluded_[static_cast<size_t>(e)]) sample.push_back(e);
+  }
+  int64_t longest = -1;
+  for (size_t e = 0; e < lengths_.size(); ++e) {
+    if (!excluded_[e] && (longest < 0 || lengths_[e] > lengths_[static_cast<size_t>(longest)])) {
+      longest = static_cast<int64_t>(e);
+    }
+  }
+  if (longest >= 0 && std::find(sample.begin(), sample.end(), longest) == sample.end()) {
+    sample.push_back(longest);
+  }
+  mixture_->set_block_planner(
+      FreezeShapes(options_.schedule.planner, lengths_, sample, edge_lengths_, widths_));
+  // A bad record names its source and its index there.
+  for (BadRecord& r : bad_records_) {
+    const int64_t s = mixture_->SourceOf(r.example);
+    r.reason = StrCat("source '", mixture->names[static_cast<size_t>(s)], "', example ",
+                      r.example - mixture_->source_begin()[static_cast<size_t>(s)], ": ", r.reason);
+  }
+}
+
+EpochSchedule Loader::MakeSchedule(int64_t epoch) const {
+  if (mixture_) {
+    return mixture_->PlanBlock(epoch, lengths_, excluded_, options_.schedule, edge_lengths_,
+                               widths_);
+  }
+  return MakeEpochSchedule(lengths_, excluded_, options_.schedule, epoch, edge_lengths_, widths_);
+}
+
+bool Loader::EndsStream(const EpochSchedule& schedule) const {
+  // A block that drew nothing: the mixture has ended.
+  return !mixture_ || (schedule.plan.stats.examples == 0 && schedule.excluded == 0);
+}
+
+std::vector<std::string> Loader::mixture_changes() const {
+  return mixture_ ? mixture_->changes() : std::vector<std::string>{};
+}
+
+}  // namespace jaxbatch
