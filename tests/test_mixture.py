@@ -389,3 +389,42 @@ def test_errors_name_what_is_wrong():
         jb.run(lambda x: x, jb.Dataset.mix({"a": a}), "/tmp/never", progress=False)
     with pytest.raises(ValueError, match="stage 0 must be"):
         jb.Dataset.mix({"a": a}, [0, {"a": 1}])
+
+
+def test_processes_agree_on_a_mixtures_sources_and_weights():
+    """shard="jax"'s agreement check compares each source's data and weight."""
+    from jaxbatch._src.load import agree
+
+    a, b = numbers(range(4)), numbers(range(4, 9))
+
+    def settings(mixture):
+        with jb.Loader(mixture, jb.PadToMax(2)) as loader:
+            return agree.loader_settings(loader)
+
+    reference = settings(jb.Dataset.mix({"a": a, "b": b}))
+    for other in (
+        jb.Dataset.mix({"a": a, "b": jb.Dataset.from_arrays({"tokens": [np.arange(3)] * 5})}),
+        jb.Dataset.mix({"a": a, "b": b}, {"a": 2, "b": 1}),
+    ):
+        diffs = agree.differences([reference, settings(other)])
+        assert [d[0] for d in diffs] == ["mixture"], diffs
+
+
+def test_bad_records_are_counted_per_draw_and_named_by_source():
+    good = numbers(range(6))
+    rule = {"tokens": jb.ColumnSchema(finite=True, max_length=1)}
+    long_one = jb.Dataset.from_arrays({"tokens": [np.arange(1), np.arange(3), np.arange(1)]})
+    mixture = jb.Dataset.mix({"good": good, "long": long_one}, exhaustion="drop")
+    loader = jb.Loader(mixture, jb.PadToMax(2), schema=rule, on_error="skip")
+    examples = [e for b in loader for e, s in zip(b["example_index"], b["source_index"],
+                                                   strict=True) if s == 1]  # fmt: skip
+    assert sorted(examples) == [0, 2]  # example 1 of 'long' is bad: never yielded
+    assert loader.stats.skipped == 1 and loader.stats.examples == 8
+    with pytest.raises(
+        ValueError, match=r"^mixture: source 'long', example 1: .*length <= 1, found 3"
+    ):
+        list(jb.Loader(mixture, jb.PadToMax(2), schema=rule))
+    quarantined = jb.Loader(mixture, jb.PadToMax(2), schema=rule, on_error="quarantine")
+    assert sum(int((b["source_index"] >= 0).sum()) for b in quarantined) == 8
+    assert quarantined.stats.quarantined == 1
+    assert quarantined.quarantine[0]["reason"].startswith("source 'long', example 1: ")

@@ -196,8 +196,8 @@ def test_mypy_rejects_each_mistake_on_its_line(mypy_errors):
 # Each page's blocks are one module, as tests/test_docs.py runs them (top to
 # bottom, one scope).
 TYPED_PAGES = ["index", "broadcasting", "data-loading", "errors", "graphs", "images", "jobs",
-               "memory", "multi-host", "padding-and-masking", "performance", "shapes-and-axes",
-               "training"]  # fmt: skip
+               "memory", "mixtures", "multi-host", "padding-and-masking", "performance",
+               "shapes-and-axes", "training"]  # fmt: skip
 # How the pages differ from a user's own module, each for a reason:
 # - a page reuses a name for a new example (`batch`, `path`, `flax`), as a
 #   reader at a REPL would: mypy's redefinition rule takes each anew;

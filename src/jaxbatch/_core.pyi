@@ -881,7 +881,7 @@ def parse_shuffle_mode(name: str) -> ShuffleMode: ...
 
 LOADER_STATE_VERSION: int = 3
 
-DEFAULT_MIXTURE_BLOCK: int = 4096
+DEFAULT_MIXTURE_BLOCK: int = 16384
 
 DEFAULT_MIXTURE_UNIT: str = 'examples'
 

@@ -635,10 +635,12 @@ void Loader::WorkerLoop() {
     results_[seq] = std::move(result);
     result_cv_.notify_all();
     // Halfway through an epoch, plan the next one ahead, so the consumer does
-    // not wait for it at the boundary while other workers keep collating.
+    // not wait for it at the boundary while other workers keep collating. A
+    // mixture's block, a few dozen batches, is planned ahead from its first
+    // batch: its plan takes about as long as collating it.
     const int64_t next_epoch = epoch + 1;
-    if (2 * step >= steps && (epochs_ == 0 || next_epoch < epochs_) && !stop_ && end_seq_ < 0 &&
-        !schedules_.contains(next_epoch) && !building_.contains(next_epoch)) {
+    if ((2 * step >= steps || mixture_) && (epochs_ == 0 || next_epoch < epochs_) && !stop_ &&
+        end_seq_ < 0 && !schedules_.contains(next_epoch) && !building_.contains(next_epoch)) {
       try {
         ScheduleFor(next_epoch, lock);
       } catch (...) {
@@ -662,10 +664,12 @@ void Loader::EnterEpoch(int64_t epoch, const EpochSchedule& schedule) {
   const BadRecord& first = bad_records_.front();
   switch (options_.on_error) {
     case ErrorPolicy::kRaise:
-      throw InvalidArgumentError(StrCat(options_.source, ", example ", first.example, ": ",
-                                        first.reason, " (", bad_records_.size(),
-                                        " bad records in all; pass on_error=\"skip\" or "
-                                        "\"quarantine\" to drop them)"));
+      // A mixture's reason names the source and its example there.
+      throw InvalidArgumentError(
+          StrCat(options_.source, mixture_ ? std::string() : StrCat(", example ", first.example),
+                 ": ", first.reason, " (", bad_records_.size(),
+                 " bad records in all; pass on_error=\"skip\" or "
+                 "\"quarantine\" to drop them)"));
     case ErrorPolicy::kSkip:
       state_.skipped = SaturatingAdd(state_.skipped, reached);
       break;
@@ -688,12 +692,14 @@ void Loader::EnterEpoch(int64_t epoch, const EpochSchedule& schedule) {
       options_.max_error_fraction >= 0 &&
       static_cast<double>(errors) > options_.max_error_fraction * static_cast<double>(seen);
   if (over_count || over_fraction) {
-    throw Error(StrCat("Loader: too many bad records in ", options_.source, ": ", errors, " of ",
-                       seen, " examples exceed ",
-                       over_count ? StrCat("max_errors=", options_.max_errors)
-                                  : StrCat("max_errors=", options_.max_error_fraction,
-                                           " (a fraction of the examples reached)"),
-                       "; first: example ", first.example, ": ", first.reason));
+    throw Error(
+        StrCat("Loader: too many bad records in ", options_.source, ": ", errors, " of ", seen,
+               " examples exceed ",
+               over_count ? StrCat("max_errors=", options_.max_errors)
+                          : StrCat("max_errors=", options_.max_error_fraction,
+                                   " (a fraction of the examples reached)"),
+               "; first: ", mixture_ ? std::string() : StrCat("example ", first.example, ": "),
+               first.reason));
   }
 }
 

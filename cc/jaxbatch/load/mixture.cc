@@ -460,8 +460,9 @@ PlannerOptions FreezeShapes(const PlannerOptions& planner, std::span<const int64
           return fixed;
         } else if constexpr (std::is_same_v<T, PackOptions>) {
           if (o.max_segments_per_row && !o.max_shapes) return o;
-          // The segments (and row lengths) a plan of every example picks.
-          const BatchPlan plan = Plan(lengths, o, {}, edges, widths);
+          // The segments (and row lengths) a plan of the sample picks.
+          if (sample.empty()) return o;
+          const BatchPlan plan = Plan(lengths, o, sample, edges, widths);
           PackOptions frozen = o;
           int64_t segments = 1;
           std::vector<int64_t> row_lengths;

@@ -102,8 +102,9 @@ TEST(MixtureTest, FreezeShapesPicksBucketsAndSegmentsOnce) {
   EXPECT_LE(any.shapes.size(), 4u);
   const PlannerOptions pack =
       FreezeShapes(PackOptions{.row_length = 512, .rows_per_batch = 2}, lengths, sample, {}, {});
-  const BatchPlan whole = Plan(lengths, PackOptions{.row_length = 512, .rows_per_batch = 2});
-  EXPECT_EQ(std::get<PackOptions>(pack).max_segments_per_row, whole.shapes.front().segments);
+  const BatchPlan sampled =
+      Plan(lengths, PackOptions{.row_length = 512, .rows_per_batch = 2}, sample);
+  EXPECT_EQ(std::get<PackOptions>(pack).max_segments_per_row, sampled.shapes.front().segments);
   const PlannerOptions chosen =
       FreezeShapes(PackOptions{.row_length = 512, .rows_per_batch = 2, .max_shapes = 3}, lengths,
                    sample, {}, {});

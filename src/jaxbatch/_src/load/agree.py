@@ -79,7 +79,7 @@ def loader_settings(loader: Any) -> dict[str, str]:
         f"finite={r.finite}"
         for r in loader._schema_rules
     )
-    return {
+    settings = {
         "data": f"{state['num_examples']} examples (fingerprint {state['fingerprint']})",
         "length column": repr(loader._length_column),
         "planner": state["planner"],
@@ -91,6 +91,18 @@ def loader_settings(loader: Any) -> dict[str, str]:
         "position": f"step {state['step']} of epoch {state['epoch']}",
         "bad records": f"on_error={options.on_error!r}, max_errors={limit}, schema {{{rules}}}",
     }
+    mixture = state.get("mixture")
+    if mixture is not None:  # Each source's data and place, by name.
+        sources = ", ".join(
+            f"{s['name']} ({s['size']} examples, fingerprint {s['fingerprint']}, draws "
+            f"{s['draws']}, weight {s['weight']})"
+            for s in mixture["sources"]
+        )
+        settings["mixture"] = (
+            f"unit={mixture['unit']}, exhaustion={mixture['exhaustion']}, block_size="
+            f"{mixture['block_size']}, position {mixture['position']}: {sources}"
+        )
+    return settings
 
 
 # ---------------------------------------------------------------------------------------------
