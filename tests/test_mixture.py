@@ -428,3 +428,22 @@ def test_bad_records_are_counted_per_draw_and_named_by_source():
     assert sum(int((b["source_index"] >= 0).sum()) for b in quarantined) == 8
     assert quarantined.stats.quarantined == 1
     assert quarantined.quarantine[0]["reason"].startswith("source 'long', example 1: ")
+
+
+def test_graphs_mix_by_nodes_under_graph_budget():
+    """A mixture of graph datasets: GraphBudget plans it, every graph slot
+    says its source beside graph_index, and every graph of each source
+    comes once (exhaustion="drop")."""
+    from test_graphs import random_graphs
+
+    small = jb.Dataset.from_graphs(random_graphs(40, seed=1, max_nodes=4))
+    large = jb.Dataset.from_graphs(random_graphs(25, seed=2, max_nodes=9))
+    mixture = jb.Dataset.mix({"small": small, "large": large}, {"small": 0.5, "large": 0.5},
+                             unit="tokens", exhaustion="drop", block_size=16)  # fmt: skip
+    seen = {0: [], 1: []}
+    for batch in jb.Loader(mixture, jb.GraphBudget(nodes=64, edges=128, graphs=8), seed=3):
+        assert batch["source_index"].shape == batch["graph_index"].shape
+        for s, g in zip(batch["source_index"], batch["graph_index"], strict=True):
+            if g >= 0:
+                seen[int(s)].append(int(g))
+    assert sorted(seen[0]) == list(range(40)) and sorted(seen[1]) == list(range(25))
