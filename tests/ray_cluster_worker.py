@@ -151,7 +151,16 @@ def node_removed(work: Path, cluster) -> dict:
     thread, box = _in_thread(lambda: _job(work, "node"))
     seen = _wait_for_units(work / "node", STRIKE_AFTER)
     _, node = _job_worker(cluster, seen)
+    # A lost node takes every process on it: its workers are SIGKILLed with
+    # its raylet (a worker whose raylet alone died would run on, unaware,
+    # through calls that do not pass its raylet).
+    doomed = [pid for pid, n in _unit_workers(_raylets(cluster)) if n is node]
     cluster.remove_node(node, allow_graceful=False)
+    for pid in doomed:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
     report = _finish(thread, box)
     cluster.add_node(num_cpus=1)  # For the next job: a spare CPU again.
     return {**seen, "removed_node": node.node_id[:12], "report": report}
