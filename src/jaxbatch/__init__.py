@@ -20,7 +20,8 @@ from jaxbatch._src.base import interrupt as _interrupt
 _interrupt.import_jax()
 
 from jaxbatch import masked  # a namespace module: jb.masked.sum(...)
-from jaxbatch._src.collate.collate import Batch, collate, join_pieces, unbatch
+from jaxbatch._src.collate.collate import Batch, collate
+from jaxbatch._src.collate.unbatch import join_pieces, unbatch
 from jaxbatch._src.data.dataset import Dataset
 from jaxbatch._src.data.mixture import Mixture, SourceShare
 from jaxbatch._src.execute.autotune import AutotuneResult, autotune

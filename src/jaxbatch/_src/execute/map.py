@@ -12,7 +12,8 @@ from typing import Any
 
 from jaxbatch._src.base.optional import install_hint, optional
 from jaxbatch._src.base.words import counted
-from jaxbatch._src.collate.collate import Batch, GraphRole, unbatch
+from jaxbatch._src.collate.collate import Batch, GraphRole
+from jaxbatch._src.collate.unbatch import unbatch
 from jaxbatch._src.data.dataset import Dataset
 from jaxbatch._src.execute.batch_loop import (
     DEFAULT_BACKOFF,
