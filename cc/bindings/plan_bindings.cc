@@ -38,6 +38,11 @@ std::span<const int64_t> Span(const std::optional<Int64Input>& a) {
   return a ? std::span<const int64_t>(a->data(), a->shape(0)) : std::span<const int64_t>();
 }
 
+// None stays absent (order.h: every example); an empty array is an empty order.
+PlanOrder Order(const std::optional<Int64Input>& a) {
+  return a ? PlanOrder(std::span<const int64_t>(a->data(), a->shape(0))) : std::nullopt;
+}
+
 // graph_fit.h's FitGraphBudget or FitGraphBuckets: the filled options and
 // what they scored.
 template <typename Options, auto FitFn>
@@ -48,7 +53,7 @@ std::pair<Options, GraphFitScore> Fit(Int64Input nodes, Int64Input edges,
   const std::span<const int64_t> e(edges.data(), edges.shape(0));
   nb::gil_scoped_release release;
   GraphFitScore score;
-  Options out = FitFn(n, e, Span(order), fit, planner, &score);
+  Options out = FitFn(n, e, Order(order), fit, planner, &score);
   return {out, score};
 }
 
@@ -385,7 +390,8 @@ void BindPlan(nb::module_& m) {
       [](Int64Input lengths, const PlannerOptions& options, std::optional<Int64Input> order,
          std::optional<Int64Input> edges, std::optional<Int64Input> widths) {
         const std::span<const int64_t> l(lengths.data(), lengths.shape(0));
-        const std::span<const int64_t> o = Span(order), e = Span(edges), w = Span(widths);
+        const std::span<const int64_t> e = Span(edges), w = Span(widths);
+        const PlanOrder o = Order(order);
         nb::gil_scoped_release release;
         return Plan(l, options, o, e, w);
       },

@@ -248,7 +248,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const bool negative =
       std::any_of(lengths.begin(), lengths.end(), [](int64_t l) { return l < 0; });
   std::vector<int64_t> order;
-  if (in.ConsumeBool()) {  // a subset, shuffled; sometimes a bad id
+  const bool subset = in.ConsumeBool();
+  if (subset) {  // a subset, shuffled (empty: plans nothing); sometimes a bad id
     for (size_t i = 0; i < n; ++i) {
       if (in.ConsumeBool()) order.push_back(static_cast<int64_t>(i));
     }
@@ -258,13 +259,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (in.ConsumeProbability<float>() < 0.05f) order.push_back(in.ConsumeIntegral<int64_t>());
   }
   std::vector<int64_t> ids = order;
-  if (ids.empty()) {
+  if (!subset) {
     ids.resize(n);
     std::iota(ids.begin(), ids.end(), 0);
   }
   BatchPlan plan;
   try {
-    plan = Plan(lengths, options, order);
+    plan = Plan(lengths, options, subset ? PlanOrder(order) : std::nullopt);
   } catch (const InvalidArgumentError&) {
     return 0;  // refused options, a too-long example, a negative length, a repeated id
   } catch (const OutOfRangeError&) {

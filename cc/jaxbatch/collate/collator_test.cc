@@ -434,7 +434,7 @@ TEST(CollateTest, PaddedPlansMatchReference) {
   for (const PlannerOptions& options : all) {
     SCOPED_TRACE(::testing::Message() << "planner " << options.index());
     for (bool shuffled : {false, true}) {
-      BatchPlan plan = Plan(lengths, options, shuffled ? order : std::vector<int64_t>{});
+      BatchPlan plan = Plan(lengths, options, shuffled ? PlanOrder(order) : std::nullopt);
       CheckEveryBatch(source, ds, kAll, kAligned, plan, PadOptions(), PadBytes);
       plan.length_column = "labels";  // Aligned with tokens: the same batches.
       CheckEveryBatch(source, ds, kAll, kAligned, plan, PadOptions(), PadBytes);

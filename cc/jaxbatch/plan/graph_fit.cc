@@ -64,9 +64,8 @@ std::vector<int64_t> Shuffled(int64_t count, uint64_t seed, uint64_t round) {
 
 // The orders the candidates are planned in: `order` as given, else enough
 // seeded shuffles (or one shuffle's first graphs) to plan about kFitGraphs.
-std::vector<std::vector<int64_t>> FitOrders(int64_t count, std::span<const int64_t> order,
-                                            uint64_t seed) {
-  if (!order.empty()) return {std::vector<int64_t>(order.begin(), order.end())};
+std::vector<std::vector<int64_t>> FitOrders(int64_t count, PlanOrder order, uint64_t seed) {
+  if (order) return {std::vector<int64_t>(order->begin(), order->end())};
   const int64_t shuffles =
       std::clamp<int64_t>((kFitGraphs + count - 1) / count, 1, kFitMaxShuffles);
   std::vector<std::vector<int64_t>> out;
@@ -77,8 +76,8 @@ std::vector<std::vector<int64_t>> FitOrders(int64_t count, std::span<const int64
   return out;
 }
 
-void CheckArguments(std::span<const int64_t> nodes, std::span<const int64_t> edges,
-                    std::span<const int64_t> order, const GraphFitOptions& fit, const char* who) {
+void CheckArguments(std::span<const int64_t> nodes, std::span<const int64_t> edges, PlanOrder order,
+                    const GraphFitOptions& fit, const char* who) {
   if (nodes.empty()) {
     throw InvalidArgumentError(StrCat(who, ": expected at least one graph to fit to, found none"));
   }
@@ -101,11 +100,22 @@ void CheckArguments(std::span<const int64_t> nodes, std::span<const int64_t> edg
                                         ", found ", nodes[i], " nodes and ", edges[i], " edges"));
     }
   }
+  if (!order) return;
+  if (order->empty()) {
+    throw InvalidArgumentError(StrCat(who, ": order must name at least one graph, found none"));
+  }
   const int64_t count = static_cast<int64_t>(nodes.size());
-  for (size_t k = 0; k < order.size(); ++k) {
-    if (order[k] < 0 || order[k] >= count) {
-      throw InvalidArgumentError(StrCat(who, ": order[", k, "] = ", order[k],
-                                        " is not a graph id; expected 0 <= id < ", count));
+  std::vector<uint8_t> seen(nodes.size(), 0);
+  for (size_t k = 0; k < order->size(); ++k) {
+    const int64_t id = (*order)[k];
+    if (id < 0 || id >= count) {
+      throw InvalidArgumentError(
+          StrCat(who, ": order[", k, "] = ", id, " is not a graph id; expected 0 <= id < ", count));
+    }
+    if (seen[static_cast<size_t>(id)]++) {
+      throw InvalidArgumentError(StrCat(who, ": order[", k, "] = ", id,
+                                        " lists that graph a second time; each graph may be "
+                                        "planned once"));
     }
   }
 }
@@ -244,9 +254,9 @@ Budget Search(C& candidates, Budget floor, double mean_nodes, double mean_edges)
 
 // The fit for a planner whose options `with(budget)` makes and `plan` plans.
 template <typename Options, typename PlanFn>
-Options Fit(std::span<const int64_t> nodes, std::span<const int64_t> edges,
-            std::span<const int64_t> order, const GraphFitOptions& fit, const Options& planner,
-            PlanFn plan, void (*validate)(const Options&), GraphFitScore* score, const char* who) {
+Options Fit(std::span<const int64_t> nodes, std::span<const int64_t> edges, PlanOrder order,
+            const GraphFitOptions& fit, const Options& planner, PlanFn plan,
+            void (*validate)(const Options&), GraphFitScore* score, const char* who) {
   CheckArguments(nodes, edges, order, fit, who);
   double sum_nodes = 0, sum_edges = 0;
   int64_t max_nodes = 0, max_edges = 0;
@@ -292,14 +302,14 @@ Options Fit(std::span<const int64_t> nodes, std::span<const int64_t> edges,
 }  // namespace
 
 GraphBudgetOptions FitGraphBudget(std::span<const int64_t> nodes, std::span<const int64_t> edges,
-                                  std::span<const int64_t> order, const GraphFitOptions& fit,
+                                  PlanOrder order, const GraphFitOptions& fit,
                                   GraphBudgetOptions planner, GraphFitScore* score) {
   return Fit(nodes, edges, order, fit, planner, PlanGraphBudget, ValidateGraphBudget, score,
              "GraphBudget.fit");
 }
 
 GraphBucketsOptions FitGraphBuckets(std::span<const int64_t> nodes, std::span<const int64_t> edges,
-                                    std::span<const int64_t> order, const GraphFitOptions& fit,
+                                    PlanOrder order, const GraphFitOptions& fit,
                                     GraphBucketsOptions planner, GraphFitScore* score) {
   return Fit(nodes, edges, order, fit, planner, PlanGraphBuckets, ValidateGraphBuckets, score,
              "GraphBuckets.fit");

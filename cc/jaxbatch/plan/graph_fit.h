@@ -36,6 +36,7 @@
 #include <span>
 
 #include "jaxbatch/plan/graph_planner.h"
+#include "jaxbatch/plan/order.h"
 
 namespace jaxbatch {
 
@@ -64,15 +65,16 @@ struct GraphFitScore {
 // The budget fitted to the graphs of node counts `nodes` and edge counts
 // `edges`: `planner`'s options (algorithm, open_batches, too_big,
 // max_shapes kept) with nodes, edges and graphs filled in. `order` (example
-// ids) gives the graphs to plan the candidates on, in that order; empty:
+// ids) gives the graphs to plan the candidates on, in that order; absent:
 // the fit's own seeded shuffles of all of them. InvalidArgumentError for no
-// graphs, graphs < 2, multiple < 1, an id out of range or counts that do not
+// graphs (an empty order included: nothing to fit to), graphs < 2,
+// multiple < 1, an id out of range or listed twice, or counts that do not
 // match; `score`, when given, receives what the budget scored.
 GraphBudgetOptions FitGraphBudget(std::span<const int64_t> nodes, std::span<const int64_t> edges,
-                                  std::span<const int64_t> order, const GraphFitOptions& fit,
+                                  PlanOrder order, const GraphFitOptions& fit,
                                   GraphBudgetOptions planner = {}, GraphFitScore* score = nullptr);
 GraphBucketsOptions FitGraphBuckets(std::span<const int64_t> nodes, std::span<const int64_t> edges,
-                                    std::span<const int64_t> order, const GraphFitOptions& fit,
+                                    PlanOrder order, const GraphFitOptions& fit,
                                     GraphBucketsOptions planner, GraphFitScore* score = nullptr);
 
 }  // namespace jaxbatch

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <numeric>
+#include <optional>
 #include <random>
 #include <vector>
 
@@ -132,9 +133,10 @@ TEST(GraphFit, EmptyGraphsAndNoEdges) {
 TEST(GraphFit, BadArgumentsNameWhatWasExpectedAndFound) {
   const std::vector<int64_t> nodes = {3, 4};
   const std::vector<int64_t> edges = {2, 6};
-  auto fit = [&](std::vector<int64_t> n, std::vector<int64_t> e, std::vector<int64_t> order,
-                 GraphFitOptions f) {
-    return ThrownMessage<InvalidArgumentError>([&] { FitGraphBudget(n, e, order, f); });
+  auto fit = [&](std::vector<int64_t> n, std::vector<int64_t> e,
+                 std::optional<std::vector<int64_t>> order, GraphFitOptions f) {
+    const PlanOrder o = order ? PlanOrder(*order) : std::nullopt;
+    return ThrownMessage<InvalidArgumentError>([&] { FitGraphBudget(n, e, o, f); });
   };
   EXPECT_EQ(fit({}, {}, {}, {.graphs = 4}),
             "GraphBudget.fit: expected at least one graph to fit to, found none");
@@ -145,8 +147,14 @@ TEST(GraphFit, BadArgumentsNameWhatWasExpectedAndFound) {
             "GraphBudget.fit: multiple must be a positive integer, found 0");
   EXPECT_EQ(fit(nodes, {2}, {}, {.graphs = 4}),
             "GraphBudget.fit: expected an edge count for each of the 2 graphs, found 1");
-  EXPECT_EQ(fit(nodes, edges, {0, 2}, {.graphs = 4}),
+  EXPECT_EQ(fit(nodes, edges, std::vector<int64_t>{0, 2}, {.graphs = 4}),
             "GraphBudget.fit: order[1] = 2 is not a graph id; expected 0 <= id < 2");
+  // An empty order is nothing to fit to, not all graphs; a repeated id is refused.
+  EXPECT_EQ(fit(nodes, edges, std::vector<int64_t>{}, {.graphs = 4}),
+            "GraphBudget.fit: order must name at least one graph, found none");
+  EXPECT_EQ(fit(nodes, edges, std::vector<int64_t>{1, 1}, {.graphs = 4}),
+            "GraphBudget.fit: order[1] = 1 lists that graph a second time; each graph may be "
+            "planned once");
   EXPECT_EQ(fit({3, -1}, edges, {}, {.graphs = 4}),
             "GraphBudget.fit: graph 1: expected node and edge counts >= 0, found -1 nodes and 6 "
             "edges");

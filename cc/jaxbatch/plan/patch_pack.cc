@@ -260,14 +260,10 @@ void CheckPatchesFit(std::span<const int64_t> heights, std::span<const int64_t> 
 }
 
 BatchPlan PlanPatchPack(std::span<const int64_t> heights, std::span<const int64_t> widths,
-                        std::span<const int64_t> ids, const PatchPackOptions& o) {
+                        PlanOrder ids, const PatchPackOptions& o) {
   ValidatePatchPack(o);
   CheckSizes(heights, widths);
-  std::vector<int64_t> order(ids.begin(), ids.end());
-  if (ids.empty()) {
-    order.resize(heights.size());
-    std::iota(order.begin(), order.end(), 0);
-  }
+  const std::vector<int64_t> order = PlanIds(static_cast<int64_t>(heights.size()), ids);
   const bool split = o.too_long == TooLong::kSplit;
   PlanBuilder builder(/*packed=*/true);
   builder.set_split(split);

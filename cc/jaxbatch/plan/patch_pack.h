@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "jaxbatch/plan/batch_plan.h"
+#include "jaxbatch/plan/order.h"
 #include "jaxbatch/plan/packer.h"
 #include "jaxbatch/plan/plan_policies.h"
 
@@ -116,13 +117,14 @@ inline int64_t PatchRowsPerPiece(int64_t grid_cols, int64_t row_length) {
 void CheckPatchesFit(std::span<const int64_t> heights, std::span<const int64_t> widths,
                      const PatchPackOptions& o);
 
-// Plans the images `ids` (empty: all, in order) of `heights` x `widths`
-// pixels into packed batches of rows_per_batch rows of row_length patches.
+// Plans the images `ids` (order.h: absent, all in order; empty, none) of
+// `heights` x `widths` pixels into packed batches of rows_per_batch rows of
+// row_length patches.
 // A segment is an image, or under too_long="split" a piece of whole patch
 // rows of it (explicit starts and lengths in patches, BatchPlan::piece_starts).
 // Stats count patches (kept ones under drop_percent).
 BatchPlan PlanPatchPack(std::span<const int64_t> heights, std::span<const int64_t> widths,
-                        std::span<const int64_t> ids, const PatchPackOptions& o);
+                        PlanOrder ids, const PatchPackOptions& o);
 
 }  // namespace jaxbatch
 

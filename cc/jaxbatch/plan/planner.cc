@@ -9,6 +9,7 @@
 #include "jaxbatch/plan/buckets.h"
 #include "jaxbatch/plan/concat_split.h"
 #include "jaxbatch/plan/grid_planner.h"
+#include "jaxbatch/plan/order.h"
 #include "jaxbatch/plan/pack_features.h"
 #include "jaxbatch/plan/pack_lengths.h"
 #include "jaxbatch/plan/packer.h"
@@ -84,34 +85,15 @@ int64_t KeptRows(int64_t count, int64_t rows_multiple) {
   return partial == 0 ? count : count - partial + rows_multiple;
 }
 
-// The ids to plan: `order` checked against the lengths, or 0..n-1.
-std::vector<int64_t> ResolveOrder(std::span<const int64_t> lengths,
-                                  std::span<const int64_t> order) {
-  const auto n = static_cast<int64_t>(lengths.size());
+// The ids to plan (order.h), the lengths checked first.
+std::vector<int64_t> ResolveOrder(std::span<const int64_t> lengths, PlanOrder order) {
   for (size_t i = 0; i < lengths.size(); ++i) {
     if (lengths[i] < 0) {
       throw InvalidArgumentError(
           StrCat("plan: example ", i, ": expected a length >= 0, found ", lengths[i]));
     }
   }
-  if (order.empty()) {
-    std::vector<int64_t> ids(lengths.size());
-    std::iota(ids.begin(), ids.end(), 0);
-    return ids;
-  }
-  std::vector<uint8_t> seen(lengths.size(), 0);
-  for (size_t k = 0; k < order.size(); ++k) {
-    if (order[k] < 0 || order[k] >= n) {
-      throw OutOfRangeError(StrCat("plan: order[", k, "] = ", order[k],
-                                   " is not an example index; there are ", n, " examples"));
-    }
-    if (seen[static_cast<size_t>(order[k])]++) {
-      throw InvalidArgumentError(StrCat("plan: order[", k, "] = ", order[k],
-                                        " lists that example a second time; each example may be "
-                                        "planned once"));
-    }
-  }
-  return {order.begin(), order.end()};
+  return PlanIds(static_cast<int64_t>(lengths.size()), order);
 }
 
 [[noreturn]] void ThrowTooLong(int64_t id, int64_t length, int64_t limit, const char* planner,
@@ -765,9 +747,8 @@ void CheckExamplesFit(std::span<const int64_t> lengths, const PlannerOptions& op
       options);
 }
 
-BatchPlan Plan(std::span<const int64_t> lengths, const PlannerOptions& options,
-               std::span<const int64_t> order, std::span<const int64_t> edges,
-               std::span<const int64_t> widths) {
+BatchPlan Plan(std::span<const int64_t> lengths, const PlannerOptions& options, PlanOrder order,
+               std::span<const int64_t> edges, std::span<const int64_t> widths) {
   ValidatePlannerOptions(options);
   if (const auto* patches = std::get_if<PatchPackOptions>(&options)) {
     return PlanPatchPack(lengths, widths, ResolveOrder(lengths, order), *patches);

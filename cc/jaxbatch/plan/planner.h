@@ -51,6 +51,7 @@
 #include "jaxbatch/plan/aspect_buckets.h"
 #include "jaxbatch/plan/batch_plan.h"
 #include "jaxbatch/plan/graph_planner.h"
+#include "jaxbatch/plan/order.h"
 #include "jaxbatch/plan/packer.h"
 #include "jaxbatch/plan/patch_pack.h"
 #include "jaxbatch/plan/plan_policies.h"
@@ -178,8 +179,9 @@ void CheckExamplesFit(std::span<const int64_t> lengths, const PlannerOptions& op
                       std::span<const int64_t> edges = {}, std::span<const int64_t> widths = {});
 
 // Plans batches over `lengths` (indexed by example id). `order` lists the
-// example ids to plan, in the order to consider them (a shuffle or a shard);
-// empty means every example in index order. A graph planner reads `lengths`
+// example ids to plan, in the order to consider them (a shuffle, a shard, a
+// filter's matches); absent means every example in index order, and an
+// empty one plans nothing (order.h). A graph planner reads `lengths`
 // as node counts and needs `edges`, the edge counts; a Pack with several
 // features (row_lengths) reads `lengths` as its first feature's lengths (by
 // name) and `edges` as the other features', feature after feature, n each
@@ -189,7 +191,7 @@ void CheckExamplesFit(std::span<const int64_t> lengths, const PlannerOptions& op
 // data. Throws InvalidArgumentError for bad options or a too-long example
 // under TooLong::kError.
 BatchPlan Plan(std::span<const int64_t> lengths, const PlannerOptions& options,
-               std::span<const int64_t> order = {}, std::span<const int64_t> edges = {},
+               PlanOrder order = std::nullopt, std::span<const int64_t> edges = {},
                std::span<const int64_t> widths = {});
 
 }  // namespace jaxbatch

@@ -374,12 +374,7 @@ Input RandomInput(std::mt19937& rng, int64_t max_length) {
     if (kind != 2 || rng() % 3 != 0) in.order.push_back(i);
   }
   if (kind >= 1) std::shuffle(in.order.begin(), in.order.end(), rng);
-  in.ids = in.order;
-  if (kind == 0) in.order.clear();  // All examples in index order.
-  if (in.order.empty()) {           // Plan() reads an empty order as all examples.
-    in.ids.resize(static_cast<size_t>(n));
-    std::iota(in.ids.begin(), in.ids.end(), 0);
-  }
+  in.ids = in.order;  // kind 0: every example in index order; an empty order plans none
   return in;
 }
 

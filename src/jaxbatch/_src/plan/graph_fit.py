@@ -53,6 +53,4 @@ def _order(order: Any, who: str) -> np.ndarray | None:
             f"{who}: order must be 1-D integer graph ids, found shape {ids.shape} and dtype "
             f"{ids.dtype}"
         )
-    if ids.size == 0:
-        raise ValueError(f"{who}: order must name at least one graph, found none")
     return np.ascontiguousarray(ids, dtype=np.int64)

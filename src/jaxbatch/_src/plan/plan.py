@@ -250,8 +250,11 @@ def plan(
 
     ``column`` picks the ragged column whose lengths drive the plan (default:
     the first ragged one); ``order`` lists example ids to plan, in order (a
-    shuffle or a shard; default every example in index order). Deterministic:
-    the same lengths and planner give the same plan.
+    shuffle, a shard, a filter's matches; default every example in index
+    order): exactly those, with every planner, so an empty order plans
+    nothing (zero batches), and an id listed twice is a ValueError (a plan
+    holds each example once). Deterministic: the same lengths and planner
+    give the same plan.
 
     A graph planner (:class:`GraphBudget`, :class:`GraphBuckets`) plans a
     graph dataset (:meth:`Dataset.from_graphs`) by its node and edge counts.
