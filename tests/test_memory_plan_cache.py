@@ -115,13 +115,13 @@ _EFFORT = next(
 )
 
 
-@pytest.mark.parametrize("change", ["jax version", "jaxlib version", "XLA_FLAGS", "effort option"])
+@pytest.mark.parametrize(
+    "change", ["jax version", "jaxlib version", "jaxbatch version", "effort option"]
+)
 def test_another_compiler_misses(cache, monkeypatch, change):
     estimate()
     new_process(monkeypatch)
-    if change == "XLA_FLAGS":  # Read when JAX starts; a new one keys a new process's plans.
-        monkeypatch.setenv("XLA_FLAGS", os.environ.get("XLA_FLAGS", "") + " --xla_dump_to=")
-    elif change == "effort option":
+    if change == "effort option":
         if _EFFORT is None:
             pytest.skip("this JAX has no float compile-effort option")
         change = _EFFORT
@@ -133,9 +133,112 @@ def test_another_compiler_misses(cache, monkeypatch, change):
             jax.config.update(change, saved)
         return
     else:
-        module = jax if change == "jax version" else pytest.importorskip("jaxlib")
+        modules = {"jax version": jax, "jaxbatch version": jb}
+        module = modules.get(change) or pytest.importorskip("jaxlib")
         monkeypatch.setattr(module, "__version__", "0.0.0-other")
     assert estimate()[1].compiled == len(SIZES)
+
+
+# pairwise's plan in a process of its own, started with XLA_FLAGS=argv[1]:
+# prints its compilations and cache hits.
+PAIRWISE_IN_A_PROCESS = """
+import sys, jax.numpy as jnp, jaxbatch as jb
+from jaxbatch._src.execute.memory import counting
+def pairwise(x):
+    return jnp.linalg.norm(x[:, None, :] - x[None, :, :], axis=-1)
+with counting() as count:
+    jb.estimate_memory(pairwise, jnp.zeros((64, 3), jnp.float32), batch_sizes=(1, 2, 4))
+print(count.compiled, count.cached)
+"""
+# A flag every XLA knows, away from its default (3).
+OTHER_FLAGS = "--xla_backend_optimization_level=2"
+
+
+@pytest.mark.timeout(120)
+def test_flags_changed_after_jax_started_do_not_poison_the_cache(cache, monkeypatch):
+    """XLA reads XLA_FLAGS when its backend starts: on main a process that
+    changed the variable later stored its plans under the new flags' key,
+    and a process started with those flags used them (127 rows planned
+    where 42 fit in the issue's run)."""
+    started = os.environ.get("XLA_FLAGS", "")
+    first, count = estimate()
+    assert count.compiled == len(SIZES)
+    monkeypatch.setenv("XLA_FLAGS", f"{started} {OTHER_FLAGS}")  # too late for this process
+    new_process(monkeypatch)
+    again, count = estimate()  # the same compiler: its own entries
+    assert (count.compiled, count.cached, again) == (0, len(SIZES), first)
+    # A process started with the other flags compiles its own plans.
+    env = dict(os.environ, JAX_PLATFORMS="cpu", **{plan_cache.DIR_ENV: str(cache.parent)})
+    run = subprocess.run(
+        [sys.executable, "-c", PAIRWISE_IN_A_PROCESS],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=100,
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == [str(len(SIZES)), "0"]
+    assert len(json.loads(cache.read_text())["entries"]) == 2 * len(SIZES)
+
+
+def tampered(cache, change) -> None:
+    data = json.loads(cache.read_text())
+    for entry in data["entries"].values():
+        change(entry)
+    cache.write_text(json.dumps(data))
+
+
+def double_bytes(entry):
+    entry["bytes"] *= 2
+
+
+ENTRY_DAMAGE = {
+    "edited bytes": (double_bytes, "checksum does not match"),
+    "no checksum": (lambda e: e.pop("check"), "no jaxbatch version and checksum"),
+    "bytes a string": (lambda e: e.update(bytes=str(e["bytes"])), "expected a hex key, bytes"),
+}
+
+
+@pytest.mark.parametrize("damage", ENTRY_DAMAGE, ids=ENTRY_DAMAGE.keys())
+def test_a_damaged_entry_is_never_used(cache, monkeypatch, damage):
+    """On main an entry's bytes, edited in place, were planned with."""
+    reference, _ = estimate()
+    change, why = ENTRY_DAMAGE[damage]
+    tampered(cache, change)
+    new_process(monkeypatch)
+    with pytest.warns(RuntimeWarning, match=f"the entry of this program .*{why}.*not used"):
+        est, count = estimate()
+    assert est == reference and count.compiled == len(SIZES)
+    # Replaced by the compiled plans, which the next process uses.
+    new_process(monkeypatch)
+    again, count = estimate()
+    assert again == reference and count.cached == len(SIZES)
+
+
+def test_another_releases_entry_is_never_used(cache, monkeypatch):
+    reference, _ = estimate()
+    data = json.loads(cache.read_text())
+    for key, entry in data["entries"].items():  # checksums that match: written by 0.0.1
+        entry["jaxbatch"], entry["bytes"] = "0.0.1", 1
+        entry["check"] = plan_cache._checksum(key, entry)
+    cache.write_text(json.dumps(data))
+    new_process(monkeypatch)
+    with pytest.warns(RuntimeWarning, match="written by jaxbatch 0.0.1, not this"):
+        est, count = estimate()
+    assert est == reference and count.compiled == len(SIZES)
+
+
+def test_an_earlier_format_is_replaced_without_a_warning(cache, monkeypatch):
+    reference, _ = estimate()
+    data = json.loads(cache.read_text())
+    earlier = {k: {"bytes": 1, "uncounted": False} for k in data["entries"]}
+    cache.write_text(json.dumps({"format": 1, "entries": earlier}))
+    new_process(monkeypatch)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message="memory plan cache")
+        est, count = estimate()
+    assert est == reference and count.compiled == len(SIZES)
+    assert json.loads(cache.read_text())["format"] == plan_cache.FORMAT
 
 
 def test_a_missing_ynnpack_analysis_is_still_warned_about_on_a_hit(cache, monkeypatch):
@@ -155,15 +258,7 @@ DAMAGED = {
     "not utf-8": b"\xff\xfe\x00",
     "a list": b"[1, 2, 3]",
     "another format": json.dumps({"format": 99, "entries": {}}).encode(),
-    "negative bytes": json.dumps(
-        {"format": 1, "entries": {"0" * 32: {"bytes": -5, "uncounted": False}}}
-    ).encode(),
-    "bytes a string": json.dumps(
-        {"format": 1, "entries": {"0" * 32: {"bytes": "5", "uncounted": False}}}
-    ).encode(),
-    "a key not hex": json.dumps(
-        {"format": 1, "entries": {"../x": {"bytes": 5, "uncounted": False}}}
-    ).encode(),
+    "entries a list": json.dumps({"format": plan_cache.FORMAT, "entries": [1]}).encode(),
     "too large": b" " * (plan_cache.MAX_FILE_BYTES + 1),
 }
 
