@@ -204,10 +204,21 @@ def test_restoring_into_a_loader_over_other_data_raises_the_engines_error(tmp_pa
         manager = ocp.CheckpointManager(tmp_path)
         manager.save(1, args=ocp.args.Composite(loader=jbc.LoaderSave(loader)))
         manager.wait_until_finished()
-    # As many examples, other lengths: another stream.
+    # As many examples, other lengths: another stream. The refused restore
+    # leaves the loader, and an iterator prefetching it, as they were (on
+    # main the Loader was left closed).
+    with jb.Loader(small_dataset(range(2, 31)), planner, seed=1) as fresh:
+        expected = [b["example_index"].tolist() for b in fresh]
     with jb.Loader(small_dataset(range(2, 31)), planner, seed=1) as other:
+        next(other)
         with pytest.raises(ValueError, match=r"Loader: the state was saved for other data"):
             manager.restore(1, args=ocp.args.Composite(loader=jbc.LoaderRestore(other)))
+        batches = jb.device_prefetch(other, size=2)
+        got = [next(batches)["example_index"].tolist()]
+        with pytest.raises(ValueError, match=r"Loader: the state was saved for other data"):
+            manager.restore(1, args=ocp.args.Composite(loader=jbc.LoaderRestore(batches)))
+        got += [np.asarray(b["example_index"]).tolist() for b in batches]
+        assert got == expected[1:]
     with jb.Loader(small_dataset(range(1, 30)), jb.PadToMax(5), seed=1) as other:
         with pytest.raises(
             ValueError, match=r"Loader: the state was saved with planner PadToMax\(batch_size=4"

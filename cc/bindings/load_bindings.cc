@@ -255,6 +255,8 @@ void BindLoad(nb::module_& m) {
       .def_ro_static("CHUNKS_CLOSED", &ChunkCache::kClosed)
       .def("state", &Loader::state)
       .def("mixture_changes", &Loader::mixture_changes)
+      .def("check_state", &Loader::CheckState, nb::arg("state"),
+           nb::call_guard<nb::gil_scoped_release>())
       .def("steps", &Loader::Steps, nb::arg("epoch"), nb::call_guard<nb::gil_scoped_release>())
       .def("total_steps", &Loader::TotalSteps, nb::call_guard<nb::gil_scoped_release>())
       .def(

@@ -21,6 +21,15 @@
 namespace jaxbatch {
 namespace {
 
+// The schedule a state of `version` was planned with: versions 1 and 2
+// left AutoBuckets' remainder rows empty.
+ScheduleOptions PlannedAsVersion(ScheduleOptions schedule, int64_t version) {
+  if (auto* o = std::get_if<AutoBucketsOptions>(&schedule.planner); o && version < 3) {
+    o->fill_remainders = false;
+  }
+  return schedule;
+}
+
 // A fingerprint as states print it: 16 hex digits, quoted.
 std::string Hex(uint64_t value) {
   char text[17];
@@ -175,16 +184,15 @@ Loader::Loader(std::shared_ptr<const Dataset> dataset, std::shared_ptr<const Chu
     real_lengths_ = PackFeatureTotals(lengths_, edge_lengths_, *pack);
   }
   if (patch_pack_) real_lengths_ = KeptPatchCounts(lengths_, widths_, *patch_pack_);
+  requested_ = options_.schedule;
   if (mixture) InitMixture(std::move(mixture));
 
   state_.seed = options_.schedule.seed;
   state_.key = key_;
   if (start) {
-    if (start->seed != options_.schedule.seed) {
-      throw InvalidArgumentError(StrCat("Loader: the state was saved with seed ", start->seed,
-                                        " but this loader has seed ", options_.schedule.seed));
-    }
-    CheckStartState(*start);
+    std::shared_ptr<const EpochSchedule> planned = CheckStart(*start, mixture_.get(), &yielded_);
+    if (start->key && start->key->version < 3) PlanAsBefore3(start->key->version);
+    if (planned) schedules_[start->epoch] = std::move(planned);  // The workers reuse it.
     state_ = *start;
     state_.key = key_;
     state_.mixture.reset();  // state() makes it anew
@@ -281,6 +289,18 @@ void Loader::CheckStreamKey(const StreamKey& key) const {
     throw InvalidArgumentError(StrCat("Loader: the state was saved for ", key.num_examples,
                                       " examples but this source has ", key_.num_examples));
   }
+  // A mixture's state holds each source's fingerprint (in its mixture), not one.
+  if (mixture_ && key.fingerprint) {
+    throw InvalidArgumentError(StrCat("Loader: the state's key holds a fingerprint (",
+                                      Hex(*key.fingerprint),
+                                      "), but a mixture's state holds each source's in its "
+                                      "mixture; expected a state from Loader::state()"));
+  }
+  if (!key.fingerprint && key.version >= kCompleteStateVersion && !mixture_) {
+    throw InvalidArgumentError(StrCat("Loader: the state (version ", key.version,
+                                      ") has no fingerprint, which every state of its version "
+                                      "holds; expected a state from Loader::state()"));
+  }
   if (key.fingerprint && key.fingerprint != key_.fingerprint) {
     throw InvalidArgumentError(
         StrCat("Loader: the state was saved for other data (fingerprint ", Hex(*key.fingerprint),
@@ -310,7 +330,7 @@ void Loader::CheckStreamKey(const StreamKey& key) const {
     throw InvalidArgumentError(
         StrCat("Loader: the state's planner cannot be read (", e.what(), ")"));
   }
-  if (!(saved == options_.schedule.planner)) {
+  if (!(saved == requested_.planner)) {
     throw InvalidArgumentError(StrCat("Loader: the state was saved with planner ", key.planner,
                                       " but this loader has ", key_.planner));
   }
@@ -320,12 +340,19 @@ void Loader::PlanAsBefore3(int64_t version) {
   // The state's stream is the one that version planned; it stays that
   // version, so a state saved from here restores the same way again.
   key_.version = version;
-  if (auto* o = std::get_if<AutoBucketsOptions>(&options_.schedule.planner)) {
-    o->fill_remainders = false;
-  }
+  options_.schedule = PlannedAsVersion(requested_, version);
 }
 
-void Loader::CheckStartState(const LoaderState& start) {
+void Loader::CheckState(const LoaderState& state) const {
+  // A mixture's state is checked by restoring it into a stream of its own.
+  std::unique_ptr<MixtureStream> scratch = mixture_ ? NewMixtureStream() : nullptr;
+  std::vector<SourceTally> yielded;
+  CheckStart(state, scratch.get(), &yielded);
+}
+
+std::shared_ptr<const EpochSchedule> Loader::CheckStart(const LoaderState& start,
+                                                        MixtureStream* mixture,
+                                                        std::vector<SourceTally>* yielded) const {
   if (mixture_ && !start.mixture) {
     throw InvalidArgumentError(
         "Loader: the state was saved by a loader over one dataset; this one reads a mixture");
@@ -334,8 +361,11 @@ void Loader::CheckStartState(const LoaderState& start) {
     throw InvalidArgumentError(
         "Loader: the state was saved by a loader over a mixture; this one reads one dataset");
   }
+  if (start.seed != requested_.seed) {
+    throw InvalidArgumentError(StrCat("Loader: the state was saved with seed ", start.seed,
+                                      " but this loader has seed ", requested_.seed));
+  }
   if (start.key) CheckStreamKey(*start.key);
-  if (start.key && start.key->version < 3) PlanAsBefore3(start.key->version);
   const std::pair<const char*, int64_t> counters[] = {{"epoch", start.epoch},
                                                       {"step", start.step},
                                                       {"batches", start.batches},
@@ -366,9 +396,11 @@ void Loader::CheckStartState(const LoaderState& start) {
                epochs_ > 0 ? StrCat(" (epochs=", epochs_, ")") : std::string(), " or epoch ",
                last_epoch, " with step 0"));
   }
-  if (mixture_) yielded_ = mixture_->Restore(*start.mixture, start.epoch, start.step);
-  if (start.step == 0) return;
-  auto schedule = std::make_shared<const EpochSchedule>(MakeSchedule(start.epoch));
+  if (mixture_) *yielded = mixture->Restore(*start.mixture, start.epoch, start.step);
+  if (start.step == 0) return nullptr;
+  const int64_t version = start.key ? start.key->version : kLoaderStateVersion;
+  auto schedule = std::make_shared<const EpochSchedule>(
+      MakeSchedule(start.epoch, PlannedAsVersion(requested_, version), mixture));
   const auto steps = static_cast<int64_t>(schedule->steps.size());
   if (start.step >= steps) {
     throw InvalidArgumentError(StrCat("Loader: the state's step ", start.step,
@@ -376,7 +408,7 @@ void Loader::CheckStartState(const LoaderState& start) {
                                       steps, " steps (0 to ", steps - 1,
                                       "); the state is not from this data and planner"));
   }
-  schedules_[start.epoch] = std::move(schedule);  // Planned already: the workers reuse it.
+  return schedule;
 }
 
 void Loader::CheckMemoryLimit() {
@@ -654,8 +686,9 @@ void Loader::EnterEpoch(int64_t epoch, const EpochSchedule& schedule) {
   if (epoch <= entered_epoch_) return;
   entered_epoch_ = epoch;
   // A planner's too_long / too_big "skip" counts as skipped, as jb.plan counts it.
-  state_.dropped += schedule.plan.stats.dropped + schedule.shard_dropped;
-  state_.skipped += schedule.plan.stats.skipped;
+  state_.dropped = SaturatingAdd(state_.dropped, schedule.plan.stats.dropped);
+  state_.dropped = SaturatingAdd(state_.dropped, schedule.shard_dropped);
+  state_.skipped = SaturatingAdd(state_.skipped, schedule.plan.stats.skipped);
   state_.padding_batches = SaturatingAdd(state_.padding_batches, schedule.padding_batches);
   state_.truncated = SaturatingAdd(state_.truncated, schedule.plan.stats.truncated);
   if (bad_records_.empty()) return;
@@ -816,8 +849,8 @@ bool Loader::TryNext(std::chrono::milliseconds timeout, std::optional<LoadedBatc
       yielded_[s].elements = SaturatingAdd(yielded_[s].elements, result.sources[s].elements);
     }
   }
-  state_.batches += 1;
-  state_.examples += result.examples;
+  state_.batches = SaturatingAdd(state_.batches, 1);
+  state_.examples = SaturatingAdd(state_.examples, result.examples);
   state_.real_elements = SaturatingAdd(state_.real_elements, result.real_elements);
   state_.padded_elements =
       SaturatingAdd(state_.padded_elements, PaddedElements(result.shape, layout_.graph));

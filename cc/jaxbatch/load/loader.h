@@ -101,6 +101,11 @@ void ValidateLoaderOptions(const LoaderOptions& options, std::string_view who = 
 // 3: AutoBuckets with remainder pad fills the last batches' empty rows (1
 // and 2 left them empty; a Loader restoring one plans as they did).
 inline constexpr int64_t kLoaderStateVersion = 3;
+// From this version on every state holds each counter and its data's
+// fingerprint, so one without them was edited or made by hand, and is
+// refused naming the field (an older version's may lack them: its counters
+// count from 0 and its data is checked by its size only).
+inline constexpr int64_t kCompleteStateVersion = 3;
 
 // What makes a loader's stream besides its seed and position. A state
 // restores only into a loader whose key is the same; the Loader refuses any
@@ -225,6 +230,12 @@ class Loader {
   int64_t chunk_cache_bytes() const { return cache_ ? cache_->capacity_bytes() : 0; }
 
   LoaderState state() const;
+  // Throws InvalidArgumentError, naming what differs, when `state` cannot
+  // continue this loader's stream (another seed or stream key, a negative
+  // counter, a position past the end), as Loader(..., state) would; changes
+  // nothing. A caller that restores by making a new Loader checks first, so
+  // a refused state leaves this one running as it was.
+  void CheckState(const LoaderState& state) const;
 
   // What the stream will yield, exactly (it plans the epochs it needs,
   // without the workers). Steps(epoch): this process's steps in `epoch`.
@@ -268,9 +279,18 @@ class Loader {
   };
   // `epoch`'s schedule, planned now: the dataset's epoch, or the mixture's block.
   EpochSchedule MakeSchedule(int64_t epoch) const;
+  // The same with `schedule`, a mixture's block drawn by `mixture` (one
+  // that is not the loader's when a state is only checked).
+  EpochSchedule MakeSchedule(int64_t epoch, const ScheduleOptions& schedule,
+                             const MixtureStream* mixture) const;
   // A mixture's, after the lengths: the stream, its block planner, its
   // bad records named by source.
   void InitMixture(std::shared_ptr<const Mixture> mixture);
+  // A stream of the loader's mixture as InitMixture made it, before any
+  // state was restored into it.
+  std::unique_ptr<MixtureStream> NewMixtureStream() const;
+  // Each example's tokens as a mixture weighs them (MixtureStream's `tokens`).
+  std::vector<int64_t> MixtureTokens() const;
   // Whether `schedule` (with no steps) ends the stream: a mixture's block
   // with no steps may only have drawn bad records; the next may have some.
   bool EndsStream(const EpochSchedule& schedule) const;
@@ -283,10 +303,16 @@ class Loader {
   // Pack (buckets' batch counts and shapes do not depend on the order).
   bool EpochsMayDiffer() const;
 
-  // Throws InvalidArgumentError for a start state with a negative counter,
-  // a position past the stream's end or its epoch's last step, or a key of
-  // another stream; plans that epoch (as the state's version did).
-  void CheckStartState(const LoaderState& start);
+  // Throws InvalidArgumentError for a start state of another seed, with a
+  // negative counter, a position past the stream's end or its epoch's last
+  // step, a key of another stream, or a mixture's part this mixture cannot
+  // continue; returns that epoch's schedule (planned as the state's version
+  // did) when the state is inside it, else null. A mixture's part is
+  // restored into `mixture` (the loader's own stream when it starts from
+  // the state, a new one when the state is only checked), each source's
+  // yield so far into `yielded`; nothing of the loader's own changes.
+  std::shared_ptr<const EpochSchedule> CheckStart(const LoaderState& start, MixtureStream* mixture,
+                                                  std::vector<SourceTally>* yielded) const;
   void CheckStreamKey(const StreamKey& key) const;
   // Plans as loader state versions 1 and 2 did (AutoBuckets leaves
   // remainder rows empty) and keeps the version in the states it saves.
@@ -338,11 +364,17 @@ class Loader {
   std::shared_ptr<const ChunkedSource> chunked_;
   std::unique_ptr<ChunkCache> cache_;
   std::unique_ptr<MixtureStream> mixture_;
+  // What mixture_ was made from, to make another (CheckState).
+  std::shared_ptr<const Mixture> mixture_spec_;
+  PlannerOptions mixture_planner_;
   std::vector<SourceTally> yielded_;  // a mixture's, per source, of the batches yielded
   // Epochs the stream has: options_.epochs, or 0 for a mixture (its blocks
   // end where the mixture does).
   int64_t epochs_ = 0;
   LoaderOptions options_;
+  // options_.schedule as given, before a restored older state's version
+  // changed how it plans (PlanAsBefore3): what states are checked against.
+  ScheduleOptions requested_;
   int64_t num_examples_ = 0;
   std::vector<int64_t> lengths_;  // node counts for a graph planner
   // Edge counts for a graph planner; for a Pack with several features the

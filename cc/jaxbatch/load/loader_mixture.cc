@@ -25,12 +25,8 @@ void Loader::InitMixture(std::shared_ptr<const Mixture> mixture) {
                                       "batch; rename the column"));
   }
   if (options_.source == "dataset") options_.source = "mixture";
-  // What unit="tokens" weighs and the stats count: each example's real
-  // elements (a grid's cells, a graph's nodes, a Pack's features together).
-  std::vector<int64_t> tokens = real_lengths_.empty() ? lengths_ : real_lengths_;
-  for (size_t i = 0; i < widths_.size(); ++i) tokens[i] = SaturatingMul(tokens[i], widths_[i]);
-  mixture_ = std::make_unique<MixtureStream>(mixture, std::move(tokens), options_.schedule,
-                                             options_.epochs);
+  mixture_spec_ = mixture;
+  mixture_ = std::make_unique<MixtureStream>(mixture, MixtureTokens(), requested_, options_.epochs);
   epochs_ = 0;  // The mixture ends the stream: an empty block.
   yielded_.assign(static_cast<size_t>(mixture_->num_sources()), SourceTally{});
   key_.fingerprint = std::nullopt;  // Each source's, in the state's mixture.
@@ -49,8 +45,8 @@ void Loader::InitMixture(std::shared_ptr<const Mixture> mixture) {
   if (longest >= 0 && std::find(sample.begin(), sample.end(), longest) == sample.end()) {
     sample.push_back(longest);
   }
-  mixture_->set_block_planner(
-      FreezeShapes(options_.schedule.planner, lengths_, sample, edge_lengths_, widths_));
+  mixture_planner_ = FreezeShapes(requested_.planner, lengths_, sample, edge_lengths_, widths_);
+  mixture_->set_block_planner(mixture_planner_);
   // A bad record names its source and its index there.
   for (BadRecord& r : bad_records_) {
     const int64_t s = mixture_->SourceOf(r.example);
@@ -59,12 +55,31 @@ void Loader::InitMixture(std::shared_ptr<const Mixture> mixture) {
   }
 }
 
+std::vector<int64_t> Loader::MixtureTokens() const {
+  // What unit="tokens" weighs and the stats count: each example's real
+  // elements (a grid's cells, a graph's nodes, a Pack's features together).
+  std::vector<int64_t> tokens = real_lengths_.empty() ? lengths_ : real_lengths_;
+  for (size_t i = 0; i < widths_.size(); ++i) tokens[i] = SaturatingMul(tokens[i], widths_[i]);
+  return tokens;
+}
+
+std::unique_ptr<MixtureStream> Loader::NewMixtureStream() const {
+  auto stream =
+      std::make_unique<MixtureStream>(mixture_spec_, MixtureTokens(), requested_, options_.epochs);
+  stream->set_block_planner(mixture_planner_);
+  return stream;
+}
+
 EpochSchedule Loader::MakeSchedule(int64_t epoch) const {
-  if (mixture_) {
-    return mixture_->PlanBlock(epoch, lengths_, excluded_, options_.schedule, edge_lengths_,
-                               widths_);
+  return MakeSchedule(epoch, options_.schedule, mixture_.get());
+}
+
+EpochSchedule Loader::MakeSchedule(int64_t epoch, const ScheduleOptions& schedule,
+                                   const MixtureStream* mixture) const {
+  if (mixture) {
+    return mixture->PlanBlock(epoch, lengths_, excluded_, schedule, edge_lengths_, widths_);
   }
-  return MakeEpochSchedule(lengths_, excluded_, options_.schedule, epoch, edge_lengths_, widths_);
+  return MakeEpochSchedule(lengths_, excluded_, schedule, epoch, edge_lengths_, widths_);
 }
 
 bool Loader::EndsStream(const EpochSchedule& schedule) const {

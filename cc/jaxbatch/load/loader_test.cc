@@ -602,9 +602,19 @@ TEST(LoaderTest, AStateOfAnotherStreamIsRefusedNamingWhatDiffers) {
   // names the same planner.
   LoaderState older = saved;
   older.key->planner = "AutoBuckets(batch_size=4, max_shapes=3)";
-  older.key->fingerprint.reset();  // saved before fingerprints
   Loader restored(ds, o, older);
   EXPECT_EQ(restored.state().key->planner, saved.key->planner);
+  // Every version-3 state holds its data's fingerprint: one without is
+  // refused, not restored onto other data of the same size (as on main); a
+  // version-2 state, saved before fingerprints, is checked by its size.
+  LoaderState unprinted = saved;
+  unprinted.key->fingerprint.reset();
+  const auto same_size = testing::TokensDataset(testing::RandomLengths(60, 20, 4));
+  EXPECT_EQ(refused(same_size, o, unprinted),
+            "Loader: the state (version 3) has no fingerprint, which every state of its version "
+            "holds; expected a state from Loader::state()");
+  unprinted.key->version = 2;
+  Loader checked_by_size(ds, o, unprinted);
 }
 
 TEST(LoaderTest, StartStatePastTheEndOrNegativeIsRefused) {

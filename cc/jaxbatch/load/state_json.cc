@@ -43,6 +43,7 @@ constexpr std::array<Counter, 13> kCounters{{
 }};
 
 // Listed first when missing, as a state's identity is what a reader looks for.
+// (Optional counters and the fingerprint are required by version: CheckVersionFields.)
 constexpr std::array<const char*, 3> kKeyFirst{"version", "num_examples", "planner"};
 constexpr std::array<const char*, 3> kKeyLast{"shuffle", "block_size", "shard"};
 
@@ -262,6 +263,27 @@ void CheckNothingMissing(const Members& members) {
   }
 }
 
+// What a state of `version` must hold beyond what every version does: from
+// kCompleteStateVersion on, each counter and a fingerprint that is not null
+// (a mixture's: each source's, which its mixture part requires).
+void CheckVersionFields(const Members& members, int64_t version) {
+  if (version < kCompleteStateVersion) return;
+  std::string missing;
+  for (const Counter& c : kCounters) {
+    if (!members.Find(c.name)) missing += StrCat(missing.empty() ? "" : ", ", "'", c.name, "'");
+  }
+  // A mixture's state holds each source's fingerprint in its mixture instead.
+  const JsonValue* fingerprint = members.Find("fingerprint");
+  if ((!fingerprint || fingerprint->kind == JsonValue::kNull) && !members.Find("mixture")) {
+    missing += StrCat(missing.empty() ? "" : ", ", "'fingerprint'");
+  }
+  if (!missing.empty()) {
+    throw InvalidArgumentError(StrCat("Loader: the state (version ", version, ") lacks ", missing,
+                                      ", which every state of its version holds; expected a "
+                                      "state from get_state() (Loader::state())"));
+  }
+}
+
 }  // namespace
 
 std::string LoaderStateToJson(const LoaderState& state) {
@@ -324,6 +346,7 @@ LoaderState LoaderStateFromJson(std::string_view text) {
   }
   StreamKey key;
   key.version = CounterField(members.Get("version"), "version");
+  CheckVersionFields(members, key.version);
   key.num_examples = CounterField(members.Get("num_examples"), "num_examples");
   if (const JsonValue* v = members.Find("fingerprint")) key.fingerprint = FingerprintField(*v);
   key.planner = StringField(members.Get("planner"), "planner");

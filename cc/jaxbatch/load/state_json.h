@@ -17,10 +17,12 @@
 //
 // "version" is the StreamKey's (kLoaderStateVersion when saved by this
 // jaxbatch); the Loader decides whether it can continue that version's
-// stream. States written by earlier releases read back: "truncated" and the
-// element/edge counters may be absent (they count from 0) and "fingerprint"
-// may be absent or null (the data is then checked by its size only). Keys
-// this release does not know are ignored.
+// stream. States of versions 1 and 2 (earlier releases) read back:
+// "truncated" and the element/edge counters may be absent (they count from
+// 0) and "fingerprint" may be absent or null (the data is then checked by
+// its size only); a version-3 state always holds them, so one without is
+// refused naming the field (kCompleteStateVersion). Keys this release does
+// not know are ignored.
 //
 // Reading checks the text only: syntax, types and ranges (every counter in
 // [0, 2^63), the seed in [0, 2^64), the fingerprint 1 to 16 hex digits, the

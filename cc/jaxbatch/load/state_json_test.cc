@@ -115,6 +115,32 @@ TEST(StateJsonTest, WhatPythonsJsonDumpsWritesReadsBack) {
   }
 }
 
+// A version-3 state holds every counter and its fingerprint: one without
+// was edited or made by hand. On main a version-3 state without its
+// fingerprint restored onto other data of the same size.
+TEST(StateJsonTest, AVersion3StateMissingAFieldIsRefusedNamingIt) {
+  LoaderState state = EveryField();
+  state.padded_edges = 13;
+  state.key->version = 3;
+  const std::string good = LoaderStateToJson(state);
+  EXPECT_EQ(LoaderStateFromJson(good).key->fingerprint, 0x0123456789abcdefULL);
+  const auto without = [&](const std::string& part, const std::string& instead = "") {
+    std::string text = good;
+    const size_t at = text.find(part);
+    EXPECT_NE(at, std::string::npos) << part;
+    text.replace(at, part.size(), instead);
+    return ThrownMessage<InvalidArgumentError>([&] { LoaderStateFromJson(text); });
+  };
+  EXPECT_EQ(without(R"("fingerprint": "0123456789abcdef", )"),
+            "Loader: the state (version 3) lacks 'fingerprint', which every state of its "
+            "version holds; expected a state from get_state() (Loader::state())");
+  EXPECT_TRUE(Contains(without(R"("fingerprint": "0123456789abcdef")", R"("fingerprint": null)"),
+                       "the state (version 3) lacks 'fingerprint'"));
+  EXPECT_TRUE(Contains(without(R"("truncated": 9, )"), "the state (version 3) lacks 'truncated',"));
+  EXPECT_TRUE(Contains(without(R"("real_edges": 12, "padded_edges": 13, )"),
+                       "lacks 'real_edges', 'padded_edges',"));
+}
+
 TEST(StateJsonTest, AStateWithoutItsKeyHasNoText) {
   EXPECT_TRUE(Contains(ThrownMessage<InvalidArgumentError>([] { LoaderStateToJson({}); }),
                        "without its StreamKey"));

@@ -174,7 +174,8 @@ class DevicePrefetcher(Generic[OutT]):
     def set_state(self, state: Mapping[str, Any]) -> None:
         """Restores `state` (from :meth:`get_state`) in place: the source
         Loader continues from it and the batches read ahead are dropped, so
-        the next batch is the one after the saved one."""
+        the next batch is the one after the saved one. A refused state (the
+        Loader's ValueError) leaves this iterator and its Loader as they were."""
         if isinstance(self._source, Loader):
             self._source._write_state(state)  # This iterator is what reads it ahead.
         else:

@@ -449,9 +449,12 @@ class Loader:
         """Continues from `state` (from :meth:`get_state`) with exactly the
         batches an uninterrupted run would have produced.
 
-        Refused (ValueError) while a ``jb.device_prefetch`` /
-        ``jb.global_batches`` iterator reads this Loader ahead: the batches
-        queued there would come first; restore that iterator instead."""
+        A state that does not fit (another stream, a field missing, a
+        position past the end) is a ValueError naming why, and the Loader
+        goes on exactly as it was. Refused (ValueError) while a
+        ``jb.device_prefetch`` / ``jb.global_batches`` iterator reads this
+        Loader ahead: the batches queued there would come first; restore
+        that iterator instead."""
         check_not_read_ahead(
             self,
             "Loader.set_state",
@@ -461,8 +464,12 @@ class Loader:
         self._write_state(state)
 
     def _write_state(self, state: Mapping[str, Any]) -> None:
-        """set_state() without the read-ahead check (for the prefetcher itself)."""
+        """set_state() without the read-ahead check (for the prefetcher itself).
+        The engine checks the state against the running loader first, so a
+        refused one leaves it running exactly as it was."""
         core_state = self._parse_state(state)
+        if self._core_loader is not None:
+            self._core_loader.check_state(core_state)
         self.close()
         self._start_core(core_state)
 
