@@ -295,5 +295,11 @@ def test_plan_of_images_refuses_what_does_not_apply(tmp_path, capsys):
     assert "smaller than the largest example" in capsys.readouterr().err
     assert main(["plan", str(path), "--patch", "0"]) == 2
     assert "PatchPack: patch[0] must be a positive integer, found 0" in capsys.readouterr().err
+    # A patch whose pixels no int32 counts (on main 2**31 x 2**31 was planned).
+    assert main(["plan", str(path), "--patch", str(2**31)]) == 2
+    assert (
+        "PatchPack: patch 2147483648 x 2147483648 has 4611686018427387904 pixels; at most "
+        "2147483647" in capsys.readouterr().err
+    )
     assert main(["plan", "--default", "--patch", "16"]) == 2
     assert "--patch plans a column of images" in capsys.readouterr().err

@@ -217,7 +217,7 @@ def test_a_uint64_node_id_past_int64_is_named_as_it_is(validate):
     with pytest.raises(ValueError) as error:
         jb.Dataset.from_graphs([graph], validate=validate)
     message = str(error.value)
-    assert "graph 0: senders[1] = 9223372036854775808 is not a node id" in message
+    assert "graph 0's senders[1] is 9223372036854775808, past the largest int64" in message
     assert "-9223372036854775808" not in message
 
 

@@ -211,6 +211,16 @@ def test_arrow_variable_shape_tensor_errors_name_the_column_and_example():
                                        mask=pa.array([False, True]))  # fmt: skip
     with pytest.raises(ValueError, match="column 't', example 1"):
         jb.Dataset.from_arrow(pa.table({"t": null.column("t").type.wrap_array(holed)}))
+    # Negative dimensions are named (on main: "its shape [-1, 3, 1] holds -3
+    # values, but its data has 3", or a cells mismatch for a negative cell).
+    for shapes, named in (
+        ([[2, 2, 1], [-1, 3, 1]], r"its shape \[-1, 3, 1\] has negative dimensions "
+         r"\(dimension 0 is -1\); expected sizes >= 0"),
+        ([[2, 2, 1], [1, -3, -1]], r".*\(dimension 1 is -3, dimension 2 is -1\)"),
+    ):  # fmt: skip
+        negative = _variable_shape_tensor(pa, images, shapes=shapes)
+        with pytest.raises(ValueError, match=r"column 't', example 1: " + named):
+            jb.Dataset.from_arrow(negative)
     lying = _variable_shape_tensor(pa, images, shapes=[[2, 2, 1], [2, 3, 1]])
     with pytest.raises(ValueError, match=r"example 1: its shape \[2, 3, 1\] holds 6 values, "
                        r"but its data has 3"):  # fmt: skip

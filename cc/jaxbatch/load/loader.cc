@@ -6,6 +6,7 @@
 #include <limits>
 #include <utility>
 
+#include "jaxbatch/base/available_memory.h"
 #include "jaxbatch/base/checked.h"
 #include "jaxbatch/base/error.h"
 #include "jaxbatch/base/file_stamp.h"
@@ -205,7 +206,11 @@ Loader::Loader(std::shared_ptr<const Dataset> dataset, std::shared_ptr<const Chu
   if (automatic) {
     threads = std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, kMaxDefaultThreads);
   }
-  if (options_.host_memory_limit > 0) CheckMemoryLimit();
+  if (options_.host_memory_limit > 0) {
+    CheckMemoryLimit();
+  } else {
+    CheckBatchFitsMachine();
+  }
   if (chunked_) {
     threads = SizeChunkCache(threads, automatic);
   } else {
@@ -411,10 +416,13 @@ std::shared_ptr<const EpochSchedule> Loader::CheckStart(const LoaderState& start
   return schedule;
 }
 
-void Loader::CheckMemoryLimit() {
-  // Workers fill prefetch batches ahead while the consumer holds one (and a
-  // Python loop the one before): a limit below that would wait forever.
-  auto schedule = std::make_shared<const EpochSchedule>(MakeSchedule(claim_epoch_));
+void Loader::MeasureLargestBatch() {
+  std::shared_ptr<const EpochSchedule> schedule;
+  if (const auto it = schedules_.find(claim_epoch_); it != schedules_.end()) {
+    schedule = it->second;  // planned by the start state's check
+  } else {
+    schedule = std::make_shared<const EpochSchedule>(MakeSchedule(claim_epoch_));
+  }
   int64_t largest = 0;
   for (const BatchShape& shape : schedule->plan.shapes) {
     int64_t bytes =
@@ -426,9 +434,20 @@ void Loader::CheckMemoryLimit() {
       bytes = SaturatingAdd(
           bytes, SaturatingMul(SaturatingMul(shape.rows, std::max<int64_t>(shape.segments, 1)), 4));
     }
-    largest = std::max(largest, bytes);
+    if (bytes > largest) {
+      largest = bytes;
+      largest_shape_ = shape;
+    }
   }
   largest_batch_bytes_ = largest;
+  schedules_[claim_epoch_] = std::move(schedule);  // Planned already: the workers reuse it.
+}
+
+void Loader::CheckMemoryLimit() {
+  // Workers fill prefetch batches ahead while the consumer holds one (and a
+  // Python loop the one before): a limit below that would wait forever.
+  MeasureLargestBatch();
+  const int64_t largest = largest_batch_bytes_;
   const int64_t needed = SaturatingMul(SaturatingAdd(options_.prefetch, 2), largest);
   if (options_.host_memory_limit < needed) {
     throw InvalidArgumentError(StrCat(
@@ -436,7 +455,23 @@ void Loader::CheckMemoryLimit() {
         " bytes holds fewer than prefetch + 2 = ", options_.prefetch + 2, " batches of up to ",
         largest, " bytes; raise it to at least ", needed, " or lower prefetch"));
   }
-  schedules_[claim_epoch_] = std::move(schedule);  // Planned already: the workers reuse it.
+}
+
+void Loader::CheckBatchFitsMachine() {
+  const std::optional<int64_t> available = AvailableMemoryBytes();
+  if (!available) return;  // Not known here: nothing to check against.
+  MeasureLargestBatch();
+  if (largest_batch_bytes_ <= *available) return;
+  const BatchShape& s = largest_shape_;
+  throw InvalidArgumentError(
+      StrCat("Loader: one batch of ", PlannerName(options_.schedule.planner), "'s largest shape (",
+             s.rows, s.rows == 1 ? " row x " : " rows x ", s.length,
+             s.width > 0 ? StrCat(" x ", s.width) : std::string(),
+             s.segments > 0 ? StrCat(", ", s.segments, " segments") : std::string(), ") takes ",
+             largest_batch_bytes_, " bytes, more than the ", *available,
+             " bytes this machine has available, so it cannot be made (the process would be killed "
+             "for memory); plan smaller batches (batch_size, rows_per_batch, row_length or "
+             "token_budget), or set host_memory_limit to be told what fits"));
 }
 
 int64_t Loader::SizeChunkCache(int64_t threads, bool automatic) {

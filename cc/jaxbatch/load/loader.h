@@ -342,6 +342,13 @@ class Loader {
   // Throws InvalidArgumentError when host_memory_limit cannot hold the
   // batches in flight (which would wait forever); plans the first epoch.
   void CheckMemoryLimit();
+  // Without host_memory_limit: throws InvalidArgumentError, naming the
+  // bytes, when the largest batch is more than the machine has available
+  // (base/available_memory.h), which would have the process killed.
+  void CheckBatchFitsMachine();
+  // Plans the start epoch (kept for the workers) and sets
+  // largest_batch_bytes_ and largest_shape_ from its shapes.
+  void MeasureLargestBatch();
   // Splits host_memory_limit between batch buffers, `threads` gathers and
   // the chunk cache of a streaming loader (see its constructor) and returns
   // the threads to start: `automatic` ones (num_threads = 0) are lowered to
@@ -420,8 +427,9 @@ class Loader {
   std::map<int64_t, Result> results_;
   LoaderState state_;
   int64_t entered_epoch_ = -1;
-  int64_t largest_batch_bytes_ = 0;  // of the first epoch's plan, when host_memory_limit is set
-  int64_t collating_ = 0;            // workers collating a batch (outside mu_)
+  int64_t largest_batch_bytes_ = 0;  // of the first epoch's plan, once measured
+  BatchShape largest_shape_;
+  int64_t collating_ = 0;  // workers collating a batch (outside mu_)
   std::optional<std::chrono::steady_clock::time_point> stall_since_;
   int64_t stall_bytes_in_use_ = 0;
   bool stop_ = false;

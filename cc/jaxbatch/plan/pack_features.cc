@@ -143,6 +143,27 @@ void ValidatePackFeatures(const PackOptions& o) {
     }
     total = *sum;
   }
+  if (o.token_budget) {
+    throw InvalidArgumentError(StrCat(
+        "Pack: token_budget=", *o.token_budget,
+        " with several features (row_length=", RowLengthsText(o),
+        ") is not supported: a budget sizes batches by one row length (token_budget // L rows), "
+        "and each feature has its own, so no one row count keeps every feature within it; give "
+        "rows_per_batch"));
+  }
+  if (o.max_shapes) {
+    throw InvalidArgumentError(
+        StrCat("Pack: max_shapes=", *o.max_shapes,
+               " with several features (row_length=", RowLengthsText(o),
+               ") is not supported: max_shapes chooses a few row lengths for one column from its "
+               "lengths, and each feature keeps the one row length given; leave max_shapes unset"));
+  }
+  if (!o.row_length_list.empty()) {
+    throw InvalidArgumentError(
+        StrCat("Pack: several row lengths for one column (a row_length list) and several features "
+               "(row_length=",
+               RowLengthsText(o), ") cannot be combined: each feature has one row length"));
+  }
   if (o.too_long == TooLong::kSplit) {
     throw InvalidArgumentError(StrCat(
         "Pack: too_long=\"split\" with several features (row_length=", RowLengthsText(o),

@@ -227,6 +227,23 @@ TEST(PackFeatures, RefusesWhatDoesNotPairUpAcrossFeatures) {
   o = TwoFeatures(4, 0, PackAlgorithm::kFirstFit);
   EXPECT_TRUE(Contains(Refusal([&] { ValidatePlannerOptions(o); }),
                        "row_length['targets'] must be a positive integer, found 0"));
+  // What is refused and why (on main: "a list of row lengths for one column
+  // or a dict of features' row lengths, not both", though no list was given).
+  o = TwoFeatures(4, 4, PackAlgorithm::kFirstFit);
+  o.rows_per_batch = 0;
+  o.token_budget = 64;
+  EXPECT_TRUE(Contains(Refusal([&] { ValidatePlannerOptions(o); }),
+                       "Pack: token_budget=64 with several features (row_length={'inputs': 4, "
+                       "'targets': 4}) is not supported: a budget sizes batches by one row "
+                       "length"));
+  o = TwoFeatures(4, 4, PackAlgorithm::kFirstFit);
+  o.max_shapes = 2;
+  EXPECT_TRUE(Contains(Refusal([&] { ValidatePlannerOptions(o); }),
+                       "Pack: max_shapes=2 with several features"));
+  o = TwoFeatures(4, 4, PackAlgorithm::kFirstFit);
+  o.row_length_list = {2, 4};
+  EXPECT_TRUE(Contains(Refusal([&] { ValidatePlannerOptions(o); }),
+                       "a row_length list) and several features"));
   o = TwoFeatures(4, 4, PackAlgorithm::kFirstFit);
   EXPECT_TRUE(
       Contains(Refusal([&] { Plan(kInputs, o, {}, std::vector<int64_t>{1, 2}); }), "found 2"));

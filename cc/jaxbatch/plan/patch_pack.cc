@@ -37,9 +37,13 @@ void ValidatePatch(const std::vector<int64_t>& patch) {
   }
   Positive(patch[0], "patch[0]");
   Positive(patch[1], "patch[1]");
-  if (!CheckedMul(patch[0], patch[1])) {
+  // A patch's real pixels are counted in <column>_pixels, one int32 a patch.
+  const std::optional<int64_t> pixels = CheckedMul(patch[0], patch[1]);
+  if (!pixels || *pixels > kMaxExtent) {
     throw InvalidArgumentError(
-        StrCat(kName, ": patch ", patch[0], " x ", patch[1], " has more pixels than ", kMaxSize));
+        StrCat(kName, ": patch ", patch[0], " x ", patch[1], " has ",
+               pixels ? StrCat(*pixels) : StrCat("more than ", kMaxSize), " pixels; at most ",
+               kMaxExtent, " fit a patch, as the batch's int32 <column>_pixels counts them"));
   }
 }
 

@@ -228,6 +228,18 @@ TEST(PatchPackTest, ValidationNamesTheOption) {
                        "patch must be (height, width)"));
   EXPECT_TRUE(Contains(message({.patch = {16, 0}, .row_length = 4, .rows_per_batch = 1}),
                        "patch[1] must be a positive integer, found 0"));
+  // A patch's pixels are counted in an int32 (<column>_pixels): on main a
+  // 2^31 x 2^31 patch (2^62 pixels, within int64) was accepted.
+  const int64_t side = int64_t{1} << 31;
+  EXPECT_EQ(message({.patch = {side, side}, .row_length = 4, .rows_per_batch = 1}),
+            "PatchPack: patch 2147483648 x 2147483648 has 4611686018427387904 pixels; at most "
+            "2147483647 fit a patch, as the batch's int32 <column>_pixels counts them");
+  EXPECT_TRUE(Contains(message({.patch = {46341, 46341}, .row_length = 4, .rows_per_batch = 1}),
+                       "has 2147488281 pixels"));
+  EXPECT_TRUE(
+      Contains(message({.patch = {side * 4, side * 2}, .row_length = 4, .rows_per_batch = 1}),
+               "has more than 9223372036854775807 pixels"));
+  ValidatePatchPack({.patch = {46340, 46340}, .row_length = 4, .rows_per_batch = 1});
   EXPECT_TRUE(Contains(message({.row_length = 0, .rows_per_batch = 1}), "row_length"));
   EXPECT_TRUE(Contains(message({.row_length = 4}), "rows_per_batch"));
   EXPECT_TRUE(

@@ -128,6 +128,13 @@ def _variable_tensor_chunk(
         raise ValueError(f"column {name!r}: expected a shape for every example, found nulls")
     ndim = shape.type.list_size
     dims = np.asarray(shape.flatten()).astype(np.int64).reshape(-1, ndim)
+    if (dims < 0).any():
+        bad = int(np.flatnonzero((dims < 0).any(axis=1))[0])
+        negative = ", ".join(f"dimension {j} is {v}" for j, v in enumerate(dims[bad]) if v < 0)
+        raise ValueError(
+            f"column {name!r}, example {first + bad}: its shape {dims[bad].tolist()} has "
+            f"negative dimensions ({negative}); expected sizes >= 0"
+        )
     offsets, flat = values_in_use(data)
     cells = dims[:, 2:]
     if cell is None:
@@ -142,8 +149,8 @@ def _variable_tensor_chunk(
     inner = list(cell)
     per_cell = int(np.prod(inner, dtype=np.int64))
     sizes, expected = np.diff(offsets), dims[:, 0] * dims[:, 1] * per_cell
-    if (dims < 0).any() or (sizes != expected).any():
-        bad = int(np.flatnonzero((dims < 0).any(axis=1) | (sizes != expected))[0])
+    if (sizes != expected).any():
+        bad = int(np.flatnonzero(sizes != expected)[0])
         raise ValueError(
             f"column {name!r}, example {first + bad}: its shape {dims[bad].tolist()} holds "
             f"{int(expected[bad])} values, but its data has {int(sizes[bad])}"

@@ -17,6 +17,7 @@ import jax
 import numpy as np
 
 from jaxbatch import _core
+from jaxbatch._src.base.ints import int64_array
 from jaxbatch._src.base.tree_names import joined_names
 
 # The engine's column names (data/graph.h), which are jraph.GraphsTuple's
@@ -81,7 +82,7 @@ def _single(value: Any, field: str, index: int) -> int | None:
             f"graph, as jraph.GraphsTuple holds it: shape [1]), found {array.dtype} of "
             f"shape {array.shape}; batch several graphs with jb.Loader, not before"
         )
-    return int(array.reshape(-1)[0])
+    return int(int64_array(array, "Dataset.from_graphs", lambda _: f"graph {index}'s {field}")[0])
 
 
 class GraphLayout:
@@ -215,8 +216,10 @@ def graph_columns(graphs: Sequence[Any]) -> tuple[dict[str, Any], dict[str, Any]
                     f"Dataset.from_graphs: graph {i}: {field} must be a 1-D integer array of "
                     f"node ids, found {array.dtype} of shape {array.shape}"
                 )
-            _check_fits_int64(array, field, i)
             pieces.append(array)
+        for i, array in enumerate(pieces):  # a uint64 id past int64 is refused, unsigned
+            name = functools.partial("graph {}'s {}[{}]".format, i, field)
+            int64_array(array, "Dataset.from_graphs", name)
         wide = any(p.size and (p.max() > np.iinfo(np.int32).max or p.min() < 0) for p in pieces)
         dtypes[field] = np.int64 if wide else np.int32
         columns[field] = pieces
@@ -234,15 +237,3 @@ def graph_columns(graphs: Sequence[Any]) -> tuple[dict[str, Any], dict[str, Any]
         if max(counts) <= np.iinfo(np.int32).max and min(counts) >= np.iinfo(np.int32).min:
             columns[field] = columns[field].astype(np.int32)
     return columns, dtypes, GraphLayout(trees)
-
-
-def _check_fits_int64(ids: np.ndarray, field: str, graph: int) -> None:
-    """Refuses a uint64 id past int64 (the widest id column): cast, it would
-    become a negative id and be named as one."""
-    too_big = ids > np.iinfo(np.int64).max if ids.dtype == np.uint64 else None
-    if too_big is not None and too_big.any():
-        k = int(np.argmax(too_big))
-        raise ValueError(
-            f"Dataset.from_graphs: graph {graph}: {field}[{k}] = {int(ids[k])} is not a node id "
-            f"(node ids are int64, at most {np.iinfo(np.int64).max})"
-        )

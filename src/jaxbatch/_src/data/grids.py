@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from jaxbatch import _core
+from jaxbatch._src.base.ints import int64_array
 from jaxbatch._src.data.dtypes import as_bytes, dtype_name
 
 Axes = Mapping[str, Sequence[str]]
@@ -99,7 +100,9 @@ def grid_from_pair(name: str, values: np.ndarray, shapes: Any) -> _core.RaggedCo
         )
     if values.ndim < 1:
         raise ValueError(f"column {name!r}: expected values [cells, ...], found a scalar")
-    shapes = np.ascontiguousarray(shapes, dtype=np.int64)
+    shapes = int64_array(
+        shapes, f"column {name!r}", lambda k: f"example {k // 2}'s {('h', 'w')[k % 2]}"
+    )
     offsets = np.zeros(len(shapes) + 1, np.int64)
     np.cumsum(np.maximum(shapes, 0).prod(axis=1), out=offsets[1:])
     values = np.ascontiguousarray(values)

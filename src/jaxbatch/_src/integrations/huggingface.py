@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from jaxbatch import _core
+from jaxbatch._src.base.ints import int64_array
 from jaxbatch._src.data.arrow import column_from_arrow, supported_type
 from jaxbatch._src.data.dtypes import text_message
 from jaxbatch._src.data.grids import grid_from_arrays
@@ -108,7 +109,8 @@ def huggingface_columns(
     images = set(_image_columns(ds)) if columns is not None else set()
     order = None
     if ds._indices is not None:  # select / shuffle / split / filter: rows in this order.
-        order = ds._indices.column(0).to_numpy().astype(np.int64, copy=False)
+        indices = ds._indices.column(0).to_numpy()  # uint64
+        order = int64_array(indices, "Dataset.from_huggingface", lambda k: f"indices[{k}]")
     files = [f["filename"] for f in ds.cache_files] if _is_memory_mapped(ds) else []
     decoded = {  # Images are taken only where named.
         n: _decoded_images(n, table.column(n), order, ds.features[n].mode)

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from jaxbatch import _core
+from jaxbatch._src.base.ints import int64_array
 from jaxbatch._src.data.dataset import Dataset
 
 _FIT = _core.GraphFitOptions
@@ -53,4 +54,4 @@ def _order(order: Any, who: str) -> np.ndarray | None:
             f"{who}: order must be 1-D integer graph ids, found shape {ids.shape} and dtype "
             f"{ids.dtype}"
         )
-    return np.ascontiguousarray(ids, dtype=np.int64)
+    return int64_array(ids, who, lambda k: f"order[{k}]")

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from jaxbatch import _core
+from jaxbatch._src.base.ints import int64_array
 from jaxbatch._src.base.words import counted
 from jaxbatch._src.data.dataset import Dataset
 from jaxbatch._src.plan.planners import (
@@ -327,7 +328,8 @@ def _plan_sizes(
             f"plan: expected a Dataset, 1-D integer lengths or [n, 2] integer (height, "
             f"width) sizes, found shape {lengths.shape} and dtype {lengths.dtype}"
         )
-    core = _core.plan(np.ascontiguousarray(lengths, dtype=np.int64), planner._options(), order)
+    lengths = int64_array(lengths, "plan", lambda k: f"example {k}'s length")
+    core = _core.plan(lengths, planner._options(), order)
     core.length_column = ""
     return BatchPlan(core, planner)
 
@@ -382,15 +384,15 @@ def _integers(sizes: np.ndarray) -> bool:
 def _plan_grid(sizes: np.ndarray, planner: Planner, order: np.ndarray | None) -> BatchPlan:
     """A grid plan from each example's (height, width): images or pair
     features, each padded to its batch's H x W cells."""
-    heights = np.ascontiguousarray(sizes[:, 0], dtype=np.int64)
-    widths = np.ascontiguousarray(sizes[:, 1], dtype=np.int64)
+    sizes = int64_array(sizes, "plan", lambda k: f"example {k // 2}'s {('height', 'width')[k % 2]}")
+    heights, widths = np.ascontiguousarray(sizes[:, 0]), np.ascontiguousarray(sizes[:, 1])
     return BatchPlan(_core.plan(heights, planner._options(), order, None, widths), planner)
 
 
 def _order(order: Any) -> np.ndarray | None:
     if order is None:
         return None
-    order = np.ascontiguousarray(order, dtype=np.int64)
+    order = int64_array(order, "plan", lambda k: f"order[{k}]")
     if order.ndim != 1:
         raise ValueError(f"plan: expected 1-D order, found shape {order.shape}")
     return order
