@@ -98,7 +98,8 @@ def to_table(examples: np.ndarray, columns: dict[str, Column]):
     """An Arrow table: ``example_index`` and one column per output."""
     pa = require("pyarrow", _WRITING)
 
-    arrays, fields = [pa.array(examples, pa.int64())], [pa.field(keys.EXAMPLE_INDEX, pa.int64())]
+    index = arrow_owned(examples.astype(np.int64, copy=False))
+    arrays, fields = [index], [pa.field(keys.EXAMPLE_INDEX, pa.int64())]
     for name, column in columns.items():
         values = column.values
         inner = values.shape[1:]
@@ -110,7 +111,7 @@ def to_table(examples: np.ndarray, columns: dict[str, Column]):
         if column.lengths is not None:
             offsets = np.zeros(len(column.lengths) + 1, dtype=np.int64)
             np.cumsum(column.lengths, out=offsets[1:])
-            flat = pa.LargeListArray.from_arrays(pa.array(offsets), flat)
+            flat = pa.LargeListArray.from_arrays(arrow_owned(offsets), flat)
             kind = "tokens"
         metadata = {
             _META_KIND: kind.encode(),
@@ -124,12 +125,42 @@ def to_table(examples: np.ndarray, columns: dict[str, Column]):
 
 def _arrow_values(values: np.ndarray):
     """A flat Arrow array of the values (bfloat16, which Arrow lacks, as uint16)."""
-    pa = require("pyarrow", _WRITING)
-
     flat = np.ascontiguousarray(values).reshape(-1)
     if flat.dtype.name == "bfloat16":
         flat = flat.view(np.uint16)
-    return pa.array(flat)
+    return arrow_owned(flat)
+
+
+# --- Memory Arrow owns -------------------------------------------------------------------------
+# pa.array(numpy) and pa.BufferReader(bytes) wrap the Python object's memory
+# without a copy; Arrow then releases it through the interpreter, and when an
+# Arrow thread drops the last reference after interpreter shutdown began the
+# process aborts ("terminate called without an active exception"; a script
+# that read a job's output and exited did, about 1 time in 15, with jax
+# imported). So everything handed to Arrow here is first copied into memory
+# Arrow allocated: one memcpy of data about to be encoded or decoded anyway.
+
+
+def arrow_owned(values: np.ndarray):
+    """A 1-D Arrow array of `values` (a numeric or bool numpy array) in
+    memory Arrow allocated and owns."""
+    pa = require("pyarrow", _WRITING)
+
+    flat = np.ascontiguousarray(values).reshape(-1)
+    if flat.dtype == np.bool_:
+        return pa.array(flat)  # packed into bits: a buffer of Arrow's own already
+    buffer = pa.allocate_buffer(flat.nbytes)
+    np.frombuffer(buffer, np.uint8)[:] = flat.view(np.uint8)
+    return pa.Array.from_buffers(pa.from_numpy_dtype(flat.dtype), len(flat), [None, buffer])
+
+
+def arrow_owned_bytes(data: bytes):
+    """`data` copied into a buffer Arrow allocated and owns."""
+    pa = require("pyarrow", _WRITING)
+
+    buffer = pa.allocate_buffer(len(data))
+    np.frombuffer(buffer, np.uint8)[:] = np.frombuffer(data, np.uint8)
+    return buffer
 
 
 def encode_parquet(table) -> bytes:
@@ -144,7 +175,7 @@ def encode_parquet(table) -> bytes:
 def from_table(table) -> dict[str, Any]:
     """numpy arrays from an output table: ``example_index`` [n]; a fixed
     column as [n, *shape]; a per-token column as a list of [length, *inner]."""
-    out: dict[str, Any] = {keys.EXAMPLE_INDEX: table.column(keys.EXAMPLE_INDEX).to_numpy()}
+    out: dict[str, Any] = {keys.EXAMPLE_INDEX: _numpy(table.column(keys.EXAMPLE_INDEX))}
     for field in table.schema:
         if field.name == keys.EXAMPLE_INDEX:
             continue
@@ -153,7 +184,7 @@ def from_table(table) -> dict[str, Any]:
         dtype = _numpy_dtype(meta.get(_META_DTYPE, b"").decode())
         column = table.column(field.name).combine_chunks()
         if meta.get(_META_KIND) == b"tokens":
-            offsets = column.offsets.to_numpy()
+            offsets = _numpy(column.offsets)
             flat = _flat_values(column.values, dtype).reshape((-1, *shape))
             out[field.name] = [flat[a:b] for a, b in zip(offsets[:-1], offsets[1:], strict=True)]
         else:
@@ -166,10 +197,26 @@ def _flat_values(array, dtype):
 
     if pa.types.is_fixed_size_list(array.type):
         array = array.flatten()
-    values = array.to_numpy(zero_copy_only=False)
+    values = _numpy(array)
     if dtype is not None and values.dtype != dtype:
         values = values.view(dtype) if values.dtype.itemsize == dtype.itemsize else values
     return values
+
+
+def _numpy(array) -> np.ndarray:
+    """An Arrow array's (or chunked array's) values as numpy: a view of the
+    values buffer for numbers without nulls, which is what a job writes.
+    Not to_numpy(): it imports pandas, a second of a first read_output."""
+    pa = require("pyarrow", "jb.read_output")
+
+    if isinstance(array, pa.ChunkedArray):
+        array = array.combine_chunks()
+    numbers = pa.types.is_integer(array.type) or pa.types.is_floating(array.type)
+    if not numbers or array.null_count:
+        return array.to_numpy(zero_copy_only=False)
+    dtype = np.dtype(array.type.to_pandas_dtype())
+    values = np.frombuffer(array.buffers()[1], dtype, count=array.offset + len(array))
+    return values[array.offset :]
 
 
 def _numpy_dtype(name: str):
@@ -210,13 +257,17 @@ def read_output(output: str | os.PathLike, *, partial: bool = False) -> dict[str
                    if part.interrupted else "")
                 + "); re-run it to finish, or pass partial=True to read what is committed"
             )  # fmt: skip
+    # ParquetFile, not read_table: read_table goes through pyarrow.dataset,
+    # whose import (pandas included) took 1.3 s of a first read of 4 shards.
     tables = [
-        pq.read_table(pa.BufferReader(shard.data)) for _, part in parts for shard in part.shards
+        pq.ParquetFile(pa.BufferReader(arrow_owned_bytes(shard.data))).read()
+        for _, part in parts
+        for shard in part.shards
     ]
     if not tables:
         return {keys.EXAMPLE_INDEX: np.zeros(0, dtype=np.int64)}
     table = pa.concat_tables(tables)
-    index = table.column(keys.EXAMPLE_INDEX).to_numpy()
+    index = _numpy(table.column(keys.EXAMPLE_INDEX))
     order = np.argsort(index, kind="stable")
     repeated = index[order][1:][np.diff(index[order]) == 0]
     if len(repeated):
@@ -224,7 +275,7 @@ def read_output(output: str | os.PathLike, *, partial: bool = False) -> dict[str
             f"jb.read_output: {output} holds example {int(repeated[0])} more than once "
             f"({len(repeated)} repeats): parts of different jobs are mixed in it"
         )
-    return from_table(table.take(pa.array(order)))
+    return from_table(table.take(arrow_owned(order)))
 
 
 def _check_same_job(output, parts: list[tuple[Path, Committed]]) -> None:
