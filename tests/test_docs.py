@@ -105,5 +105,20 @@ def run_page(page: Path) -> None:
         scope.clear()
 
 
+def test_cpp_md_plans_and_collates_with_the_example_programs_own_lines():
+    """docs/cpp.md's Plan and Collate blocks are lines of
+    examples/cpp/plan_and_collate.cc, which ctest builds and runs, so what
+    the page shows compiles and does what it says."""
+    folder = DOCS[0].parent
+    page = (folder / "cpp.md").read_text()
+    section = page.split("## Planning and collating without a Loader")[1].split("\n## ")[0]
+    program = (folder.parent / "examples" / "cpp" / "plan_and_collate.cc").read_text()
+    lines = {line.strip() for line in program.splitlines()}
+    blocks = re.findall(r"```cpp\n(.*?)```", section, re.S)
+    assert len(blocks) == 2
+    for line in "".join(blocks).splitlines():
+        assert not line.strip() or line.strip() in lines, line
+
+
 if __name__ == "__main__":
     run_page(Path(sys.argv[1]))

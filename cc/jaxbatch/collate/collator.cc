@@ -212,7 +212,7 @@ std::optional<int64_t> TiedToGridAxis(const Dataset& dataset, const BatchShape& 
 
 // Rows [r0, r1) of <k>_segment_starts from the lengths FillPackedRows wrote:
 // the exclusive running sum, so a row's segments lie back to back from cell
-// 0 and its unused slots (length 0) start at the row's end. Sums stay within
+// 0 and its unused slots (length 0) start where its real tokens end. Sums stay within
 // the row length, which CheckInt32 has bounded.
 void FillSegmentStarts(const int32_t* lengths, int32_t* starts, int64_t segments, int64_t r0,
                        int64_t r1) {

@@ -18,7 +18,8 @@
 //   <name>_positions     [rows, L]  int32: 0.. within each segment, 0 padding
 //   <name>_lengths       [rows, S]  int32: each segment's length, 0 when unused
 //   <name>_segment_starts [rows, S] int32: each segment's first cell; an
-//                                    unused slot starts at the row's end
+//                                    unused slot starts at the end of the
+//                                    row's real tokens, not at L
 //                                    (starts are the exclusive running sum
 //                                    of lengths, so start + length is the
 //                                    next start: the q/kv offsets of JAX's

@@ -297,7 +297,7 @@ std::vector<RefArray> NaiveCollate(
           Push<int32_t>(ids.bytes, segment[static_cast<size_t>(u)]);
           Push<int32_t>(positions.bytes, static_cast<int32_t>(pos[static_cast<size_t>(u)]));
         }
-        int32_t start = 0;  // Back to back from 0; unused slots start at the row's end.
+        int32_t start = 0;  // Back to back from 0; unused slots start where the tokens end.
         for (int32_t l : seg_lengths) {
           Push<int32_t>(lengths.bytes, l);
           Push<int32_t>(starts.bytes, start);
@@ -412,7 +412,7 @@ TEST(CollateTest, SmallPaddedAndPackedBatchesByHand) {
   // Lengths 1 + 2 fit a row of 4, 1 + 2 + 3 do not: 2 segments per row.
   EXPECT_EQ(Find(out, "tokens_lengths").shape, (std::vector<int64_t>{2, 2}));
   EXPECT_EQ(Values<int32_t>(Find(out, "tokens_lengths")), (std::vector<int32_t>{3, 1, 2, 0}));
-  // Row 0's segments start at cells 0 and 3; row 1's unused slot at its end, 2.
+  // Row 0's segments start at cells 0 and 3; row 1's unused slot where its tokens end, 2.
   EXPECT_EQ(Values<int32_t>(Find(out, "tokens_segment_starts")),
             (std::vector<int32_t>{0, 3, 0, 2}));
   EXPECT_EQ(Values<int64_t>(Find(out, "example_index")), (std::vector<int64_t>{0, 1, 2, -1}));

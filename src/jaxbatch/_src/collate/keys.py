@@ -19,7 +19,7 @@ LENGTHS: str = _core.LENGTHS_SUFFIX
 SEGMENT_IDS: str = _core.SEGMENT_IDS_SUFFIX
 POSITIONS: str = _core.POSITIONS_SUFFIX
 # Packed batches': [rows, S] int32, each segment's first cell (unused slots:
-# the row's end), beside the per-segment LENGTHS.
+# the end of the row's real tokens, not L), beside the per-segment LENGTHS.
 SEGMENT_STARTS: str = _core.SEGMENT_STARTS_SUFFIX
 # A PatchPack batch's: real pixels of each patch [rows, L], patches of each
 # image [rows, S] (its per-segment lengths).
