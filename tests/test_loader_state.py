@@ -112,3 +112,49 @@ def test_counters_at_their_limit_stay_there():
     with loader() as other:
         other.set_state(own)
         assert other.get_state() == own
+
+
+def mixture_loader():
+    sources = {
+        "a": dataset(range(1, 30)),
+        "b": dataset(range(5, 25)),
+    }
+    mixture = jb.Dataset.mix(sources, {"a": 0.5, "b": 0.5}, block_size=8)
+    return jb.Loader(mixture, jb.Pack(40, rows_per_batch=2), seed=3, epochs=None)
+
+
+def test_a_refused_set_state_leaves_a_mixtures_loader_as_it_was():
+    """A mixture's part is checked by a stream of its own, so a refusal
+    there, or of a key fingerprint a mixture's state never holds, leaves the
+    running mixture as it was (on main the Loader was left closed)."""
+    with mixture_loader() as reference:
+        whole = indices(next(reference) for _ in range(12))
+    with mixture_loader() as running:
+        got = indices(next(running) for _ in range(5))
+        state = running.get_state()
+        assert state["version"] == 3 and state["fingerprint"] is None  # each source's instead
+        other_data = [dict(s, fingerprint="0" * 16) for s in state["mixture"]["sources"]]
+        bad = {
+            "block size": {**state, "mixture": {**state["mixture"], "block_size": 16}},
+            "other source data": (
+                {**state, "mixture": {**state["mixture"], "sources": other_data}}
+            ),
+            "a key fingerprint": {**state, "fingerprint": "00000000000000ab"},
+            "no mixture": {k: v for k, v in state.items() if k != "mixture"},
+            "step past its block": {**state, "step": 10_000},
+        }
+        messages = {
+            "block size": "mixture was drawn with block_size=16",
+            "other source data": "source 'a' .* is other data",
+            "a key fingerprint": "a mixture's state holds each source's",
+            "no mixture": "lacks 'fingerprint'",  # a single dataset's state holds one
+            "step past its block": "step 10000 is past the end of epoch",
+        }
+        for case, variant in bad.items():
+            with pytest.raises(ValueError, match=messages[case]):
+                running.set_state(variant)
+            assert running.get_state() == state, case
+        got += indices(next(running) for _ in range(7))
+        running.set_state(state)  # its own state restores
+        assert indices([next(running)]) == whole[5:6]
+    assert got == whole
