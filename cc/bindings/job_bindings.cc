@@ -1,5 +1,5 @@
-// Binds job/: the journal, atomic file writes, work units and fingerprints (and base/'s
-// Hash64, which jobs use for checksums).
+// Binds job/: the journal, atomic file writes, work units and fingerprints (data/'s,
+// which jobs key their input on, and base/'s Hash64, which they use for checksums).
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/string_view.h>
 #include <nanobind/stl/vector.h>
@@ -7,6 +7,7 @@
 #include "bindings.h"
 #include "jaxbatch/base/hash.h"
 #include "jaxbatch/data/fingerprint.h"
+#include "jaxbatch/data/text_fingerprint.h"
 #include "jaxbatch/job/journal.h"
 #include "jaxbatch/job/work_units.h"
 
@@ -113,6 +114,18 @@ void BindJob(nb::module_& m) {
         return Hash64(bytes.data(), bytes.size(), seed);
       },
       nb::arg("data"), nb::arg("seed") = 0);
+  nb::class_<TextFingerprint>(m, "TextFingerprint")
+      .def(nb::init<>())
+      .def(
+          "add",
+          [](TextFingerprint& f, Int64Input offsets, ByteInput data, ByteInput valid) {
+            nb::gil_scoped_release release;
+            f.Add({offsets.data(), offsets.shape(0)}, {data.data(), data.shape(0)},
+                  {valid.data(), valid.shape(0)});
+          },
+          nb::arg("offsets"), nb::arg("data"), nb::arg("valid"))
+      .def("digest", &TextFingerprint::Digest)
+      .def_prop_ro("documents", &TextFingerprint::documents);
   m.def("dataset_fingerprint", &DatasetFingerprint, nb::arg("dataset"),
         nb::call_guard<nb::gil_scoped_release>());
   m.def(

@@ -28,6 +28,7 @@
 #include "jaxbatch/data/fingerprint.h"
 #include "jaxbatch/data/graph.h"
 #include "jaxbatch/data/ragged_column.h"
+#include "jaxbatch/data/text_fingerprint.h"
 #include "jaxbatch/job/files.h"
 #include "jaxbatch/job/journal.h"
 #include "jaxbatch/job/work_units.h"
