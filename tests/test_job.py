@@ -4,10 +4,8 @@ moments."""
 
 import json
 import os
-import random
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -16,6 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from job_functions import fails_on_multiples_of_7, summarise, summarise_reference
+from kill_resume import cli, finish, kill_at_random_moments, shard_bytes
 
 import jaxbatch as jb
 from jaxbatch import _core
@@ -42,10 +41,6 @@ def write_parquet(path: Path, tokens: list[np.ndarray]) -> Path:
     table = pa.table({"tokens": pa.array([t.tolist() for t in tokens], pa.list_(pa.int32()))})
     pq.write_table(table, path)
     return path
-
-
-def shard_bytes(folder: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted(folder.glob("part-*.parquet"))}
 
 
 def assert_matches_reference(out: dict, tokens: list[np.ndarray], skip=()) -> None:
@@ -302,12 +297,7 @@ def test_bad_arguments_name_the_option(tmp_path):
 
 
 def _cli(*args: str) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "jaxbatch", "run", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    return cli("run", *args)
 
 
 def _run_args(source, output, *options: str) -> list[str]:
@@ -340,31 +330,11 @@ def test_kill_9_at_random_moments_then_resume_gives_the_uninterrupted_output(tmp
     assert cli_main(["run", *args(tmp_path / "reference")]) == 0
     job = tmp_path / "job"
     journal = job / "journal.jbj"
-    rng = random.Random(7)
-    kills = 0
-    sizes = []
-    while kills < 6:
-        size = journal.stat().st_size if journal.exists() else 0
-        proc = _cli(*args(job))
-        deadline = time.monotonic() + 120
-        # Wait for the job to make progress, then kill it at a random moment.
-        while proc.poll() is None and time.monotonic() < deadline:
-            if journal.exists() and journal.stat().st_size > size + 2000:
-                break
-            time.sleep(0.01)
-        time.sleep(rng.uniform(0, 0.3))
-        if proc.poll() is not None:
-            break  # Finished before we could kill it: the data set is too small.
-        proc.send_signal(signal.SIGKILL)
-        if proc.wait() == 0:
-            break  # It finished between the poll and the kill.
-        kills += 1
-        sizes.append(journal.stat().st_size)
+    sizes = kill_at_random_moments(lambda: _cli(*args(job)), journal, kills=6, seed=7)
+    kills = len(sizes)
     assert kills >= 5, f"the job finished after {kills} kills; expected at least 5"
     assert sizes == sorted(sizes)  # Every run made progress.
-    final = _cli(*args(job))
-    _, err = final.communicate(timeout=300)
-    assert final.returncode == 0, err
+    finish(_cli(*args(job)))
     assert shard_bytes(job) == shard_bytes(tmp_path / "reference")
     out = jb.read_output(job)
     assert_matches_reference(out, tokens)

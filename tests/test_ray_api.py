@@ -16,8 +16,8 @@ import pytest
 import jaxbatch as jb
 import jaxbatch.ray as jbr
 from jaxbatch import _core
-from jaxbatch._src.job.folder import JOURNAL_NAME, JobError, claim, settle
-from jaxbatch._src.job.job import refuse_changes
+from jaxbatch._src.job.folder import JOURNAL_NAME, JobError, claim, reconcile, settle
+from jaxbatch._src.job.job import KEYED, run_differences
 
 
 def _tokens(n=200, seed=0):
@@ -56,10 +56,11 @@ def test_run_without_ray_names_the_extra(tmp_path, monkeypatch):
         jbr.run(_total, ds, tmp_path / "out")
 
 
-def _journal_with(folder, first):
+def _journal_with(folder, *records):
     folder.mkdir()
     journal = _core.Journal(str(folder / JOURNAL_NAME), _core.JournalAccess.write)
-    journal.append(json.dumps(first).encode())
+    for record in records:
+        journal.append(json.dumps(record).encode())
     journal.close()
 
 
@@ -83,7 +84,6 @@ def test_a_job_in_units_owns_its_units_files_and_no_others(tmp_path):
 
 
 def test_jb_run_refuses_to_resume_a_job_run_on_ray(tmp_path):
-    recorded = {"fingerprint": {"format": 3, "options": {"runner": "ray", "tag": None}}}
     ours = {
         "format": 3,
         "function": None,
@@ -92,9 +92,17 @@ def test_jb_run_refuses_to_resume_a_job_run_on_ray(tmp_path):
         "examples": None,
         "options": {"tag": None},
     }
-    recorded["fingerprint"].update({k: v for k, v in ours.items() if k != "options"})
-    with pytest.raises(JobError, match="option runner: was 'ray', now not given"):
-        refuse_changes(recorded, ours, {"schema": None, "pad_value": 0}, tmp_path)
+    recorded = {"kind": "job", "fingerprint": {**ours, "options": {"runner": "ray", "tag": None}}}
+    out = tmp_path / "out"
+    _journal_with(out, recorded, {"kind": "done", "time": 0.0})  # committed: not started over
+    before = (out / JOURNAL_NAME).read_bytes()
+    folder, journal = claim(out, overwrite=False, inputs=[])
+    with journal:
+        differences = run_differences(journal.records, ours, {"schema": None, "pad_value": 0})
+        assert differences == ["option runner: was 'ray', now not given"]
+        with pytest.raises(JobError, match="jb.run: .* different setting:\n  option runner"):
+            reconcile(folder, journal, differences, KEYED)
+    assert (out / JOURNAL_NAME).read_bytes() == before  # refused, nothing changed
 
 
 # --- the Ray Data stage on blocks, without Ray --------------------------------

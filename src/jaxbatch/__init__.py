@@ -29,7 +29,8 @@ from jaxbatch._src.execute.axes import AxisError, check_axes
 from jaxbatch._src.execute.map import MapResult, MapStats, map
 from jaxbatch._src.execute.memory import MemoryEstimate, estimate_memory, max_batch_size
 from jaxbatch._src.execute.vmap import vmap
-from jaxbatch._src.job.job import JobError, JobReport, run
+from jaxbatch._src.job.folder import JobError
+from jaxbatch._src.job.job import JobReport, run
 from jaxbatch._src.job.output import read_output
 from jaxbatch._src.load.device import (
     DevicePrefetcher,

@@ -21,10 +21,8 @@ import sys
 from pathlib import Path
 
 from jaxbatch._src.base.choices import choices
-from jaxbatch._src.base.interrupt import raise_lost
-from jaxbatch._src.cli.common import EXIT_INTERRUPTED, usage_error
+from jaxbatch._src.cli.common import run_job
 from jaxbatch._src.execute.batch_loop import DEFAULT_CPU_BATCH_SIZE, DEFAULT_MAX_SHAPES
-from jaxbatch._src.job.folder import report_path
 from jaxbatch._src.job.job import DEFAULT_CHECKPOINT_EVERY, run
 from jaxbatch._src.load.loader import LoaderOptions, OnError
 from jaxbatch._src.plan.planners import AutoBuckets, Pack, PadToMax
@@ -103,12 +101,9 @@ def parse_axes(specs: list[str] | None) -> dict[str, tuple[str, ...]] | None:
 
 
 def run_command(args) -> int:
-
-    try:
-        raise_lost()  # Pressed while jax was imported.
-        fun = resolve_function(args.function)
-        report = run(
-            fun,
+    def job():
+        return run(
+            resolve_function(args.function),
             args.input,
             args.output,
             column=args.column,
@@ -126,18 +121,8 @@ def run_command(args) -> int:
             host_memory_limit=args.host_memory_limit,
             axes=parse_axes(args.axes),
         )
-    except KeyboardInterrupt:
-        print(
-            f"\njaxbatch run: interrupted; re-run the same command to resume from the last "
-            f"checkpoint in {args.output}",
-            file=sys.stderr,
-        )
-        return EXIT_INTERRUPTED
-    except (ValueError, OSError, ImportError) as e:
-        return usage_error("run", e)
-    print(report)
-    print(f"report written to {report_path(Path(report.output))}")
-    return 0
+
+    return run_job("run", args.output, job)
 
 
 def add_run_parser(sub) -> None:

@@ -41,19 +41,19 @@ from jaxbatch._src.data.opening import open_source
 from jaxbatch._src.execute.batch_loop import default_planner, rows_for
 from jaxbatch._src.execute.memory import Auto, counting
 from jaxbatch._src.integrations.ray_units import UnitRunner, WorkerJob, check_settings
-from jaxbatch._src.job.folder import JobError, claim, settle
+from jaxbatch._src.job.folder import JobError, append_start, claim, reconcile, settle
 from jaxbatch._src.job.job import (
     DEFAULT_CHECKPOINT_EVERY,
+    KEYED,
     JobReport,
-    ProgressBar,
     check_checkpoint_every,
     job_fingerprint,
     journal_report,
     planner_from,
     planner_record,
-    reconcile,
-    start_record,
+    run_differences,
 )
+from jaxbatch._src.job.progress import ProgressBar
 from jaxbatch._src.load.loader import LoaderOptions, OnError
 from jaxbatch._src.plan.plan import plan as plan_batches
 from jaxbatch._src.plan.planners import GRAPH_PLANNERS, PATCH_PLANNERS, Planner
@@ -155,9 +155,10 @@ def run(
     keyed.update(pad_value=pad_value, checkpoint_every=checkpoint_every)
     fingerprint = job_fingerprint(fun, opened, schema=None, shard=(0, 1), **keyed)
     fingerprint["options"]["runner"] = "ray"  # Its shards are units: jb.run cannot resume it.
-    folder, journal = claim(Path(output), overwrite=overwrite, inputs=opened.inputs)
+    folder, journal = claim(Path(output), overwrite=overwrite, inputs=opened.inputs, who=WHO)
     with journal:
-        reconcile(folder, journal, fingerprint, {"schema": None, "pad_value": pad_value}, WHO)
+        given = {"schema": None, "pad_value": pad_value}
+        reconcile(folder, journal, run_differences(journal.records, fingerprint, given), KEYED)
         if journal.records:
             resolved = planner_from(journal.records[0]["planner"])
             memory_plan = None
@@ -188,7 +189,13 @@ def run(
             )
         shards, done, redone = settle(folder, journal)
         if not done:
-            journal.append(start_record(shards, on_error, redone, journal.repairs, workers=workers))
+            append_start(
+                journal,
+                on_error=on_error,
+                resumed_at=sum(s["examples"] for s in shards),
+                redone=redone,
+                workers=workers,
+            )
             job = WorkerJob(
                 fun,
                 dataset,
@@ -204,7 +211,7 @@ def run(
             pool = _Pool(
                 ray, job, min(workers, len(left)), num_cpus, num_gpus, resources, max_retries
             )
-            bar = ProgressBar(progress, dataset.num_examples, _handled(shards), WHO)
+            bar = ProgressBar(progress, dataset.num_examples, _handled(shards), who=WHO, unit="ex")
             try:
                 units_plan = _UnitSlices(plan, bounds)
                 for record in pool.run(left, units_plan):
@@ -213,8 +220,8 @@ def run(
                     shards.append(record)
                     bar.update(
                         record["examples"] + len(record["bad"]),
-                        _efficiency(shards),
-                        sum(s["compilations"] for s in shards),
+                        padding_eff=f"{_efficiency(shards):.0%}",
+                        compiles=sum(s["compilations"] for s in shards),
                         units=f"{len(shards)}/{units}",
                     )
             finally:

@@ -26,8 +26,8 @@ from jaxbatch._src.collate.collate import Batch, collate
 from jaxbatch._src.data.dataset import Dataset
 from jaxbatch._src.execute.batch_loop import BatchLoop, LoopSettings, Ran
 from jaxbatch._src.execute.output_layout import Column
-from jaxbatch._src.job.folder import shard_name
-from jaxbatch._src.job.job import ran_columns, shard_record
+from jaxbatch._src.job.folder import shard_name, shard_record
+from jaxbatch._src.job.job import ran_columns, shard_work
 from jaxbatch._src.job.output import concat_columns, encode_parquet, to_table
 from jaxbatch._src.plan.plan import BatchPlan, BatchShape
 from jaxbatch._src.plan.planners import PatchPack, Planner
@@ -201,7 +201,8 @@ class UnitRunner:
             "pid": os.getpid(),
             "peak_host_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         }
-        return shard_record(number, data, len(gathered.examples), bad, None, spent, worker=worker)
+        work = shard_work(len(gathered.examples), bad, None, spent)
+        return shard_record(number, data, **work, worker=worker)
 
     def pid(self) -> int:
         """This worker's process id (the failure tests kill it)."""

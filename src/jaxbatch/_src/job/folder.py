@@ -27,7 +27,9 @@ import json
 import logging
 import os
 import re
+import socket
 import stat
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -101,15 +103,16 @@ class Journal:
     writing it holds the job's lock until closed; for reading it changes
     nothing and takes no lock."""
 
-    def __init__(self, path: Path, *, write: bool):
+    def __init__(self, path: Path, *, write: bool, who: str = "jb.run"):
         access = _core.JournalAccess.write if write else _core.JournalAccess.read
+        self.who = who  # The call its messages name (jb.run, jb.tokenize).
         self.core = _core.Journal(str(path), access)
         # The damage this run cut from the journal (repair_note), for its report.
         self.repairs: list[dict[str, Any]] = []
         try:
             if write and self.core.foreign:  # A reader reports it as damage.
                 raise JobError(
-                    f"jb.run: {path} {_NOT_A_JOURNAL}, and a job never changes a file it did "
+                    f"{who}: {path} {_NOT_A_JOURNAL}, and a job never changes a file it did "
                     f"not write, even with overwrite=True: move it away or choose another "
                     f"output folder"
                 )
@@ -185,8 +188,9 @@ def repair_note(journal: Journal) -> None:
     damage = journal.damage
     dropped = 1 + damage.intact_after
     log.warning(
-        "jb.run: %s is damaged at byte %d (record %d: %s); cutting it there drops %d "
+        "%s: %s is damaged at byte %d (record %d: %s); cutting it there drops %d "
         "record%s; the work they recorded is redone",
+        journal.who,
         journal.core.path,
         damage.offset,
         damage.record,
@@ -219,8 +223,9 @@ class JobFolder:
     """A job's folder: ``output`` for a job on one process, else one
     process's ``process-IIIII-of-NNNNN`` folder."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, who: str = "jb.run"):
         self.path = path
+        self.who = who  # The call its messages name (jb.run, jb.tokenize).
 
     def owned(self, journal: Journal) -> set[str]:
         """Names of the files this folder's job owns: its journal, its report
@@ -289,7 +294,7 @@ class JobFolder:
             shown = "; ".join(f"{self.path / n} {p}" for n, p in problems[:_SHOWN])
             more = f" (and {len(problems) - _SHOWN} more)" if len(problems) > _SHOWN else ""
             raise JobError(
-                f"jb.run: {shown}{more}: named like the job's files, but the job did not write "
+                f"{self.who}: {shown}{more}: named like the job's files, but the job did not write "
                 f"them. A job never deletes or replaces a file it did not write, even with "
                 f"overwrite=True: move them away or choose another output folder"
             )
@@ -305,10 +310,11 @@ class JobFolder:
     def refuse_foreign(self, foreign: list[str], why: str) -> None:
         if foreign:
             more = f" and {len(foreign) - _SHOWN} more" if len(foreign) > _SHOWN else ""
+            shown = ", ".join(map(repr, foreign[:_SHOWN]))
             raise JobError(
-                f"jb.run: output folder {self.path} holds {', '.join(map(repr, foreign[:_SHOWN]))}"
-                f"{more}, which {why}; a job writes only in an empty or new folder, or in its "
-                f"own: choose another output folder"
+                f"{self.who}: output folder {self.path} holds {shown}{more}, which {why}; a "
+                f"job writes only in an empty or new folder, or in its own: choose another "
+                f"output folder"
             )
 
     def shard_problem(self, record: dict[str, Any]) -> tuple[bytes | None, str | None]:
@@ -369,28 +375,31 @@ def _report_problem(path: Path) -> str | None:
 # -- Writing ------------------------------------------------------------------
 
 
-def claim(path: Path, *, overwrite: bool, inputs: Iterable[str]) -> tuple[JobFolder, Journal]:
+def claim(
+    path: Path, *, overwrite: bool, inputs: Iterable[str], who: str = "jb.run"
+) -> tuple[JobFolder, Journal]:
     """Opens the job folder at `path` for writing: creates it, or takes the
     journal of the job already there (and its lock). Refuses a folder that
     holds anything the job did not write, and an input that lies inside it.
-    ``overwrite`` deletes the old job's own files first."""
-    _check_output_path(path)
-    _check_inputs(path, inputs)
+    ``overwrite`` deletes the old job's own files first. Messages name
+    `who`, the call the user wrote."""
+    _check_output_path(path, who)
+    _check_inputs(path, inputs, who)
     path.mkdir(parents=True, exist_ok=True)
-    folder = JobFolder(path)
+    folder = JobFolder(path, who)
     journal_path = path / JOURNAL_NAME
     if not os.path.lexists(journal_path):
         folder.refuse_foreign(folder.foreign(set()), "no jaxbatch job wrote (it has no journal)")
-    journal = Journal(journal_path, write=True)  # JobError for a file no job wrote.
+    journal = Journal(journal_path, write=True, who=who)  # JobError for a file no job wrote.
     try:
         if journal.records and journal.records[0].get("kind") != "job":
-            raise JobError(f"jb.run: {journal_path} does not start with a job record")
+            raise JobError(f"{who}: {journal_path} does not start with a job record")
         owned = folder.owned(journal)
         folder.refuse_foreign(folder.foreign(owned), "the job in it did not write")
         for name in owned - {JOURNAL_NAME}:
             if (path / name).is_symlink():
                 raise JobError(
-                    f"jb.run: {path / name} is a symbolic link; a job's files are regular "
+                    f"{who}: {path / name} is a symbolic link; a job's files are regular "
                     f"files it wrote itself: remove the link (the job then redoes that part)"
                 )
         folder.refuse_not_owned((owned - {JOURNAL_NAME}) | set(folder.temporaries(owned)))
@@ -405,6 +414,57 @@ def claim(path: Path, *, overwrite: bool, inputs: Iterable[str]) -> tuple[JobFol
         journal.close()
         raise
     return folder, journal
+
+
+def append_start(journal: Journal, **fields: Any) -> None:
+    """Appends a run's ``start`` record: when and where (host, process) it
+    ran, the journal damage it repaired, and `fields` (where it resumed)."""
+    journal.append(
+        {
+            "kind": "start",
+            "time": time.time(),
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            **fields,
+            "repaired": journal.repairs,
+        }
+    )
+
+
+def committed_any(journal: Journal) -> bool:
+    """Whether the job recorded any work: a shard, or its completion."""
+    return any(r["kind"] in ("shard", "done") for r in [*journal.records, *journal.salvaged])
+
+
+def reconcile(folder: JobFolder, journal: Journal, differences: list[str], what: str) -> None:
+    """Takes the job in `folder` for this call, whose key differs from the
+    recorded one by `differences` (the runner's own comparison; empty for
+    the same job, or a new folder): the same job resumes; a different one
+    is refused with a JobError listing them (`what` names what may differ),
+    unless it committed nothing (a run that failed while planning, say):
+    nothing is locked in, so the new settings start the job afresh."""
+    if not differences:
+        return
+    if not committed_any(journal):
+        log.info("%s: %s holds no committed work; starting anew", folder.who, folder.path)
+        start_over(folder, journal)
+        return
+    raise JobError(
+        f"{folder.who}: {folder.path} holds a job with a different "
+        + (what if len(differences) > 1 else "setting")
+        + ":\n  "
+        + "\n  ".join(differences)
+        + "\nre-run with the original settings to resume it, choose another output folder, "
+        "or pass overwrite=True (--overwrite) to start over"
+    )
+
+
+def run_totals(journal: Journal) -> tuple[int, int, list[dict[str, Any]]]:
+    """How many runs the job took, the shards they redid and the journal
+    damage they repaired, read from their start records (append_start)."""
+    starts = [r for r in journal.records if r.get("kind") == "start"]
+    repairs = [note for r in starts for note in r.get("repaired", [])]
+    return len(starts), sum(r.get("redone", 0) for r in starts), repairs
 
 
 def start_over(folder: JobFolder, journal: Journal) -> None:
@@ -431,7 +491,10 @@ def settle(folder: JobFolder, journal: Journal) -> tuple[list[dict], bool, int]:
         _, problem = folder.shard_problem(record)
         if problem is not None:
             log.warning(
-                "jb.run: shard %s is %s; redoing it and what follows", record["file"], problem
+                "%s: shard %s is %s; redoing it and what follows",
+                folder.who,
+                record["file"],
+                problem,
             )
             keep = i
             break
@@ -447,24 +510,54 @@ def settle(folder: JobFolder, journal: Journal) -> tuple[list[dict], bool, int]:
     return shards, done, recorded - len(shards)
 
 
-def _check_output_path(path: Path) -> None:
+def shard_record(number: int, data: bytes, **fields: Any) -> dict[str, Any]:
+    """The ``shard`` record that commits `data` as the job's shard `number`:
+    the file's name and what checks it (its size and hash: shard_problem),
+    then `fields`, what the runner records of the shard's work."""
+    return {
+        "kind": "shard",
+        "shard": number,
+        "file": shard_name(number),
+        "bytes": len(data),
+        "hash": f"{_core.hash_file_contents(data):016x}",
+        **fields,
+    }
+
+
+def write_shard(folder: JobFolder, journal: Journal, number: int, data: bytes) -> dict[str, Any]:
+    """Writes `data` as the job's shard `number`, atomically, and returns the
+    start of its ``shard`` record (shard_record); the caller appends the
+    record, with what the shard holds, as its commit. The shard is named in
+    a ``writing`` record before it exists, so a crash after the write but
+    before the commit still leaves the file recognisably the job's; a file
+    put at its name since the job settled is refused, not replaced. (A job
+    run in work units names its shards up front instead: jaxbatch.ray.)"""
+    name = shard_name(number)
+    journal.append({"kind": "writing", "shard": number, "file": name})
+    if os.path.lexists(folder.path / name):
+        folder.refuse_foreign([name], "the job did not write")
+    _core.write_file_atomic(str(folder.path / name), data)
+    return shard_record(number, data)
+
+
+def _check_output_path(path: Path, who: str) -> None:
     if path.is_symlink() and not path.exists():
         raise JobError(
-            f"jb.run: output {path} is a symbolic link to {os.readlink(path)}, which does not "
+            f"{who}: output {path} is a symbolic link to {os.readlink(path)}, which does not "
             f"exist; point it at a folder or choose another output"
         )
     if path.exists() and not path.is_dir():
-        raise JobError(f"jb.run: output {path} is a file; expected a folder")
+        raise JobError(f"{who}: output {path} is a file; expected a folder")
 
 
-def _check_inputs(path: Path, inputs: Iterable[str]) -> None:
+def _check_inputs(path: Path, inputs: Iterable[str], who: str) -> None:
     """Refuses an input file (or folder) inside the job's folder, or the folder itself."""
     folder = path.resolve()
     for source in inputs:
         resolved = Path(source).resolve()
         if resolved == folder or folder in resolved.parents:
             raise JobError(
-                f"jb.run: the input {source} lies inside the job's output folder {path}; a job's "
+                f"{who}: the input {source} lies inside the job's output folder {path}; a job's "
                 f"folder holds only the job's own files: choose another output folder"
             )
 

@@ -30,7 +30,6 @@ import json
 import logging
 import os
 import resource
-import socket
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -40,7 +39,7 @@ import numpy as np
 
 from jaxbatch import _core
 from jaxbatch._src.base.interrupt import raise_lost
-from jaxbatch._src.base.optional import install_hint, optional, require
+from jaxbatch._src.base.optional import require
 from jaxbatch._src.base.words import counted
 from jaxbatch._src.collate.collate import GraphRole, pad_values
 from jaxbatch._src.data.dataset import Dataset
@@ -56,13 +55,14 @@ from jaxbatch._src.execute.batch_loop import (
 from jaxbatch._src.execute.graph_batches import example_index, graph_columns
 from jaxbatch._src.execute.memory import Auto, PlanCount, counting
 from jaxbatch._src.job.folder import (
-    JobError,
     Journal,
+    append_start,
     claim,
     process_folder,
+    reconcile,
+    run_totals,
     settle,
-    shard_name,
-    start_over,
+    write_shard,
 )
 from jaxbatch._src.job.key import (
     function_fingerprint,
@@ -72,6 +72,7 @@ from jaxbatch._src.job.key import (
     schema_key,
 )
 from jaxbatch._src.job.output import batch_columns, concat_columns, encode_parquet, to_table
+from jaxbatch._src.job.progress import ProgressBar
 from jaxbatch._src.load.loader import (
     ColumnSchema,
     Loader,
@@ -110,6 +111,8 @@ _FORMAT_VERSION = 3
 _FORMATS_RESUMED = (1, 2, 3)
 _OPTIONS_ADDED = ("on_error", "checkpoint_every")  # in format 2
 _OPTIONS_REKEYED = ("schema", "pad_value")  # in format 3: text before
+#: What a job's key covers, for the refusal of a changed job (folder.reconcile).
+KEYED = "function, input or options"
 #: The Loader's defaults (the engine's), which a job's loader options share.
 _LOADER = LoaderOptions()
 
@@ -387,7 +390,8 @@ def run(
         inputs=opened.inputs,
     )
     with journal:
-        reconcile(folder, journal, fingerprint, {"schema": schema, "pad_value": pad_value})
+        given = {"schema": schema, "pad_value": pad_value}
+        reconcile(folder, journal, run_differences(journal.records, fingerprint, given), KEYED)
         if journal.records:
             resolved = planner_from(journal.records[0]["planner"])
         else:
@@ -407,7 +411,12 @@ def run(
             )
         shards, done, redone = settle(folder, journal)
         if not done:
-            journal.append(start_record(shards, on_error, redone, journal.repairs))
+            append_start(
+                journal,
+                on_error=on_error,
+                resumed_at=sum(s["examples"] for s in shards),
+                redone=redone,
+            )
             job = _Job(
                 fun,
                 opened,
@@ -438,34 +447,18 @@ def run(
     return report
 
 
-def start_record(shards: list[dict], on_error: str, redone: int, repairs: list, **more) -> dict:
-    """The journal record that opens a run of a job: where it resumed, what
-    it redid and repaired (and `more`: a cluster job's pool)."""
-    return {
-        "kind": "start",
-        "time": time.time(),
-        "host": socket.gethostname(),
-        "pid": os.getpid(),
-        "on_error": on_error,
-        "resumed_at": sum(s["examples"] for s in shards),
-        "redone": redone,
-        "repaired": repairs,
-        **more,
-    }
-
-
 def journal_report(folder, journal: Journal, total, shards, wall: float) -> JobReport:
     """The report of a finished job: its shards and every run's start
     record added up (job_report)."""
-    starts = [r for r in journal.records if r.get("kind") == "start"]
+    runs, redone, repairs = run_totals(journal)
     return job_report(
         folder,
         total,
         shards,
         next(r for r in journal.records if r.get("kind") == "done"),
-        len(starts),
-        sum(r.get("redone", 0) for r in starts),
-        [note for r in starts for note in r.get("repaired", [])],
+        runs,
+        redone,
+        repairs,
         wall,
         memory_plan=journal.records[0].get("memory_plan"),
     )
@@ -492,7 +485,7 @@ def job_fingerprint(
     per: GraphRole | Mapping[str, GraphRole] | None = None,
 ) -> dict[str, Any]:
     """What the first record keys a job on (its function, input and
-    options): a run whose key differs is refused (:func:`refuse_changes`).
+    options): a run whose key differs is refused (:func:`run_differences`).
     Shared by every runner of a job (jb.run, jaxbatch.ray.run)."""
     fingerprint = {
         "format": _FORMAT_VERSION,
@@ -555,30 +548,15 @@ def planner_from(record: dict[str, Any]) -> Planner | PatchPack:
     )
 
 
-def reconcile(
-    folder, journal: Journal, fingerprint: dict, given: dict, who: str = "jb.run"
-) -> None:
-    """Takes the job in `folder` for this call's `fingerprint`: the same job
-    resumes; a different one is refused, unless it committed nothing (a run
-    that failed while planning, say), which then starts afresh."""
-    if journal.records and _differences(journal.records[0], fingerprint, given):
-        if not committed_any(journal):
-            log.info("%s: %s holds no committed work; starting anew", who, folder.path)
-            start_over(folder, journal)
-        else:
-            refuse_changes(journal.records[0], fingerprint, given, folder.path, who)
-
-
-def committed_any(journal: Journal) -> bool:
-    """Whether the job recorded any work: a shard, or its completion."""
-    return any(r["kind"] in ("shard", "done") for r in [*journal.records, *journal.salvaged])
-
-
-def _differences(job_record: dict, fingerprint: dict, given: dict[str, Any]) -> list[str]:
-    """What differs between a job's first record and this call's key;
+def run_differences(records: list[dict], fingerprint: dict, given: dict[str, Any]) -> list[str]:
+    """What differs between the job a journal's `records` hold (none for a
+    new job) and this call's key (job_fingerprint), for folder.reconcile;
     `given` holds this call's schema and pad_value, for a record of before
-    format 3, which keyed them as text."""
-    old = job_record["fingerprint"]
+    format 3, which keyed them as text. Shared by every runner of a job
+    (jb.run, jaxbatch.ray.run)."""
+    if not records:
+        return []
+    old = records[0]["fingerprint"]
     differences = []
     if old.get("format") not in _FORMATS_RESUMED:
         differences.append(f"format: was {old.get('format')!r}, now {fingerprint['format']!r}")
@@ -613,22 +591,6 @@ def _same_planner_keys(a: Any, b: str) -> bool:
         return False
 
 
-def refuse_changes(
-    job_record: dict, fingerprint: dict, given: dict, path: Path, who: str = "jb.run"
-) -> None:
-    """JobError listing what differs between the job in `path` and this call."""
-    differences = _differences(job_record, fingerprint, given)
-    if differences:
-        raise JobError(
-            f"{who}: {path} holds a job with a different "
-            + ("function, input or options" if len(differences) > 1 else "setting")
-            + ":\n  "
-            + "\n  ".join(differences)
-            + "\nre-run with the original settings to resume it, choose another output folder, "
-            "or pass overwrite=True (--overwrite) to start over"
-        )
-
-
 class _Job:
     """One run of a job: the loader from the last committed state, the
     batch loop jb.map runs on, and shards appended as they fill."""
@@ -658,7 +620,9 @@ class _Job:
         self.loop = BatchLoop(fun, settings, self.loader, length_column)
         if not shards:  # A resumed job may need only some shapes: compile as they come.
             self.loop.compile_ahead(self.loader.shapes)
-        self.bar = ProgressBar(progress, self.total, sum(s["examples"] for s in shards))
+        self.bar = ProgressBar(
+            progress, self.total, sum(s["examples"] for s in shards), who="jb.run", unit="ex"
+        )
         self.loader_quarantine: list[dict[str, Any]] = []
         self.loader_skipped = 0
 
@@ -687,8 +651,8 @@ class _Job:
                 written += len(examples)
                 self.bar.update(
                     len(examples) + len(ran.bad),
-                    self.loader.stats.efficiency,
-                    self.loop.stats.compilations,
+                    padding_eff=f"{self.loader.stats.efficiency:.0%}",
+                    compiles=self.loop.stats.compilations,
                 )
             if written + len(bad) >= self.checkpoint_every:
                 mark = self._commit(pending, bad, written, mark)
@@ -718,46 +682,27 @@ class _Job:
         """Writes one shard and its journal record (the commit point);
         returns the counts it was recorded at."""
         t0 = time.perf_counter()
-        number = len(self.shards)
-        name = shard_name(number)
         examples = np.concatenate([e for e, _ in pending])
         columns = concat_columns([c for _, c in pending])
         data = encode_parquet(to_table(examples, columns))
-        # Named before it exists: a crash after the write but before the
-        # shard's record still leaves the file recognisably the job's.
-        self.journal.append({"kind": "writing", "shard": number, "file": name})
-        if os.path.lexists(self.folder.path / name):  # Put there since the job settled.
-            self.folder.refuse_foreign([name], "the job did not write")
-        _core.write_file_atomic(str(self.folder.path / name), data)
+        named = write_shard(self.folder, self.journal, len(self.shards), data)
         writing = time.perf_counter() - t0
         now = self._tally()
         spent = {k: now[k] - mark[k] for k in now}
-        record = shard_record(
-            number,
-            data,
-            written,
-            bad,
-            self.loader.get_state(),
-            {**spent, "writing": writing},
-        )
+        work = shard_work(written, bad, self.loader.get_state(), {**spent, "writing": writing})
+        record = {**named, **work}
         self.journal.append(record)
         self.shards.append(record)
         return now
 
 
-def shard_record(
-    number: int, data: bytes, examples: int, bad: list, state: Any, spent: dict[str, float], **more
-) -> dict[str, Any]:
-    """The journal record that commits shard `number` (its file's bytes
-    `data`): the commit point. `spent` holds the seconds per stage (loading,
-    compiling, computing, writing) and the counts (compilations, real and
-    padded elements) of its work; `more`, a cluster job's worker."""
+def shard_work(examples: int, bad: list, state: Any, spent: dict[str, float]) -> dict[str, Any]:
+    """What a shard record of jb.run's (or of a work unit's) holds beside
+    its file (folder.shard_record): the examples kept and set aside, the
+    loader state after them (None for a unit), and from `spent` the seconds
+    per stage (loading, compiling, computing, writing) and the counts
+    (compilations, real and padded elements) of its work."""
     return {
-        "kind": "shard",
-        "shard": number,
-        "file": shard_name(number),
-        "bytes": len(data),
-        "hash": f"{_core.hash_file_contents(data):016x}",
         "examples": examples,
         "bad": bad,
         "state": state,
@@ -765,7 +710,6 @@ def shard_record(
         "compilations": int(spent["compilations"]),
         "real_elements": int(spent["real_elements"]),
         "padded_elements": int(spent["padded_elements"]),
-        **more,
     }
 
 
@@ -787,33 +731,6 @@ def ran_columns(ran: Ran):
     """The kept examples' indices and their output columns."""
     put = graph_columns if ran.batch.is_graphs else batch_columns
     return put(ran.outputs, ran.keep, ran.batch, ran.layout)
-
-
-class ProgressBar:
-    """A tqdm bar of examples with padding efficiency and compilations."""
-
-    def __init__(self, enabled: bool, total: int, initial: int, who: str = "jb.run"):
-        self.bar = None
-        if not enabled:
-            return
-        tqdm = optional("tqdm.auto")
-        if tqdm is None:
-            log.info("%s: no tqdm, so no progress bar: %s", who, install_hint("tqdm"))
-            return
-        self.bar = tqdm.tqdm(total=total, initial=initial, unit="ex", desc=who, smoothing=0.1)
-
-    def update(self, examples: int, efficiency: float, compilations: int, **more: Any) -> None:
-        """Adds `examples`; shows the padding efficiency, compilations and `more`."""
-        if self.bar is None:
-            return
-        self.bar.update(examples)
-        self.bar.set_postfix(
-            padding_eff=f"{efficiency:.0%}", compiles=compilations, **more, refresh=False
-        )
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
 
 
 def job_report(folder, total, shards, done, runs, redone, repairs, wall, memory_plan) -> JobReport:
