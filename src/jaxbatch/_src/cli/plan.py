@@ -33,6 +33,7 @@ from jaxbatch._src.base.words import counted
 from jaxbatch._src.cli.common import aligned_table, usage_error
 from jaxbatch._src.cli.plan_graphs import WHO, file_schema, graph_plan_command, is_graph_file
 from jaxbatch._src.data.default_data import pydoc_lengths
+from jaxbatch._src.data.job_output import is_job_output
 from jaxbatch._src.data.opening import open_source
 from jaxbatch._src.execute.batch_loop import DEFAULT_MAX_SHAPES  # jb.run's too
 from jaxbatch._src.load.loader import LoaderOptions
@@ -47,8 +48,9 @@ def _next_pow2(n: int) -> int:
 
 
 def load_lengths(path: str | None, column: str | None) -> tuple[np.ndarray, str]:
-    """Lengths from a Parquet/Arrow file, a text file (one example per line,
-    whitespace tokens) or, with no path, the embedded pydoc default. The
+    """Lengths from a Parquet/Arrow file, a job's output folder, a text file
+    (one example per line, whitespace tokens) or, with no path, the
+    embedded pydoc default. The
     column of a Parquet/Arrow file follows the Loader's rule (the named
     one, else the first list column; it must be a list or large_list); a
     grid column (two variable axes) gives ``[n, 2]`` (height, width) sizes.
@@ -56,13 +58,14 @@ def load_lengths(path: str | None, column: str | None) -> tuple[np.ndarray, str]
     if path is None:
         return pydoc_lengths(), "pydoc topics (embedded default), whitespace tokens"
     p = Path(path)
-    if not p.is_file():
+    job = is_job_output(p)  # A job's output folder (jb.tokenize's tokens) reads as a file.
+    if not p.is_file() and not job:
         if p.is_dir():
-            raise ValueError(f"{path} is a directory; expected a file")
+            raise ValueError(f"{path} is a directory; expected a file or a job's output folder")
         if p.exists() or p.is_symlink():
             raise ValueError(f"{path} is not a regular file (a FIFO, device or symlink loop)")
         raise FileNotFoundError(f"no such file: {path}")
-    if p.suffix.lower() in (".parquet", ".arrow", ".feather", ".ipc"):
+    if job or p.suffix.lower() in (".parquet", ".arrow", ".feather", ".ipc"):
         require("pyarrow", f"{WHO} reading {path}")
         # Opened as a Loader opens it, just the column to batch by.
         opened = open_source(p, LoaderOptions(column=column), who=WHO, lengths_only=True)

@@ -25,6 +25,7 @@ from jaxbatch._src.data.dataset import (
     set_reopen,
 )
 from jaxbatch._src.data.grids import Axes
+from jaxbatch._src.data.job_output import is_job_output, job_output_table
 
 
 def open_path(
@@ -42,6 +43,8 @@ def open_path(
     * ``*.arrow`` / ``*.feather`` / ``*.ipc``: Arrow IPC, memory-mapped, no copy.
     * a folder of ``NAME.values.npy`` + ``NAME.offsets.npy`` (ragged) and
       ``NAME.npy`` (fixed) files, memory-mapped with numpy.
+    * a finished job's output folder (jb.tokenize's, jb.run's): its
+      committed shards, checked and decoded, in example order.
 
     Raises before anything starts: FileNotFoundError for a missing path,
     ValueError for a missing column or a length column that is not a list.
@@ -50,7 +53,7 @@ def open_path(
     names variable axes and ties, as :meth:`Dataset.from_arrays` takes them.
     """
     p = Path(path)
-    _check_path(p, who)
+    check_path(p, who)
     dataset = _open(p, columns, length_column, aligned, who, lengths_only, axes)
     # A pickle of it (for a worker process) opens the file again.
     args = (os.path.abspath(p), None if columns is None else list(columns), length_column, aligned)
@@ -59,10 +62,17 @@ def open_path(
 
 
 def _open(p: Path, columns, length_column, aligned, who, lengths_only, axes) -> Dataset:
-    if p.is_dir():
-        return _open_npy_folder(p, columns, length_column, aligned, who, lengths_only, axes)
     suffix = p.suffix.lower()
-    if suffix == ".parquet":
+    mapped = False  # Arrow IPC is read through its mapping; Parquet is decoded.
+    if is_job_output(p):  # Its shards decoded, in example order (data/job_output.py).
+        table = job_output_table(p, who)
+        wanted = check_columns(p, table.schema, columns, length_column, who)
+        columns = [wanted] if lengths_only else columns
+        if columns:
+            table = table.select(list(columns))
+    elif p.is_dir():
+        return _open_npy_folder(p, columns, length_column, aligned, who, lengths_only, axes)
+    elif suffix == ".parquet":
         pq = require("pyarrow.parquet", f"{who}: reading {p}")
 
         with reading(p, "Parquet", who):
@@ -70,26 +80,26 @@ def _open(p: Path, columns, length_column, aligned, who, lengths_only, axes) -> 
             columns = [wanted] if lengths_only else columns
             table = pq.read_table(p, columns=list(columns) if columns else None, memory_map=True)
     elif suffix in (".arrow", ".feather", ".ipc"):
-        table = _read_arrow_ipc(p, who)
+        table, mapped = read_arrow_ipc(p, who), True
         wanted = check_columns(p, table.schema, columns, length_column, who)
         columns = [wanted] if lengths_only else columns
         if columns:
             table = table.select(list(columns))
     else:
         raise ValueError(
-            f"{who}: cannot read {p}: expected a .parquet, .arrow/.feather/.ipc file or a "
-            f"folder of .npy files, found suffix {suffix!r}"
+            f"{who}: cannot read {p}: expected a .parquet, .arrow/.feather/.ipc file, a "
+            f"folder of .npy files or a job's output folder, found suffix {suffix!r}"
         )
     try:
         dataset = Dataset.from_arrow(table, aligned=aligned, axes=axes)
     except ValueError as e:
         raise ValueError(f"{who}: {p}: {e}") from e
-    if suffix != ".parquet":  # Arrow IPC is read through its mapping; Parquet is decoded.
+    if mapped:
         set_mapped_files(dataset, [str(p)])
     return dataset
 
 
-def _check_path(p: Path, who: str) -> None:
+def check_path(p: Path, who: str) -> None:
     """Refuses what cannot be read as data before anything opens it: a
     missing path, a symlink loop, and anything that is neither a regular file
     nor a folder (a FIFO or device would block or never end)."""
@@ -132,7 +142,7 @@ def reading(p: Path | str, kind: str, who: str) -> Iterator[None]:
         raise OSError(f"{who}: cannot read {p} as {kind} (corrupt or truncated?): {e}") from e
 
 
-def _read_arrow_ipc(p: Path, who: str):
+def read_arrow_ipc(p: Path, who: str):
     """An Arrow IPC file (or stream) at `p`, memory-mapped; OSError naming `p`
     for a corrupt or truncated file instead of Arrow's bare message."""
     pa = require("pyarrow", f"{who}: reading {p}")
@@ -228,7 +238,7 @@ def _load_npy(f: Path, who: str) -> np.ndarray:
 
 def _parquet_path(path, who: str) -> Path:
     p = Path(path)
-    _check_path(p, who)
+    check_path(p, who)
     if p.suffix.lower() != ".parquet":
         raise ValueError(
             f"{who}: stream=True reads Parquet files by row group; {p} is not a .parquet file"
