@@ -102,6 +102,13 @@ def test_demo_model_without_its_packages(monkeypatch, module):
         MiniLM()
 
 
+def test_tokenize_without_tokenizers_names_its_extra(tmp_path, monkeypatch):
+    hide(monkeypatch, "tokenizers")
+    with pytest.raises(ImportError, match=extra_error("tokenize", "jb.tokenize")):
+        jb.tokenize(["a text"], tmp_path / "out", "tokenizer.json")
+    assert not (tmp_path / "out").exists()  # refused before anything was made
+
+
 def test_progress_without_tqdm_logs_the_extra_and_still_maps(monkeypatch, caplog):
     ds = jb.Dataset.from_arrays({"tokens": [np.arange(3), np.arange(2)]})
     hide(monkeypatch, "tqdm")

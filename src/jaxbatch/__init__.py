@@ -32,6 +32,7 @@ from jaxbatch._src.execute.vmap import vmap
 from jaxbatch._src.job.folder import JobError
 from jaxbatch._src.job.job import JobReport, run
 from jaxbatch._src.job.output import read_output
+from jaxbatch._src.job.tokenize import TokenizeReport, tokenize
 from jaxbatch._src.load.device import (
     DevicePrefetcher,
     device_prefetch,
@@ -93,6 +94,7 @@ __all__ = [
     "PlanStats",
     "SourceShare",
     "Planner",
+    "TokenizeReport",
     "autotune",
     "check_axes",
     "collate",
@@ -109,6 +111,7 @@ __all__ = [
     "read_output",
     "run",
     "strict_broadcasting",
+    "tokenize",
     "unbatch",
     "vmap",
 ]

@@ -18,7 +18,7 @@ EXTRAS: dict[str, tuple[str, str]] = {
     "tqdm": ("tqdm", "progress"),
     "matplotlib": ("matplotlib", "plot"),
     "safetensors": ("safetensors", "demo"),
-    "tokenizers": ("tokenizers", "demo"),
+    "tokenizers": ("tokenizers", "tokenize"),
     "orbax": ("orbax-checkpoint", "orbax"),
     "grain": ("grain", "grain"),
     "datasets": ("datasets", "huggingface"),
@@ -26,21 +26,22 @@ EXTRAS: dict[str, tuple[str, str]] = {
 }
 
 
-def install_hint(module: str) -> str:
-    """The pip line that installs `module`'s extra.
+def install_hint(module: str, extra: str | None = None) -> str:
+    """The pip line that installs `module`'s extra (or `extra`, one that
+    brings it with the rest a feature needs).
 
     Example::
 
         install_hint("pyarrow.parquet")  # "pip install 'jaxbatch[arrow]'"
     """
-    _, extra = EXTRAS[module.split(".")[0]]
-    return f"pip install 'jaxbatch[{extra}]'"
+    _, own = EXTRAS[module.split(".")[0]]
+    return f"pip install 'jaxbatch[{extra or own}]'"
 
 
-def missing_message(module: str, what: str) -> str:
+def missing_message(module: str, what: str, extra: str | None = None) -> str:
     """What an ImportError says when `module`, which `what` needs, is missing."""
     distribution, _ = EXTRAS[module.split(".")[0]]
-    return f"{what} needs {distribution}, which is not installed: {install_hint(module)}"
+    return f"{what} needs {distribution}, which is not installed: {install_hint(module, extra)}"
 
 
 def _is_missing(error: ModuleNotFoundError, module: str) -> bool:
@@ -50,9 +51,10 @@ def _is_missing(error: ModuleNotFoundError, module: str) -> bool:
     return module == name or module.startswith(name + ".")
 
 
-def require(module: str, what: str) -> ModuleType:
+def require(module: str, what: str, extra: str | None = None) -> ModuleType:
     """`module` imported (say ``"pyarrow.parquet"``), for the feature `what`;
-    if it is not installed, an ImportError naming `what` and the extra.
+    if it is not installed, an ImportError naming `what` and the extra
+    (`extra`, where the feature needs more than the module's own: the demo).
 
     Example::
 
@@ -65,7 +67,7 @@ def require(module: str, what: str) -> ModuleType:
     except ModuleNotFoundError as e:
         if not _is_missing(e, module):
             raise
-        raise ImportError(missing_message(module, what)) from e
+        raise ImportError(missing_message(module, what, extra)) from e
 
 
 def optional(module: str) -> ModuleType | None:

@@ -98,8 +98,7 @@ def huggingface_columns(
     are the table's all the same. A transform is refused (_shown_columns)."""
     # What the dataset itself says first (its kind, format, images, order,
     # files) and its images decoded; then the Arrow columns, each read once.
-    _refuse_other_kinds(ds, who)
-    table = ds.data.table
+    table, order = huggingface_table(ds, who)
     names = list(table.column_names)
     shown = _shown_columns(ds, names, who)
     missing = [n for n in columns or [] if n not in names]
@@ -107,10 +106,6 @@ def huggingface_columns(
         raise ValueError(f"{who}: no column {missing[0]!r}; the dataset has {names}")
     # An Image column is decoded only where named (its bytes are no numbers).
     images = set(_image_columns(ds)) if columns is not None else set()
-    order = None
-    if ds._indices is not None:  # select / shuffle / split / filter: rows in this order.
-        indices = ds._indices.column(0).to_numpy()  # uint64
-        order = int64_array(indices, "Dataset.from_huggingface", lambda k: f"indices[{k}]")
     files = [f["filename"] for f in ds.cache_files] if _is_memory_mapped(ds) else []
     decoded = {  # Images are taken only where named.
         n: _decoded_images(n, table.column(n), order, ds.features[n].mode)
@@ -123,6 +118,22 @@ def huggingface_columns(
         for n in chosen
     ]
     return built, files
+
+
+def huggingface_table(ds: Any, who: str) -> tuple[Any, np.ndarray | None]:
+    """A ``datasets.Dataset``'s pyarrow Table, read in place, and the order
+    of its rows (int64: row i of the dataset is row order[i] of the table),
+    None when they are in the table's order. Refuses what is not one
+    dataset (a DatasetDict, a streaming one) and a transform, which changes
+    what ``ds[i]`` holds, naming them."""
+    _refuse_other_kinds(ds, who)
+    table = ds.data.table
+    _shown_columns(ds, list(table.column_names), who)
+    if ds._indices is None:
+        return table, None
+    # select / shuffle / split / filter: the rows in this order.
+    indices = ds._indices.column(0).to_numpy()  # uint64
+    return table, int64_array(indices, who, lambda k: f"indices[{k}]")
 
 
 def _chosen(table: Any, shown: list[str], columns, images: set[str], who: str) -> list[str]:

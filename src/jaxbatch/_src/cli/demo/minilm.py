@@ -242,7 +242,7 @@ class MiniLM:
 
     def __init__(self, folder: Path | None = None, dtype: str = "float32"):
         load_file = require("safetensors.numpy", "the demo model").load_file
-        tokenizers = require("tokenizers", "the demo model")
+        tokenizers = require("tokenizers", "the demo model", extra="demo")
         import jax
 
         if dtype not in self.DTYPES:
