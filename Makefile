@@ -246,6 +246,7 @@ bench: $(BENCH_VENV)/.deps $(VENV)/.built
 	$(BENCH_VENV)/bin/python bench/bench_images.py $(BENCH_FLAGS)
 	$(BENCH_VENV)/bin/python bench/bench_ray.py $(BENCH_FLAGS)
 	$(BENCH_VENV)/bin/python bench/bench_mixture.py $(BENCH_FLAGS)
+	$(BENCH_VENV)/bin/python bench/bench_tokenize.py $(BENCH_FLAGS)
 
 clean:
 	rm -rf build $(VENV) $(BENCH_VENV)

