@@ -23,14 +23,33 @@ import jaxbatch as jb
 from jaxbatch import _core
 from jaxbatch._src.cli.demo.minilm import model_dir
 from jaxbatch._src.cli.main import main as cli_main
+from jaxbatch._src.data import text as text_module
 from jaxbatch._src.data.default_data import pydoc_paragraphs
 from jaxbatch._src.data.job_output import job_output_table
 from jaxbatch._src.data.text import TextBatch, open_text
+from jaxbatch._src.job import folder as job_folder
 from jaxbatch._src.job.tokenize import pieces
 
 TOKENIZER = model_dir() / "tokenizer.json"
 # Small batches and shards, so that pieces, shards and source batches cross.
 SMALL = dict(batch_size=37, checkpoint_every=100, progress=False)
+
+
+class Crash(Exception):
+    pass
+
+
+def crash_on_shard(monkeypatch, number: int) -> None:
+    """The job dies (as if killed) once shard `number` is written, before
+    its record: what came before is committed."""
+    real = job_folder.Journal.append
+
+    def append(self, record):
+        if record["kind"] == "shard" and record["shard"] == number:
+            raise Crash
+        real(self, record)
+
+    monkeypatch.setattr(job_folder.Journal, "append", append)
 
 
 @pytest.fixture(scope="module")
@@ -320,6 +339,32 @@ def test_bad_lines_of_json_lines_are_bad_documents(tmp_path):
     assert reasons[4] == "line 7: a JSON array, not an object"
     assert reasons[5].startswith("line 8: not valid UTF-8")
     assert_tokens(tmp_path / "out", reference(["one line", "last line"]), [0, 6])
+
+
+@pytest.mark.parametrize("bad_line", [False, True], ids=["pyarrow", "line-by-line"])
+def test_json_lines_resume_mid_file_and_lines_longer_than_a_block(
+    tmp_path, texts, monkeypatch, bad_line
+):
+    """Lines longer than pyarrow's block are read again in larger blocks
+    (not line by line); a file pyarrow refuses is read line by line from
+    where it failed; either way a crashed job resumes mid-file."""
+    monkeypatch.setattr(text_module, "JSON_BLOCK_BYTES", 256)
+    lines = [json.dumps({"text": t}) for t in texts]  # texts[301] is 3,000 bytes long
+    if bad_line:
+        lines[200] = "not json"
+    (tmp_path / "c.jsonl").write_text("\n".join(lines) + "\n")
+    if not bad_line:
+        monkeypatch.setattr(text_module.JsonLinesText, "_lines", None)  # Never called.
+    crash_on_shard(monkeypatch, 2)
+    options = dict(on_error="skip", **SMALL)
+    with pytest.raises(Crash):
+        jb.tokenize(tmp_path / "c.jsonl", tmp_path / "out", TOKENIZER, **options)
+    monkeypatch.undo()
+    monkeypatch.setattr(text_module, "JSON_BLOCK_BYTES", 256)
+    report = jb.tokenize(tmp_path / "c.jsonl", tmp_path / "out", TOKENIZER, **options)
+    kept = [i for i in range(len(texts)) if not (bad_line and i == 200)]
+    assert_tokens(tmp_path / "out", reference([texts[i] for i in kept]), kept)
+    assert report.runs == 2 and report.skipped == int(bad_line)
 
 
 def test_text_that_is_not_utf8_in_a_table_is_a_bad_document(tmp_path):

@@ -40,8 +40,10 @@ from jaxbatch._src.integrations.huggingface import huggingface_table, is_hugging
 
 #: Documents a read hands on at a time (a Parquet file's batches, a list's slices).
 READ_DOCUMENTS = 4096
-#: Bytes pyarrow.json parses at a time.
+#: Bytes pyarrow.json parses at a time, and at most (a longer line than a
+#: block is read again in larger blocks, up to this; past it, line by line).
 JSON_BLOCK_BYTES = 1 << 20
+JSON_MAX_BLOCK_BYTES = 1 << 30
 #: The text column of a JSON Lines file unless text_column= names another.
 JSON_TEXT_FIELD = "text"
 _SUFFIXES = {
@@ -377,27 +379,39 @@ class JsonLinesText(TextSource):
 
     def batches(self, start: int) -> Iterator[TextBatch]:
         pa = _pyarrow()
-        pj = require("pyarrow.json", f"{self.who}: reading {self.path}")
         handed = 0  # Documents read so far (from 0), handed on or skipped.
+        block = JSON_BLOCK_BYTES
+        while True:
+            try:
+                for texts in self._blocks(block, max(start, handed)):
+                    texts, problems = checked_utf8(texts, self.name, max(start, handed))
+                    yield TextBatch(max(start, handed), texts, problems)
+                    handed = max(start, handed) + len(texts)
+                return
+            except pa.ArrowInvalid as e:
+                # A line longer than a block: read again in larger blocks.
+                if "straddl" not in str(e) or block >= JSON_MAX_BLOCK_BYTES:
+                    break
+                block *= 8
+        yield from self._lines(max(start, handed))
+
+    def _blocks(self, block: int, skip: int) -> Iterator[Any]:
+        """The text field as pyarrow.json parses it, from document `skip`
+        (from 0) on; ArrowInvalid where pyarrow refuses a block."""
+        pa = _pyarrow()
+        pj = require("pyarrow.json", f"{self.who}: reading {self.path}")
         options = pj.ParseOptions(
             explicit_schema=pa.schema([(self.column, pa.large_string())]),
             unexpected_field_behavior="ignore",
         )
-        try:
-            reader = pj.open_json(
-                self.path,
-                read_options=pj.ReadOptions(block_size=JSON_BLOCK_BYTES),
-                parse_options=options,
-            )
-            for record_batch in reader:
-                texts = large_strings(record_batch.column(self.column))
-                skip = min(max(0, start - handed), len(texts))
-                if skip < len(texts):
-                    texts, problems = checked_utf8(texts.slice(skip), self.name, handed + skip)
-                    yield TextBatch(handed + skip, texts, problems)
-                handed += len(texts)
-        except pa.ArrowInvalid:
-            yield from self._lines(max(start, handed))
+        reader = pj.open_json(
+            self.path, read_options=pj.ReadOptions(block_size=block), parse_options=options
+        )
+        for record_batch in reader:
+            texts = large_strings(record_batch.column(self.column))
+            if skip < len(texts):
+                yield texts.slice(skip)
+            skip = max(0, skip - len(texts))
 
     def _lines(self, start: int) -> Iterator[TextBatch]:
         """Documents from `start` on, read with the standard library."""
