@@ -265,20 +265,31 @@ def bad_corpus() -> list:
 
 
 def test_raise_stops_at_the_first_bad_document_and_resumes_with_skip(tmp_path):
-    corpus = bad_corpus()
+    corpus = ["one", "two", "three", "four", *bad_corpus()]  # The first bad one is 5.
+    out = tmp_path / "out"
     options = dict(max_length=20, batch_size=2, checkpoint_every=2, progress=False)
-    with pytest.raises(ValueError, match=r"document 1 of the list of 11 strings: no text \(null"):
-        jb.tokenize(corpus, tmp_path / "out", TOKENIZER, **options)
+    with pytest.raises(ValueError, match=r"document 5 of the list of 15 strings: no text \(null"):
+        jb.tokenize(corpus, out, TOKENIZER, **options)
+    assert len(list(out.glob("part-*.parquet"))) == 2  # Documents 0-3, committed.
     # What raised committed no bad document, so the job resumes past them.
-    report = jb.tokenize(corpus, tmp_path / "out", TOKENIZER, on_error="skip", **options)
-    kept = [i for i in range(len(corpus)) if i not in BAD]
-    assert_tokens(tmp_path / "out", reference([corpus[i] for i in kept]), kept)
+    report = jb.tokenize(corpus, out, TOKENIZER, on_error="skip", **options)
+    kept = [i for i in range(len(corpus)) if i - 4 not in BAD]
+    assert_tokens(out, reference([corpus[i] for i in kept]), kept)
     assert report.runs == 2 and report.examples == len(kept) and report.total == len(corpus)
     assert report.skipped_kinds == {"no text": 1, "not text": 3, "empty": 2, "too long": 1}
     assert report.skipped == len(BAD) and report.quarantine == []
     # Now skipping, it is no longer the job that raised: another policy is refused.
     with pytest.raises(jb.JobError, match="on_error: was 'skip', now 'quarantine'"):
-        jb.tokenize(corpus, tmp_path / "out", TOKENIZER, on_error="quarantine", **options)
+        jb.tokenize(corpus, out, TOKENIZER, on_error="quarantine", **options)
+
+
+def test_a_job_that_committed_nothing_starts_afresh_with_other_settings(tmp_path):
+    corpus = bad_corpus()
+    with pytest.raises(ValueError, match="document 1 of"):
+        jb.tokenize(corpus, tmp_path / "out", TOKENIZER, **SMALL)  # Raised in its first batch.
+    report = jb.tokenize(corpus, tmp_path / "out", TOKENIZER, max_length=20, on_error="skip",
+                         tag="v2", **SMALL)  # fmt: skip
+    assert report.runs == 1 and report.skipped == len(BAD)
 
 
 def test_quarantine_lists_each_bad_document_with_its_reason(tmp_path):
