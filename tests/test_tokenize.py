@@ -239,6 +239,15 @@ def test_bad_sources_and_tokenizers_name_what_is_wrong(tmp_path):
         jb.tokenize(["x"], tmp_path / "o", tmp_path / "corpus.txt")
     with pytest.raises(TypeError, match="expected a tokenizers.Tokenizer"):
         jb.tokenize(["x"], tmp_path / "o", object())
+
+    class Split:  # A pre-tokenizer in Python: no JSON to key the job on.
+        def pre_tokenize(self, pretokenized):
+            pass
+
+    custom = tokenizers.Tokenizer(tokenizers.models.WordLevel({"[UNK]": 0}, unk_token="[UNK]"))
+    custom.pre_tokenizer = tokenizers.pre_tokenizers.PreTokenizer.custom(Split())
+    with pytest.raises(ValueError, match="cannot be written as JSON .* Custom PreTokenizer"):
+        jb.tokenize(["x"], tmp_path / "o", custom)
     with pytest.raises(TypeError, match="expected a list of strings, a path"):
         jb.tokenize({"text": ["x"]}, tmp_path / "o", TOKENIZER)
     assert not (tmp_path / "o").exists()

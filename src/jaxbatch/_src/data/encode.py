@@ -227,7 +227,13 @@ def _copy(tokenizer: Any, who: str) -> Any:
             f"{who}: expected a tokenizers.Tokenizer, a transformers fast tokenizer or the "
             f"path of a tokenizer.json, found {type(tokenizer).__name__}"
         )
-    return tokenizers.Tokenizer.from_str(tokenizer.to_str())
+    try:  # Its JSON is also what keys the job: a tokenizer without one cannot be keyed.
+        return tokenizers.Tokenizer.from_str(tokenizer.to_str())
+    except Exception as e:  # noqa: BLE001 - tokenizers raises plain Exception
+        raise ValueError(
+            f"{who}: the tokenizer cannot be written as JSON (a component written in Python?), "
+            f"which keys the job and copies it: {e}"
+        ) from e
 
 
 def _check_length(max_length: Any, truncation: bool, special: int, who: str) -> None:

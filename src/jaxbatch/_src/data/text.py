@@ -181,7 +181,8 @@ def _is_text(t: Any) -> bool:
     pa = _pyarrow()
     if pa.types.is_dictionary(t):
         t = t.value_type
-    return pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t)
+    view = getattr(pa.types, "is_string_view", None)  # pyarrow >= 16
+    return pa.types.is_string(t) or pa.types.is_large_string(t) or bool(view and view(t))
 
 
 def text_column_of(schema: Any, text_column: str | None, where: str, who: str) -> str:
