@@ -175,7 +175,8 @@ def test_non_numeric_columns_are_left_out_by_name_or_refused(saved):
         jb.Dataset.from_huggingface(ds, columns=["tokens", "text"])
     with pytest.raises(ValueError, match=r"no column 'input_ids'; the dataset has \['tokens'"):
         jb.Dataset.from_huggingface(ds, columns=["input_ids"])
-    with pytest.raises(ValueError, match=r"no numeric column .*text \(string\).*tokenize"):
+    pointer = r"no numeric column .*text \(string\).*tokenize it first: jb\.tokenize\("
+    with pytest.raises(ValueError, match=pointer):
         jb.Dataset.from_huggingface(ds.select_columns(["text"]))
 
 

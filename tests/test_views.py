@@ -248,5 +248,6 @@ def build_simple(records) -> jb.Dataset:
     ],
 )
 def test_text_is_refused_pointing_to_tokenizing(make):
-    with pytest.raises(ValueError, match=r"column 'text'.*holds text.*tokenize the text"):
+    pointer = r"column 'text'.*holds text.*tokenize the text into token ids first: jb\.tokenize\("
+    with pytest.raises(ValueError, match=pointer):
         make()

@@ -44,7 +44,8 @@ def text_message(where: str, found: str) -> str:
     tokenized into ids first. The one place the hint is written."""
     return (
         f"{where}: holds text ({found}), but jaxbatch batches numbers; tokenize the text into "
-        f"token ids first (a Hugging Face tokenizer's encode_batch, say) and pass the ids"
+        f"token ids first: jb.tokenize(source, output_folder, tokenizer) (or `jaxbatch "
+        f"tokenize`) writes them, once, to a folder a jb.Loader reads (docs/text.md)"
     )
 
 

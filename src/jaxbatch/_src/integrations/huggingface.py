@@ -166,7 +166,8 @@ def _chosen(table: Any, shown: list[str], columns, images: set[str], who: str) -
     if not chosen:
         raise ValueError(
             f"{who}: the dataset has no numeric column (its columns: "
-            f"{[f'{n} ({table.schema.field(n).type})' for n in shown]}); tokenize it first"
+            f"{[f'{n} ({table.schema.field(n).type})' for n in shown]}); tokenize it first: "
+            f"jb.tokenize(dataset, output_folder, tokenizer) writes a folder a jb.Loader reads"
         )
     return chosen
 
