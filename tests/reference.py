@@ -19,6 +19,16 @@ def rows_for(length: int, batch_size: int | None, token_budget: int | None) -> i
     return rows
 
 
+def balanced_rows(count: int, cap: int, multiple: int = 1) -> int:
+    """The rows a batch of a shape holding `count` rows under a budget of
+    `cap` rows a batch: the fewest (a multiple of `multiple`) whose batches
+    hold them in as few batches as batches of `cap` would."""
+    if count == 0:
+        return cap
+    batches = -(-count // cap)
+    return next(r for r in range(multiple, cap + 1, multiple) if r * batches >= count)
+
+
 def bucket_cost(length, count, rows, pad_remainder):
     return length * rows * math.ceil(count / rows) if pad_remainder else length * count
 

@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from reference import balanced_rows
 
 import jaxbatch as jb
 
@@ -132,6 +133,11 @@ def test_batches_equal_the_numpy_reference(lengths, boundaries, data):
         rows = [data.draw(st.integers(1, 4)) for _ in boundaries]
         kwargs = {"batch_sizes": rows}
     remainder = data.draw(st.sampled_from(["pad", "keep"]))
+    if sizing == "token_budget" and remainder == "pad":
+        # A budget's rows, spread evenly over each bucket's pieces.
+        whole = reference(lengths, boundaries, [len(lengths) * 99] * len(boundaries))
+        count = {length: len(segs) for length, segs in whole}
+        rows = [balanced_rows(count.get(b, 0), r) for b, r in zip(boundaries, rows, strict=True)]
     planner = jb.FixedBuckets(boundaries, **kwargs, remainder=remainder, too_long="split")
     with jb.Loader(dataset(lengths), planner, shuffle=False, epochs=1) as loader:
         batches = collected(loader)

@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import jaxbatch as jb
+from jaxbatch import _core
 
 PLANNERS = [
     jb.PadToMax(batch_size=6),
@@ -296,7 +297,7 @@ def test_a_version_1_state_restores_unless_its_block_shuffle_order_changed():
         for _ in range(3):
             next(loader)
         state = loader.get_state()
-    assert state["version"] == 3
+    assert state["version"] == _core.LOADER_STATE_VERSION
     assert state["planner"] == "AutoBuckets(max_shapes=3, token_budget=None, batch_size=4, " \
         "pad_to_multiple=1, remainder='pad')"  # fmt: skip
     old = {**state, "version": 1}
@@ -408,8 +409,6 @@ def test_bad_loader_arguments(kwargs, message):
 
 
 def test_loader_options_take_the_engines_defaults_and_are_shared():
-    from jaxbatch import _core
-
     core = _core.LoaderOptions()
     options = jb.LoaderOptions()
     assert options.prefetch == core.prefetch and options.block_size == core.schedule.block_size
@@ -534,7 +533,7 @@ def test_state_from_other_data_of_the_same_size_is_refused():
         ({"examples": True}, 1, "the state's examples must be an int, found bool"),
         ({"seed": None}, 1, "the state's seed must be an int, found null"),
         ({"step": None, "epoch": None}, 1, "the state's epoch must be an int"),
-        ({"version": 7}, 1, "expected a state of version 3, found 7"),
+        ({"version": 7}, 1, "expected a state of version 4, found 7"),
         ({"fingerprint": "not hex"}, 1, "the state's fingerprint must be 16 hex digits"),
         ({"shuffle": "sorted"}, 1, "shuffle must be 'none', 'global' or 'block', found 'sorted'"),
         ({"shard": [0]}, 1, r"the state's shard must be \[index, count\], found \[0\]"),

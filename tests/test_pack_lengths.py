@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from reference import balanced_rows
 
 import jaxbatch as jb
 
@@ -46,8 +47,8 @@ def segments_of(batches, row_lengths, budget=None) -> dict[int, list[np.ndarray]
         )
         rows, length = tok.shape
         assert length in row_lengths
-        if budget is not None:
-            assert rows == budget // length and rows * length <= budget
+        if budget is not None:  # the budget's rows, or fewer when balanced
+            assert rows <= budget // length and rows * length <= budget
         borrows = False
         for r in range(rows):
             start = 0
@@ -105,6 +106,16 @@ def test_every_example_once_in_the_smallest_row_length(
     assert {b["tokens"].shape for b in batches} == shapes
     assert len(shapes) <= len(row_lengths)
     assert_every_example_once(segments_of(batches, row_lengths, budget), lengths)
+    if budget is not None and algorithm == "best_fit":
+        # Best fit's rows follow the lengths alone: a budget's rows are
+        # spread evenly over each row length's batches.
+        for rows, length in shapes:
+            used = sum(
+                int((b["example_index"][:, 0] >= 0).sum())
+                for b in batches
+                if b["tokens"].shape[1] == length
+            )
+            assert rows == balanced_rows(used, budget // length), (rows, length, used)
 
 
 def test_short_rows_fill_the_long_row_lengths_last_batch():
@@ -182,7 +193,7 @@ def test_the_engine_keeps_the_rules():
     with pytest.raises(ValueError, match="longer than row_length 256"):
         jb.plan([10, 300], jb.Pack([96, 256], 8))
     # A single row length takes a token budget too: 4096 // 512 rows.
-    assert jb.plan([500] * 20, jb.Pack(512, token_budget=4096)).shapes[0].rows == 8
+    assert jb.plan([500] * 24, jb.Pack(512, token_budget=4096)).shapes[0].rows == 8
 
 
 @settings(max_examples=25, deadline=None)

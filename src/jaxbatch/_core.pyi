@@ -879,7 +879,7 @@ def parse_error_policy(name: str) -> ErrorPolicy: ...
 
 def parse_shuffle_mode(name: str) -> ShuffleMode: ...
 
-LOADER_STATE_VERSION: int = 3
+LOADER_STATE_VERSION: int = 4
 
 DEFAULT_MIXTURE_BLOCK: int = 16384
 

@@ -23,10 +23,17 @@ namespace jaxbatch {
 namespace {
 
 // The schedule a state of `version` was planned with: versions 1 and 2
-// left AutoBuckets' remainder rows empty.
+// left AutoBuckets' remainder rows empty, 1 to 3 left a budget's rows unbalanced.
 ScheduleOptions PlannedAsVersion(ScheduleOptions schedule, int64_t version) {
   if (auto* o = std::get_if<AutoBucketsOptions>(&schedule.planner); o && version < 3) {
     o->fill_remainders = false;
+  }
+  if (version < 4) {  // 1 to 3 kept a budget's rows a batch unbalanced.
+    std::visit(
+        [](auto& o) {
+          if constexpr (requires { o.balance_batches; }) o.balance_batches = false;
+        },
+        schedule.planner);
   }
   return schedule;
 }
@@ -192,7 +199,9 @@ Loader::Loader(std::shared_ptr<const Dataset> dataset, std::shared_ptr<const Chu
   state_.key = key_;
   if (start) {
     std::shared_ptr<const EpochSchedule> planned = CheckStart(*start, mixture_.get(), &yielded_);
-    if (start->key && start->key->version < 3) PlanAsBefore3(start->key->version);
+    if (start->key && start->key->version < kLoaderStateVersion) {
+      PlanAsVersion(start->key->version);
+    }
     if (planned) schedules_[start->epoch] = std::move(planned);  // The workers reuse it.
     state_ = *start;
     state_.key = key_;
@@ -341,7 +350,7 @@ void Loader::CheckStreamKey(const StreamKey& key) const {
   }
 }
 
-void Loader::PlanAsBefore3(int64_t version) {
+void Loader::PlanAsVersion(int64_t version) {
   // The state's stream is the one that version planned; it stays that
   // version, so a state saved from here restores the same way again.
   key_.version = version;

@@ -100,7 +100,9 @@ void ValidateLoaderOptions(const LoaderOptions& options, std::string_view who = 
 // 2: block shuffle keeps the planner's batch order (1 shuffled it).
 // 3: AutoBuckets with remainder pad fills the last batches' empty rows (1
 // and 2 left them empty; a Loader restoring one plans as they did).
-inline constexpr int64_t kLoaderStateVersion = 3;
+// 4: a budget's rows a batch are balanced over each shape's batches
+// (plan/balance.h; 1 to 3 kept the budget's rows, and are restored so).
+inline constexpr int64_t kLoaderStateVersion = 4;
 // From this version on every state holds each counter and its data's
 // fingerprint, so one without them was edited or made by hand, and is
 // refused naming the field (an older version's may lack them: its counters
@@ -314,9 +316,10 @@ class Loader {
   std::shared_ptr<const EpochSchedule> CheckStart(const LoaderState& start, MixtureStream* mixture,
                                                   std::vector<SourceTally>* yielded) const;
   void CheckStreamKey(const StreamKey& key) const;
-  // Plans as loader state versions 1 and 2 did (AutoBuckets leaves
-  // remainder rows empty) and keeps the version in the states it saves.
-  void PlanAsBefore3(int64_t version);
+  // Plans as loader state `version` (< kLoaderStateVersion) did: before 3
+  // AutoBuckets left remainder rows empty, before 4 a budget's rows were not
+  // balanced. Keeps the version in the states it saves.
+  void PlanAsVersion(int64_t version);
   // lengths_ and layout_ from the length column (sequence planners) or the
   // graphs' node and edge counts, whose bad graphs join bad_records_.
   void InitLengths();
@@ -380,7 +383,7 @@ class Loader {
   int64_t epochs_ = 0;
   LoaderOptions options_;
   // options_.schedule as given, before a restored older state's version
-  // changed how it plans (PlanAsBefore3): what states are checked against.
+  // changed how it plans (PlanAsVersion): what states are checked against.
   ScheduleOptions requested_;
   int64_t num_examples_ = 0;
   std::vector<int64_t> lengths_;  // node counts for a graph planner

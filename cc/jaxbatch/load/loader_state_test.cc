@@ -107,7 +107,7 @@ TEST(LoaderStateTest, ARefusedStateLeavesTheLoaderAsItWas) {
   refused(other, "saved with seed 4 but this loader has seed 3");
   other = state;
   other.key->fingerprint.reset();
-  refused(other, "the state (version 3) has no fingerprint");
+  refused(other, StrCat("the state (version ", kLoaderStateVersion, ") has no fingerprint"));
   other = state;
   other.step = 1000;
   refused(other, "the state's step 1000 is past the end of epoch 0");

@@ -155,6 +155,41 @@ TEST(LoaderTest, AnOlderStateKeepsTheBucketsItWasPlannedWith) {
   EXPECT_EQ(Drain(resumed), std::vector<std::string>(now.begin() + 1, now.end()));
 }
 
+// A state saved before version 4 (a budget's rows were not balanced)
+// continues the stream it began with the budget's rows, and stays that
+// version; every planner that balances is restored so.
+TEST(LoaderTest, AnOlderStateKeepsTheBudgetsRows) {
+  std::vector<int64_t> lengths;
+  for (int64_t i = 0; i < 90; ++i) lengths.push_back(1 + i % 40);
+  auto ds = testing::TokensDataset(lengths);
+  const std::vector<PlannerOptions> planners = {
+      PackOptions{.row_length = 64, .token_budget = 64 * 12},
+      AutoBucketsOptions{.max_shapes = 1, .token_budget = 440},
+      FixedBucketsOptions{.boundaries = {20, 40}, .token_budget = 320}};
+  for (const PlannerOptions& balanced : planners) {
+    PlannerOptions unbalanced = balanced;
+    std::visit(
+        [](auto& o) {
+          if constexpr (requires { o.balance_batches; }) o.balance_batches = false;
+        },
+        unbalanced);
+    Loader old_run(ds, Options(unbalanced, 2));
+    const std::vector<std::string> before = Drain(old_run);
+    ASSERT_GT(before.size(), 3u) << PlannerName(balanced);
+    Loader new_run(ds, Options(balanced, 2));
+    ASSERT_TRUE(before != Drain(new_run)) << PlannerName(balanced);  // Balancing changes it.
+    Loader first(ds, Options(unbalanced, 1));
+    Drain(first, 3);
+    LoaderState saved = first.state();
+    ASSERT_TRUE(saved.key);
+    saved.key->version = 3;
+    Loader resumed(ds, Options(balanced, 2), saved);
+    EXPECT_TRUE(Drain(resumed) == std::vector<std::string>(before.begin() + 3, before.end()))
+        << PlannerName(balanced);
+    EXPECT_EQ(resumed.state().key->version, 3);
+  }
+}
+
 TEST(LoaderTest, EveryExampleOncePerEpochAndCountsAddUp) {
   auto ds = testing::TokensDataset(testing::RandomLengths(97, 30, 2));
   Loader loader(ds,
@@ -597,22 +632,24 @@ TEST(LoaderTest, AStateOfAnotherStreamIsRefusedNamingWhatDiffers) {
   EXPECT_TRUE(testing::Contains(refused(ds, o, unreadable), "planner cannot be read"));
   LoaderState future = saved;
   future.key->version = 9;
-  EXPECT_TRUE(testing::Contains(refused(ds, o, future), "expected a state of version 3, found 9"));
+  EXPECT_TRUE(testing::Contains(refused(ds, o, future), StrCat("expected a state of version ",
+                                                               kLoaderStateVersion, ", found 9")));
   // A key an earlier release stored (fields in another order, one left out)
   // names the same planner.
   LoaderState older = saved;
   older.key->planner = "AutoBuckets(batch_size=4, max_shapes=3)";
   Loader restored(ds, o, older);
   EXPECT_EQ(restored.state().key->planner, saved.key->planner);
-  // Every version-3 state holds its data's fingerprint: one without is
+  // Every state of version 3 on holds its data's fingerprint: one without is
   // refused, not restored onto other data of the same size (as on main); a
   // version-2 state, saved before fingerprints, is checked by its size.
   LoaderState unprinted = saved;
   unprinted.key->fingerprint.reset();
   const auto same_size = testing::TokensDataset(testing::RandomLengths(60, 20, 4));
   EXPECT_EQ(refused(same_size, o, unprinted),
-            "Loader: the state (version 3) has no fingerprint, which every state of its version "
-            "holds; expected a state from Loader::state()");
+            StrCat("Loader: the state (version ", kLoaderStateVersion,
+                   ") has no fingerprint, which every state of its version "
+                   "holds; expected a state from Loader::state()"));
   unprinted.key->version = 2;
   Loader checked_by_size(ds, o, unprinted);
 }

@@ -6,7 +6,7 @@
 //   {"seed": 42, "epoch": 0, "step": 7, "batches": 7, "examples": 412,
 //    "skipped": 0, "quarantined": 0, "dropped": 0, "padding_batches": 0,
 //    "truncated": 0, "real_elements": 40210, "padded_elements": 45056,
-//    "real_edges": 0, "padded_edges": 0, "version": 3, "num_examples": 3000,
+//    "real_edges": 0, "padded_edges": 0, "version": 4, "num_examples": 3000,
 //    "fingerprint": "de3c5abd8f45f319", "planner": "AutoBuckets(...)",
 //    "shuffle": "global", "block_size": 1024, "shard": [0, 2]}
 //

@@ -7,6 +7,7 @@
 
 #include "jaxbatch/base/checked.h"
 #include "jaxbatch/base/error.h"
+#include "jaxbatch/plan/balance.h"
 #include "jaxbatch/plan/shape_batches.h"
 
 namespace jaxbatch {
@@ -301,6 +302,14 @@ BatchPlan PlanAspectBuckets(std::span<const int64_t> heights, std::span<const in
     bucket_of[p] = NearestResolution(buckets, heights[id], widths[id]);
     target_h[id] = buckets[static_cast<size_t>(bucket_of[p])].height;
     target_w[id] = buckets[static_cast<size_t>(bucket_of[p])].width;
+  }
+  if (o.remainder == Remainder::kPad && o.balance_batches && o.token_budget) {
+    // A budget's rows, spread evenly over each bucket's batches (balance.h).
+    std::vector<int64_t> counts(shapes.size(), 0);
+    for (int64_t s : bucket_of) ++counts[static_cast<size_t>(s)];
+    for (size_t s = 0; s < shapes.size(); ++s) {
+      shapes[s].rows = BalancedRows(counts[s], shapes[s].rows, o.rows_multiple);
+    }
   }
   PlanBuilder builder = PlanBuilder::Grid();
   AddShapeBatches(shapes, ids, bucket_of, o.remainder, o.rows_multiple, builder);

@@ -56,6 +56,9 @@ struct AspectBucketsOptions {
   std::optional<int64_t> token_budget = std::nullopt;  // cells per batch: budget // (H x W) rows
   Remainder remainder = kDefaultRemainder;
   int64_t rows_multiple = kDefaultRowsMultiple;
+  // With token_budget and remainder pad, a bucket's rows balanced
+  // (balance.h); not a user option, as in FixedBucketsOptions.
+  bool balance_batches = true;
   bool operator==(const AspectBucketsOptions&) const = default;
 };
 

@@ -18,6 +18,7 @@
 #include "jaxbatch/base/testing.h"
 #include "jaxbatch/collate/collator.h"
 #include "jaxbatch/data/dataset.h"
+#include "jaxbatch/plan/balance.h"
 #include "jaxbatch/plan/planner.h"
 #include "jaxbatch/plan/planner_key.h"
 
@@ -141,12 +142,26 @@ TEST(BucketSplitTest, EveryElementExactlyOnceInOrderWithTokenBudget) {
     const BatchPlan plan = Plan(lengths, FixedBucketsOptions{.boundaries = boundaries,
                                                              .token_budget = budget,
                                                              .too_long = TooLong::kSplit});
+    // The budget's rows, balanced over each bucket's pieces (balance.h):
+    // the reference's one batch per bucket counts them.
+    std::vector<int64_t> order(lengths.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int64_t>(i);
+    std::map<int64_t, int64_t> rows_of;  // per bucket length
+    std::vector<int64_t> rows;
+    for (const auto& [length, pieces] :
+         SlowSplitBuckets(lengths, order, boundaries,
+                          std::vector<int64_t>(boundaries.size(), int64_t{1} << 40))) {
+      rows_of[length] = BalancedRows(static_cast<int64_t>(pieces.size()), budget / length, 1);
+    }
+    for (int64_t boundary : boundaries)
+      rows.push_back(rows_of.count(boundary) ? rows_of[boundary] : 1);
+    EXPECT_EQ(Batches(plan), SlowSplitBuckets(lengths, order, boundaries, rows));
     // Per example, the elements its pieces cover, piece by piece.
     std::map<int64_t, std::map<int64_t, std::pair<int64_t, int64_t>>> spans;
     for (int64_t b = 0; b < plan.num_batches(); ++b) {
       const BatchView view = plan.batch(b);
       EXPECT_LE(view.shape.rows * view.shape.length, budget) << "the budget holds";
-      EXPECT_EQ(view.shape.rows, budget / view.shape.length) << "rows from the budget";
+      EXPECT_EQ(view.shape.rows, rows_of.at(view.shape.length)) << "the budget's rows, balanced";
       for (int64_t q = view.row_begin[0]; q < view.row_begin[view.stored_rows()]; ++q) {
         const auto i = static_cast<size_t>(q);
         EXPECT_LE(view.piece_lengths[i], view.shape.length) << "a piece fits its bucket";

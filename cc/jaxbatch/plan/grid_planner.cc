@@ -9,6 +9,7 @@
 
 #include "jaxbatch/base/checked.h"
 #include "jaxbatch/base/error.h"
+#include "jaxbatch/plan/balance.h"
 #include "jaxbatch/plan/buckets.h"
 #include "jaxbatch/plan/grid_buckets.h"
 
@@ -162,7 +163,12 @@ BatchPlan PlanGridAutoBuckets(std::span<const int64_t> heights, std::span<const 
       pad && o.fill_remainders);
   const std::vector<int64_t>& shape_of = buckets.shape_of;
   const std::vector<GridShape>& boxes = buckets.boxes;
-  const std::vector<int64_t>& rows = buckets.rows;
+  std::vector<int64_t> rows = buckets.rows;
+  if (pad && o.balance_batches && o.token_budget) {  // A budget's rows, spread evenly.
+    std::vector<int64_t> counts(rows.size(), 0);
+    for (int64_t s : shape_of) ++counts[static_cast<size_t>(s)];
+    BalanceRows(counts, rows, o.rows_multiple);
+  }
   std::vector<std::vector<int64_t>> pending(boxes.size());
   auto flush = [&](size_t s, int64_t batch_rows) {
     builder.BeginBatch({.rows = batch_rows, .length = boxes[s].height, .width = boxes[s].width});

@@ -7,6 +7,7 @@
 
 #include "jaxbatch/base/checked.h"
 #include "jaxbatch/base/error.h"
+#include "jaxbatch/plan/balance.h"
 #include "jaxbatch/plan/packer.h"
 
 namespace jaxbatch {
@@ -281,6 +282,13 @@ BatchPlan PlanPackLengths(std::span<const int64_t> lengths, const std::vector<in
   }
   if (o.remainder == Remainder::kPad) {
     FillLastBatches(items, row_lengths, per_batch, segments, o, groups);
+    // Then each group's rows spread evenly under the budget (balance.h).
+    if (o.balance_batches && o.token_budget &&
+        !PackingFollowsOrder(o.algorithm, o.lookahead, o.open_rows)) {
+      std::vector<int64_t> counts;
+      for (const Rows& rows : groups) counts.push_back(static_cast<int64_t>(rows.size()));
+      BalanceRows(counts, per_batch, o.rows_multiple);
+    }
   }
   for (const PendingBatch& batch : Batches(groups, per_batch)) {
     const Rows& rows = groups[batch.group];

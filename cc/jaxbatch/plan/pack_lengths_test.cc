@@ -19,6 +19,7 @@
 
 #include "jaxbatch/base/error.h"
 #include "jaxbatch/base/testing.h"
+#include "jaxbatch/plan/balance.h"
 #include "jaxbatch/plan/planner.h"
 #include "jaxbatch/plan/planner_key.h"
 
@@ -55,14 +56,25 @@ std::map<int64_t, int64_t> CheckInvariants(const std::vector<int64_t>& lengths,
       o.row_length_list.empty() ? std::vector<int64_t>{o.row_length} : o.row_length_list;
   std::map<int64_t, int64_t> seen;
   std::map<int64_t, int64_t> borrowing_batches;  // per row length
+  std::map<int64_t, int64_t> rows_of;            // rows holding segments, per row length
+  for (int64_t b = 0; b < plan.num_batches(); ++b) {
+    rows_of[plan.batch(b).shape.length] += plan.batch(b).stored_rows();
+  }
   for (int64_t b = 0; b < plan.num_batches(); ++b) {
     const BatchView view = plan.batch(b);
     const size_t group = GroupOf(row_lengths, view.shape.length);
     EXPECT_LT(group, row_lengths.size()) << "batch " << b;
     if (o.token_budget) {
       EXPECT_LE(view.shape.rows * view.shape.length, *o.token_budget) << "batch " << b;
+      const int64_t budget_rows =
+          *o.token_budget / view.shape.length / o.rows_multiple * o.rows_multiple;
+      // The budget's rows, spread over the row length's rows when the packing
+      // does not follow the order (balance.h).
+      const bool balanced = o.remainder == Remainder::kPad &&
+                            !PackingFollowsOrder(o.algorithm, o.lookahead, o.open_rows);
       EXPECT_EQ(view.shape.rows,
-                *o.token_budget / view.shape.length / o.rows_multiple * o.rows_multiple);
+                balanced ? BalancedRows(rows_of[view.shape.length], budget_rows, o.rows_multiple)
+                         : budget_rows);
     } else {
       EXPECT_EQ(view.shape.rows, o.rows_per_batch);
     }

@@ -7,6 +7,7 @@
 #include "jaxbatch/base/checked.h"
 #include "jaxbatch/base/error.h"
 #include "jaxbatch/load/index_shuffle.h"
+#include "jaxbatch/plan/balance.h"
 #include "jaxbatch/plan/pack_features.h"
 #include "jaxbatch/plan/pack_lengths.h"
 
@@ -298,6 +299,12 @@ BatchPlan PlanPatchPack(std::span<const int64_t> heights, std::span<const int64_
                                        o.lookahead, o.open_rows);
   PackOptions batching;  // what AddPackedBatches reads: the batch size and remainder
   batching.rows_per_batch = PatchRowsPerBatch(o);
+  // A budget's rows spread evenly over the batches (balance.h).
+  if (o.balance_batches && o.token_budget && o.remainder == Remainder::kPad &&
+      !PackingFollowsOrder(o.algorithm, o.lookahead, o.open_rows)) {
+    batching.rows_per_batch =
+        BalancedRows(rows.num_rows(), batching.rows_per_batch, o.rows_multiple);
+  }
   batching.remainder = o.remainder;
   batching.rows_multiple = o.rows_multiple;
   AddPackedBatches(

@@ -73,6 +73,8 @@ struct PatchPackOptions {
   int64_t drop_seed = 0;
   Remainder remainder = kDefaultRemainder;
   int64_t rows_multiple = kDefaultRowsMultiple;
+  // As PackOptions' (balance.h); not a user option.
+  bool balance_batches = true;
   bool operator==(const PatchPackOptions&) const = default;
 };
 

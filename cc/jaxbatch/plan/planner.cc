@@ -6,6 +6,7 @@
 
 #include "jaxbatch/base/checked.h"
 #include "jaxbatch/base/error.h"
+#include "jaxbatch/plan/balance.h"
 #include "jaxbatch/plan/buckets.h"
 #include "jaxbatch/plan/concat_split.h"
 #include "jaxbatch/plan/grid_planner.h"
@@ -272,32 +273,47 @@ std::vector<BucketBatcher> MakeBuckets(const std::vector<int64_t>& boundaries,
 // Every segment stores its span (piece_starts, piece_lengths): a short last
 // piece's bucket is shorter than L, so its start does not follow from it.
 // remainder="drop" is refused (ValidateFixedBuckets): it would drop pieces.
+// `balance`: each bucket's rows balanced over its pieces (balance.h).
 BatchPlan PlanSplitBuckets(std::span<const int64_t> lengths, const std::vector<int64_t>& ids,
-                           const std::vector<int64_t>& boundaries, const std::vector<int64_t>& rows,
-                           int64_t rows_multiple, Remainder remainder) {
+                           const std::vector<int64_t>& boundaries, std::vector<int64_t> rows,
+                           int64_t rows_multiple, Remainder remainder, bool balance) {
   PlanBuilder builder(/*packed=*/false);
   builder.set_split(true);
-  std::vector<BucketBatcher> buckets = MakeBuckets(boundaries, rows, rows_multiple);
   const int64_t cut = boundaries.back();
-  for (int64_t id : ids) {
-    const int64_t length = lengths[static_cast<size_t>(id)];
-    for (int64_t k = 0; k < PieceCount(length, cut); ++k) {
-      const PieceSpan span = PieceOf(length, k, cut);
-      const auto bucket =
-          std::lower_bound(boundaries.begin(), boundaries.end(), span.length) - boundaries.begin();
-      buckets[static_cast<size_t>(bucket)].AddPiece(id, k, span, builder);
+  auto for_each_piece = [&](const auto& visit) {
+    for (int64_t id : ids) {
+      const int64_t length = lengths[static_cast<size_t>(id)];
+      for (int64_t k = 0; k < PieceCount(length, cut); ++k) {
+        const PieceSpan span = PieceOf(length, k, cut);
+        visit(id, k, span,
+              static_cast<size_t>(
+                  std::lower_bound(boundaries.begin(), boundaries.end(), span.length) -
+                  boundaries.begin()));
+      }
     }
+  };
+  if (balance && remainder == Remainder::kPad) {
+    std::vector<int64_t> counts(boundaries.size(), 0);
+    for_each_piece([&](int64_t, int64_t, PieceSpan, size_t bucket) { ++counts[bucket]; });
+    BalanceRows(counts, rows, rows_multiple);
   }
+  std::vector<BucketBatcher> buckets = MakeBuckets(boundaries, rows, rows_multiple);
+  for_each_piece([&](int64_t id, int64_t k, PieceSpan span, size_t bucket) {
+    buckets[bucket].AddPiece(id, k, span, builder);
+  });
   for (BucketBatcher& bucket : buckets) bucket.Finish(remainder, builder);
   return std::move(builder).Finish(lengths, static_cast<int64_t>(ids.size()));
 }
 
+// With `balance` (and Remainder::kPad), each bucket's rows are then
+// balanced over the examples it holds (balance.h).
 BatchPlan PlanBuckets(std::span<const int64_t> lengths, const std::vector<int64_t>& ids,
                       const std::vector<int64_t>& boundaries, const std::vector<int64_t>& rows,
                       int64_t multiple, int64_t rows_multiple, Remainder remainder,
-                      TooLong too_long, const char* planner, bool fill_remainders = false) {
+                      TooLong too_long, const char* planner, bool fill_remainders = false,
+                      bool balance = false) {
   PlanBuilder builder(/*packed=*/false);
-  std::vector<BucketBatcher> buckets = MakeBuckets(boundaries, rows, rows_multiple);
+  std::vector<int64_t> lengths_of(boundaries);  // what each bucket pads to
   std::vector<int64_t> bucket_of(ids.size(), -1);
   for (size_t p = 0; p < ids.size(); ++p) {
     const int64_t id = ids[p];
@@ -325,9 +341,18 @@ BatchPlan PlanBuckets(std::span<const int64_t> lengths, const std::vector<int64_
       l = std::max(l, RoundUp(lengths[static_cast<size_t>(ids[p])], multiple, planner));
     }
     for (size_t k = 0; k < boundaries.size(); ++k) {
-      if (longest[k] > 0) buckets[k] = BucketBatcher(longest[k], rows[k], rows_multiple);
+      if (longest[k] > 0) lengths_of[k] = longest[k];
     }
   }
+  std::vector<int64_t> batch_rows = rows;
+  if (balance && remainder == Remainder::kPad) {
+    std::vector<int64_t> counts(boundaries.size(), 0);
+    for (int64_t bucket : bucket_of) {
+      if (bucket >= 0) ++counts[static_cast<size_t>(bucket)];
+    }
+    BalanceRows(counts, batch_rows, rows_multiple);
+  }
+  std::vector<BucketBatcher> buckets = MakeBuckets(lengths_of, batch_rows, rows_multiple);
   for (size_t p = 0; p < ids.size(); ++p) {
     if (bucket_of[p] >= 0) buckets[static_cast<size_t>(bucket_of[p])].Add(ids[p], builder);
   }
@@ -445,12 +470,14 @@ void ValidateFixedBuckets(const FixedBucketsOptions& o) {
 
 BatchPlan PlanFixedBuckets(std::span<const int64_t> lengths, const std::vector<int64_t>& ids,
                            const FixedBucketsOptions& o) {
+  // A budget's rows are balanced; batch_size and batch_sizes are the user's.
+  const bool balance = o.balance_batches && o.token_budget.has_value();
   if (o.too_long == TooLong::kSplit) {
     return PlanSplitBuckets(lengths, ids, o.boundaries, FixedBucketRows(o), o.rows_multiple,
-                            o.remainder);
+                            o.remainder, balance);
   }
   return PlanBuckets(lengths, ids, o.boundaries, FixedBucketRows(o), 1, o.rows_multiple,
-                     o.remainder, o.too_long, "FixedBuckets");
+                     o.remainder, o.too_long, "FixedBuckets", false, balance);
 }
 
 void ValidateAutoBuckets(const AutoBucketsOptions& o) {
@@ -507,7 +534,8 @@ BatchPlan PlanAutoBuckets(std::span<const int64_t> lengths, const std::vector<in
   const std::vector<int64_t> rows = BucketRows(boundaries, batch_size, token_budget,
                                                o.pad_to_multiple, o.rows_multiple, "AutoBuckets");
   return PlanBuckets(lengths, ids, boundaries, rows, o.pad_to_multiple, o.rows_multiple,
-                     o.remainder, TooLong::kError, "AutoBuckets", fill);
+                     o.remainder, TooLong::kError, "AutoBuckets", fill,
+                     o.balance_batches && token_budget > 0);
 }
 
 }  // namespace

@@ -87,6 +87,11 @@ struct FixedBucketsOptions {
   // tf.data's bucket_batch_sizes: batch_sizes[k] rows for bucket k, one per
   // boundary; excludes batch_size and token_budget. Empty: not used.
   std::vector<int64_t> batch_sizes = {};
+  // With token_budget and remainder pad, a bucket's rows a batch are the
+  // budget's spread evenly (balance.h); false: plans as jaxbatch did before
+  // loader state version 4, every batch of the budget's rows. Not a user
+  // option: the Loader clears it when it restores an older state.
+  bool balance_batches = true;
   bool operator==(const FixedBucketsOptions&) const = default;
 };
 
@@ -101,6 +106,7 @@ struct AutoBucketsOptions {
   // batches' empty rows left empty. Not a user option: the Loader clears it
   // when it restores an older state, so the stream continues as it began.
   bool fill_remainders = true;
+  bool balance_batches = true;  // as in FixedBucketsOptions
   bool operator==(const AutoBucketsOptions&) const = default;
 };
 
@@ -138,6 +144,10 @@ struct PackOptions {
   TooLong too_long = kDefaultTooLong;
   Remainder remainder = kDefaultRemainder;
   int64_t rows_multiple = kDefaultRowsMultiple;
+  // With token_budget and remainder pad, rows a batch balanced (balance.h)
+  // unless the packing follows the order; false: as before loader state
+  // version 4. Not a user option, as in FixedBucketsOptions.
+  bool balance_batches = true;
   bool operator==(const PackOptions&) const = default;
 };
 

@@ -130,7 +130,7 @@ RefPlan NaivePadToMax(const std::vector<int64_t>& lengths, const std::vector<int
 RefPlan NaiveBuckets(const std::vector<int64_t>& lengths, const std::vector<int64_t>& ids,
                      const std::vector<int64_t>& boundaries, int64_t batch_size,
                      int64_t token_budget, int64_t multiple, Remainder remainder, TooLong too_long,
-                     bool fill = false) {
+                     bool fill = false, bool balance = true) {
   RefPlan plan;
   const size_t n = boundaries.size();
   std::vector<int64_t> rows(n);
@@ -183,6 +183,14 @@ RefPlan NaiveBuckets(const std::vector<int64_t>& lengths, const std::vector<int6
       l = std::max(l, RoundUp(lengths[static_cast<size_t>(ids[p])], multiple));
     }
     for (size_t b = 0; b < n; ++b) length[b] = longest[b] > 0 ? longest[b] : boundaries[b];
+  }
+  // A budget's rows, spread evenly (balance.h): the fewest that keep each
+  // bucket's batch count.
+  for (size_t b = 0; balance && token_budget > 0 && remainder == Remainder::kPad && b < n; ++b) {
+    int64_t count = 0;
+    for (int64_t k : bucket) count += k == static_cast<int64_t>(b);
+    const int64_t batches = (count + rows[b] - 1) / rows[b];
+    while (count > 0 && (rows[b] - 1) * batches >= count) --rows[b];
   }
   std::vector<std::vector<int64_t>> pending(n);
   for (size_t p = 0; p < ids.size(); ++p) {
@@ -534,12 +542,17 @@ TEST(AutoBucketsTest, MatchesBruteForceOptimumAndNaiveBuckets) {
         // empty rows, nor less than remainders that cost nothing.
         const int64_t free_rows =
             BruteForceBucketCost(in.lengths, in.ids, multiple, o.max_shapes, rows, false);
+        // Balancing a budget's rows (balance.h) only lowers the filled cost.
+        AutoBucketsOptions unbalanced = o;
+        unbalanced.balance_batches = false;
+        const int64_t filled = Plan(in.lengths, unbalanced, in.order).stats.padded_elements;
+        EXPECT_EQ(filled, FilledCost(histogram, boundaries, rows));
+        EXPECT_LE(plan.stats.padded_elements, filled);
         EXPECT_LE(plan.stats.padded_elements, best);
         EXPECT_GE(plan.stats.padded_elements, free_rows);
-        EXPECT_EQ(plan.stats.padded_elements, FilledCost(histogram, boundaries, rows));
-        // Without filling (as before loader state version 3): the boundaries
-        // whose empty remainder rows cost least, and exactly that cost.
-        AutoBucketsOptions before = o;
+        // Without filling nor balancing (as before loader state version 3):
+        // the boundaries whose empty remainder rows cost least, and exactly that cost.
+        AutoBucketsOptions before = unbalanced;
         before.fill_remainders = false;
         const BatchPlan unfilled = Plan(in.lengths, before, in.order);
         EXPECT_EQ(unfilled.stats.padded_elements, best);
@@ -547,7 +560,7 @@ TEST(AutoBucketsTest, MatchesBruteForceOptimumAndNaiveBuckets) {
                   ToString(NaiveBuckets(in.lengths, in.ids,
                                         OptimalBoundaries(histogram, o.max_shapes, rows, true),
                                         o.batch_size.value_or(0), o.token_budget.value_or(0),
-                                        multiple, remainder, TooLong::kError)));
+                                        multiple, remainder, TooLong::kError, false, false)));
       }
       ASSERT_EQ(ToString(FromPlan(plan)),
                 ToString(NaiveBuckets(in.lengths, in.ids, boundaries, o.batch_size.value_or(0),
@@ -653,7 +666,7 @@ TEST(PlanTest, EmptyInputGivesAnEmptyPlan) {
 
 TEST(PlanTest, TokenBudgetGivesShortSequencesBigBatches) {
   std::vector<int64_t> lengths;
-  for (int i = 0; i < 100; ++i) lengths.push_back(i % 2 ? 8 : 64);
+  for (int i = 0; i < 128; ++i) lengths.push_back(i % 2 ? 8 : 64);  // full batches: none balanced
   const BatchPlan plan =
       Plan(lengths, FixedBucketsOptions{.boundaries = {8, 64}, .token_budget = 256});
   std::set<std::pair<int64_t, int64_t>> shapes;
@@ -947,11 +960,14 @@ TEST(PlannerHugeTest, BatchSizeFarAboveTheDataPlansInMemoryOfTheData) {
     ASSERT_EQ(plan.num_batches(), static_cast<int64_t>(plan.batch_row_begin.size()) - 1);
     EXPECT_LE(plan.row_example_begin.size(), lengths.size() + 1);
     EXPECT_EQ(plan.example_ids.size(), lengths.size());
+    // A budget's rows are balanced (balance.h): its one batch has the 4 rows it holds.
+    const auto* fixed = std::get_if<FixedBucketsOptions>(&options);
+    const int64_t rows = fixed != nullptr && fixed->token_budget ? 4 : big;
     int64_t padded = 0;
     for (int64_t b = 0; b < plan.num_batches(); ++b) {
       const BatchView view = plan.batch(b);
-      EXPECT_EQ(view.shape.rows, big);
-      EXPECT_TRUE(view.row_examples(big - 1).empty());
+      EXPECT_EQ(view.shape.rows, rows);
+      EXPECT_TRUE(view.row_examples(rows - 1).empty() == (rows == big));
       padded += view.shape.rows * view.shape.length;
     }
     EXPECT_EQ(plan.stats.padded_elements, padded);

@@ -171,7 +171,11 @@ class FixedBuckets(_Planner):
     """tf.data's ``bucket_by_sequence_length``: an example of length ``l`` goes
     to the first boundary ``>= l`` and is padded to it. Give ``batch_size``
     rows per batch, or ``token_budget`` elements per batch (a bucket of length
-    ``L`` gets ``token_budget // L`` rows), or both (the smaller wins).
+    ``L`` gets at most ``token_budget // L`` rows), or both (the smaller
+    wins). A budget's rows are spread evenly over the batches a bucket needs
+    (with ``remainder="pad"``: ``R`` examples under ``M`` rows a batch come
+    ``ceil(R / ceil(R / M))`` a batch, one shape still), so its last batch
+    is not mostly padding; ``batch_size`` alone is kept as given.
     ``rows_multiple`` makes every batch's row count a multiple of it: set
     ``jax.local_device_count()`` so each process's batch splits evenly over
     its devices (:func:`jaxbatch.global_batches`). A token budget's rows are
@@ -220,8 +224,9 @@ class AutoBuckets(_Planner):
     the longest left; the boundaries are the best of the exact optima with
     and without empty rows counted, within 2% of the exact optimum of whole
     batches on molecule-size data (measured, tests/test_plan.py).
-    With ``token_budget`` each bucket of length ``L`` gets
-    ``token_budget // L`` rows, so short sequences get big batches.
+    With ``token_budget`` each bucket of length ``L`` gets at most
+    ``token_budget // L`` rows, so short sequences get big batches, spread
+    evenly over the batches the bucket needs (as :class:`FixedBuckets`).
     ``rows_multiple`` makes every batch's row count a multiple of it: set
     ``jax.local_device_count()`` so each process's batch splits evenly over
     its devices (:func:`jaxbatch.global_batches`). A token budget's rows are
@@ -317,9 +322,15 @@ class Pack(_Planner):
     into rows of the smallest row length that holds it, each group with the
     chosen algorithm; ``too_long`` applies past the largest. Give
     ``token_budget`` instead of ``rows_per_batch`` (one or the other) and
-    rows of length ``L`` come ``token_budget // L`` to a batch (rounded down
-    to ``rows_multiple``), so every batch holds at most ``token_budget``
-    tokens; it works with one row length too. One shape per row length
+    rows of length ``L`` come at most ``token_budget // L`` to a batch
+    (rounded down to ``rows_multiple``), so every batch holds at most
+    ``token_budget`` tokens; it works with one row length too. With
+    ``remainder="pad"`` and best fit (no ``lookahead``, no ``open_rows``)
+    each row length's rows are spread evenly over the batches it needs
+    (``R`` rows under ``M`` a batch: ``ceil(R / ceil(R / M))``), so the last
+    batch is not mostly empty; a packing that follows the order keeps the
+    budget's rows, since its row count, and so the shape, would change with
+    a shuffle. One shape per row length
     (``loader.shapes`` lists them); with ``remainder="pad"`` the empty rows
     of a row length's last batch take the last rows of the shorter ones,
     re-packed, where they all fit, so small data does not pad a partial
@@ -480,8 +491,9 @@ class PatchPack(_Planner):
     (patch row, patch column in its image), ``k_pixels`` ``[rows, L]`` (real
     pixels a patch holds), ``k_patches`` ``[rows, S]`` (patches per image)
     and ``example_index`` ``[rows, S]``. Give ``rows_per_batch`` or
-    ``token_budget`` (patches per batch: ``token_budget // row_length``
-    rows).
+    ``token_budget`` (patches per batch: at most ``token_budget //
+    row_length`` rows, spread evenly over the batches as :class:`Pack`
+    spreads them).
 
     jaxbatch never resizes. A side that is not a multiple of the patch is a
     ValueError naming the image (``partial_patches="error"``, the default)
@@ -530,7 +542,8 @@ class AspectBuckets(_Planner):
     gives each example's ``(H, W)`` target, and each batch holds one
     bucket's examples at exactly its resolution, ``batch_size`` rows and/or
     ``token_budget // (H * W)`` (pixels per batch; at least ``area``),
-    rounded down to ``rows_multiple``. jaxbatch never resizes: collating an
+    rounded down to ``rows_multiple``, a budget's rows spread evenly over a
+    bucket's batches (as :class:`FixedBuckets`). jaxbatch never resizes: collating an
     example that is not at its target is a ValueError naming it, its size
     and the target, and a Loader refuses data not at its buckets (plan the
     original sizes, resize, then load the resized images with the same
