@@ -12,13 +12,16 @@
              jaxbatch-pack with two row lengths chosen from the data
              (Pack(row_length=256, max_shapes=2, token_budget=...)): short
              texts in short rows, so attention pays less (issue 27 item 4);
-  naive      the same JAX model, fixed batches of 32 in corpus order padded
-             to each batch's longest example, jax.jit(jax.vmap(...)) with
-             the weights as an argument (as an expert writes it);
-  expert     (expert) the same JAX model, the texts sorted by length, batches
-             of 32 padded to a multiple of 32 tokens (the last batch's rows
-             too), jax.jit(jax.vmap(...)): at most 8 compilations, little
-             padding; the embeddings put back in corpus order;
+  naive      the model in JAX as an expert writes it for padded batches,
+             with no jaxbatch (bench/expert_minilm.py: batched code, BERT's
+             additive key-mask bias, the faster of it and
+             jax.nn.dot_product_attention with the mask on this CPU),
+             fixed batches of 32 in corpus order padded to each batch's
+             longest example, jax.jit with the weights as an argument;
+  expert     (expert) that model, the texts sorted by length, batches of 32
+             padded to a multiple of 32 tokens (the last batch's rows too):
+             at most 8 compilations, little padding; the embeddings put back
+             in corpus order;
   jaxbatch-bf16, jaxbatch-pack-bf16, expert-bf16
              the three above with the model in bfloat16 (``jaxbatch demo
              --dtype bfloat16``): bfloat16 weights and matmul operands,
@@ -57,9 +60,11 @@ embedding in memory; the time counted is tokenising + embedding (+ planning
 and writing for jaxbatch), not importing or reading the weights, which is
 reported apart. All use this machine's cores: XLA's and torch's thread pools
 both default to the core count, and ONNX Runtime's and OpenVINO's are set to
-it. Outputs are checked: jaxbatch against naive (the same JAX model: max
-|difference|), and every contender against sentence-transformers (lowest
-cosine, >= 0.999 required).
+it. Outputs are checked: jaxbatch against naive (the same weights and math
+in JAX, each side its own code: max |difference|), and every contender
+against sentence-transformers (lowest cosine, >= 0.999 required). The naive
+and expert loops import nothing of jaxbatch (tests/test_bench_e2e.py runs
+them with jaxbatch hidden); jaxbatch's corpus only gives them their texts.
 
 The repetitions alternate (naive, jaxbatch, jaxbatch-pack, sentence-transformers,
 ...); each figure is the median with its min-max spread. The load average is
@@ -120,7 +125,6 @@ EXPERTS = (
     "openvino",
     "openvino-bf16",
 )
-EXPERT_MULTIPLE = 32  # tokens: the expert pads each sorted batch to a multiple of it
 RUNTIME_BATCH_SIZE = 32  # onnxruntime / openvino: sentence-transformers' batch_size
 
 
@@ -131,60 +135,23 @@ def corpus(limit: int | None) -> list[str]:
     return texts[:limit] if limit else texts
 
 
-def run_naive(texts: list[str]) -> tuple[np.ndarray, dict]:
-    from jaxbatch._src.cli.demo.command import naive_job
-    from jaxbatch._src.cli.demo.minilm import load_model
+def run_baseline(texts: list[str], loop: str, dtype: str = "float32") -> tuple[np.ndarray, dict]:
+    """The naive or expert loop (bench/expert_minilm.py: its own model code,
+    no jaxbatch) in `dtype`, timed from tokenising to the last embedding."""
+    import expert_minilm
 
     t0 = time.perf_counter()
-    model = load_model()
+    model = expert_minilm.Model.load(dtype)
     load = time.perf_counter() - t0
     t0 = time.perf_counter()
-    vectors, info = naive_job(model, model.tokenize(texts))
+    run = expert_minilm.naive_loop if loop == "naive" else expert_minilm.expert_loop
+    vectors, info = run(model, model.tokenize(texts))
     return vectors, {
         "seconds": time.perf_counter() - t0,
         "load_seconds": load,
         "compilations": info["compilations"],
         "padding_efficiency": info["efficiency"],
-    }
-
-
-def run_expert(texts: list[str], dtype: str = "float32") -> tuple[np.ndarray, dict]:
-    """Sorted by length, batches of NAIVE_BATCH_SIZE padded to a multiple of
-    EXPERT_MULTIPLE (rows too): few shapes, little padding, no library; the
-    model in `dtype` (the same model code jaxbatch runs)."""
-    import jax
-
-    from jaxbatch._src.cli.demo.command import NAIVE_BATCH_SIZE
-    from jaxbatch._src.cli.demo.minilm import load_model
-
-    t0 = time.perf_counter()
-    model = load_model(dtype=dtype)
-    load = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    ids = model.tokenize(texts)
-    jitted = jax.jit(lambda params, batch: jax.vmap(model.embed_fn(params=params))(batch))
-    order = np.argsort([len(x) for x in ids], kind="stable")
-    shapes, real, padded, out = set(), 0, 0, []
-    for b in range(0, len(order), NAIVE_BATCH_SIZE):
-        chunk = [ids[i] for i in order[b : b + NAIVE_BATCH_SIZE]]
-        length = -(-max(len(x) for x in chunk) // EXPERT_MULTIPLE) * EXPERT_MULTIPLE
-        tokens = np.zeros((NAIVE_BATCH_SIZE, length), np.int32)
-        mask = np.zeros((NAIVE_BATCH_SIZE, length), bool)
-        for r, x in enumerate(chunk):
-            tokens[r, : len(x)] = x
-            mask[r, : len(x)] = True
-        shapes.add(tokens.shape)
-        real += int(mask.sum())
-        padded += tokens.size
-        batch = {"input_ids": tokens, "input_ids_mask": mask}
-        out.append(np.asarray(jitted(model.params, batch))[: len(chunk)])
-    vectors = np.empty((len(ids), out[0].shape[1]), np.float32)
-    vectors[order] = np.concatenate(out)
-    return vectors, {
-        "seconds": time.perf_counter() - t0,
-        "load_seconds": load,
-        "compilations": len(shapes),
-        "padding_efficiency": real / padded,
+        "attention": expert_minilm.ATTENTION,
     }
 
 
@@ -460,9 +427,9 @@ def run_openvino(texts: list[str], bf16: bool = False) -> tuple[np.ndarray, dict
 
 
 WORKERS = {
-    "naive": run_naive,
-    "expert": run_expert,
-    "expert-bf16": lambda texts: run_expert(texts, dtype="bfloat16"),
+    "naive": lambda texts: run_baseline(texts, "naive"),
+    "expert": lambda texts: run_baseline(texts, "expert"),
+    "expert-bf16": lambda texts: run_baseline(texts, "expert", dtype="bfloat16"),
     "jaxbatch": run_jaxbatch,
     "jaxbatch-pack": lambda texts: run_jaxbatch(texts, "pack"),
     "jaxbatch-pack2": lambda texts: run_jaxbatch(texts, "pack2"),
@@ -493,7 +460,7 @@ def spawn(name: str, limit: int | None, out: Path) -> dict:
 
 
 def check_outputs(vectors: dict[str, np.ndarray]) -> dict[str, float]:
-    """Naive and jaxbatch run the same JAX model: equal to float rounding.
+    """Naive and jaxbatch compute the same model in JAX: equal to float rounding.
     Against sentence-transformers' float32 embeddings (another framework, or
     another precision): cosine >= 0.999."""
     naive, st = vectors["naive"], vectors["sentence-transformers"]

@@ -3,7 +3,10 @@ peak memory measured, not only estimated.
 
 Strategies, all giving the same [n] outputs (checked against jax.vmap's):
   jax.vmap                       the whole batch at once;
-  lax.map(batch_size=c)          stock JAX chunking, c = jb.max_batch_size at the budget;
+  lax.map(batch_size=c)          stock JAX chunking, c chosen as an expert would without
+                                 jaxbatch: XLA's compiled memory analysis (JAX's AOT API) of
+                                 the vmapped function at 1 and 2 examples, as many examples
+                                 as the budget holds (lax_map_chunk);
   jb.vmap(chunk_size="auto")     jaxbatch's chunking at the same memory budget;
   Python loop over jit(f)        one example per call.
 
@@ -85,8 +88,26 @@ def sizes(quick: bool) -> tuple[int, int, int]:
 # --------------------------------------------------------------------------- workers
 
 
+def lax_map_chunk(points, budget: int) -> int:
+    """lax.map's batch_size as one picks it by hand, without jaxbatch: the
+    compiled memory analysis of jax.vmap(pairwise_energy) at one and two
+    examples (temporaries and outputs) gives a fixed part and a part per
+    example; as many examples as the budget then holds (at least 1)."""
+    import jax
+
+    def program_bytes(count: int) -> int:
+        stats = jax.jit(jax.vmap(pairwise_energy)).lower(points[:count]).compile()
+        stats = stats.memory_analysis()
+        return stats.temp_size_in_bytes + stats.output_size_in_bytes
+
+    one, two = program_bytes(1), program_bytes(2)
+    per_example = max(1, two - one)
+    return int(max(1, min(len(points), (budget - (one - per_example)) // per_example)))
+
+
 def _strategies(n: int, k: int, budget: int):
-    """(inputs, {name: callable}, chunk, {name: jitted or None}) in this process."""
+    """(inputs, {name: callable}, jaxbatch's chunk, {name: jitted or None},
+    one example's jitted function, lax.map's chunk) in this process."""
     import jax
     import jax.numpy as jnp
 
@@ -94,22 +115,23 @@ def _strategies(n: int, k: int, budget: int):
 
     points = jnp.asarray(np.random.default_rng(0).standard_normal((n, k, 3)), jnp.float32)
     chunk = jb.max_batch_size(pairwise_energy, points[0], budget=budget)
+    lax_chunk = lax_map_chunk(points, budget)  # the baseline's own choice
     one = jax.jit(pairwise_energy)
     jitted = {
         "jax.vmap": jax.jit(jax.vmap(pairwise_energy)),
-        "lax.map": jax.jit(lambda x: jax.lax.map(pairwise_energy, x, batch_size=chunk)),
+        "lax.map": jax.jit(lambda x: jax.lax.map(pairwise_energy, x, batch_size=lax_chunk)),
         "jb.vmap": jax.jit(jb.vmap(pairwise_energy, chunk_size="auto", memory_budget=budget)),
     }
     fns = dict(jitted)
     fns["python loop"] = lambda x: jnp.stack([one(p) for p in x])
     jitted["python loop"] = None
-    return points, fns, chunk, jitted, one
+    return points, fns, chunk, jitted, one, lax_chunk
 
 
 def worker_time(n: int, k: int, budget: int, reps: int) -> dict:
     import jax
 
-    points, fns, chunk, _, _ = _strategies(n, k, budget)
+    points, fns, chunk, _, _, lax_chunk = _strategies(n, k, budget)
     reference = np.asarray(fns["jax.vmap"](points))
     for name, fn in fns.items():  # Compiles each, and checks its outputs.
         np.testing.assert_allclose(np.asarray(fn(points)), reference, rtol=RTOL, err_msg=name)
@@ -128,6 +150,7 @@ def worker_time(n: int, k: int, budget: int, reps: int) -> dict:
     runs = harness.alternate({name: timer(fn) for name, fn in fns.items()}, reps)
     return {
         "chunk": chunk,
+        "lax_map_chunk": lax_chunk,
         "seconds": {name: [r["seconds"] for r in rs] for name, rs in runs.items()},
         "cpu_seconds": {name: [r["cpu_seconds"] for r in rs] for name, rs in runs.items()},
     }
@@ -155,7 +178,7 @@ def worker_memory(n: int, k: int, budget: int, strategy: str) -> dict:
     import jaxbatch as jb
     from jaxbatch._src.execute.memory import compiled_bytes
 
-    points, fns, chunk, jitted, one = _strategies(n, k, budget)
+    points, fns, chunk, jitted, one, _ = _strategies(n, k, budget)
     if strategy == "no-op":
         compiled = jax.jit(lambda x: x[:, 0, 0] + 1).lower(points).compile()
         fn = compiled
@@ -235,7 +258,7 @@ def print_tables(results: dict, n: int, budget: int) -> None:
             m = r["memory"][s]
             a = m["analysis"]
             est = a["temp_bytes"] + a["output_bytes"]
-            label = f"lax.map(batch_size={r['chunk']})" if s == "lax.map" else s
+            label = f"lax.map(batch_size={r['lax_map_chunk']})" if s == "lax.map" else s
             if s == "python loop":
                 label = "Python loop over jit(f)"
                 est = a["temp_bytes"] + n * a["output_bytes"]

@@ -9,27 +9,33 @@ whole 16-px patches), labelled with their source image (24 classes).
 Model: 16 x 16 patches (768 values) embedded to width 64, plus learned
 patch-row and patch-column embeddings (up to 16 each), 2 pre-norm transformer
 layers (2 heads, MLP 128) whose attention sees only the image's own patches
-(jb.masked.attention_mask), a masked mean over each image's patches and a
-24-way softmax head; Adam (bench/adam.py, lr 1e-3); the loss is the mean
-cross entropy over the batch's images (padding never counts).
+(for the jaxbatch ways jb.masked.attention_mask and segment_mean; the
+baselines, resize and pad, run their own key-padding mask as an additive bias
+and masked mean in plain JAX, expert_attention.py, and import nothing of
+jaxbatch), a masked mean over each image's patches and a 24-way softmax
+head; Adam (bench/adam.py, lr 1e-3); the loss is the mean cross entropy over
+the batch's images (padding never counts).
 
 The ways, each the same number of steps (--steps, 48 by default: 3 epochs
 of pad's batches, so one compilation does not dominate; --quick: one epoch),
 epoch after epoch, each epoch reshuffled, from the same initial parameters,
-each batch at most 16 x 256 x 256 pixels. The three ways jaxbatch batches
+each batch at most 16 x 256 x 256 pixels. The two ways jaxbatch batches
 load the same way: jb.plan over the image column's (h, w), then jb.collate
-batch by batch in the training loop, no prefetching (nor for resize):
+batch by batch in the training loop, no prefetching (nor for the baselines,
+which batch in NumPy):
 
   resize   every image resized to 224 x 224 (skimage.transform.resize,
            bilinear, anti-aliased when shrinking, inside the timed loop),
            16 to a batch, the last batch padded with empty rows: one shape.
            An image bigger than 224 x 224 loses pixels: "pixels kept"
            counts min(h x w, 224 x 224) per image, and only those as real;
-  pad      jb.PadToMax(16): 16 images to a batch, padded to the batch's
-           tallest and widest; jax.jit compiles once per new (rows, H, W);
+  pad      16 images to a batch, padded by hand to the batch's tallest and
+           widest (jb.PadToMax's batches); jax.jit compiles once per new
+           (rows, H, W);
   buckets  jb.AutoBuckets(4, token_budget=16 x 256 x 256): at most 4 shapes
-           (H, W), a shape's rows = budget // (H x W), the small shapes'
-           last batches filling the larger ones' spare rows;
+           (H, W), a shape's rows at most budget // (H x W), spread evenly
+           over its batches, the small shapes' last batches filling the
+           larger ones' spare rows;
   patchpack
            jb.PatchPack(patch=(16, 16), row_length=384 (--pack-row),
            rows_per_batch=the budget's 4096 patches // row_length): each
@@ -72,6 +78,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import adam  # noqa: E402
+import expert_attention  # noqa: E402
 import harness  # noqa: E402
 import image_data  # noqa: E402
 import transformer  # noqa: E402
@@ -163,14 +170,20 @@ def resize_batches(images: list[np.ndarray], labels: np.ndarray, epoch: int = 0)
 
 
 def pad_batches(images: list[np.ndarray], labels: np.ndarray, epoch: int = 0) -> Iterator[dict]:
-    """BATCH images padded to the batch's tallest and widest: jb.PadToMax over
-    the image column's (h, w), collated by jb.collate like the jaxbatch ways
-    (the same loading path, so only the batching differs)."""
-    import jaxbatch as jb
-
-    ds = image_dataset(images)
-    for spec in jb.plan(ds, jb.PadToMax(BATCH), order=shuffled(len(images), epoch)):
-        yield _grid_batch(jb.collate(ds, spec), labels)
+    """BATCH images padded to the batch's tallest and widest, by hand in
+    NumPy (the last batch padded with empty rows): the batches jb.PadToMax
+    plans, without jaxbatch."""
+    order = shuffled(len(images), epoch)
+    for start in range(0, len(order), BATCH):
+        ids = order[start : start + BATCH]
+        chunk = [images[i] for i in ids]
+        height = max(image.shape[0] for image in chunk)
+        width = max(image.shape[1] for image in chunk)
+        pixels, mask = _padded(chunk, BATCH, height, width)
+        index = np.full(BATCH, -1, np.int64)
+        index[: len(ids)] = ids
+        yield {"images": pixels, "mask": mask, "labels": _labels(labels, index), "index": index,
+               "real": int(mask.sum()), "fed": mask.size}  # fmt: skip
 
 
 _DATASETS: dict[int, Any] = {}
@@ -305,27 +318,55 @@ def init_params(seed: int = 0) -> dict:
     }
 
 
+def _encoded(params, patches, positions, attend):
+    """Patches [R, L, 768] (uint8) at ``positions`` [R, L, 2] through the
+    embedding and the blocks, attending with ``attend``: [R, L, WIDTH]."""
+    import jax.numpy as jnp
+
+    x = (patches.astype(jnp.float32) / 255.0 - 0.5) @ params["embed"]
+    x = x + params["row"][positions[..., 0]] + params["col"][positions[..., 1]]
+    return transformer.norm(transformer.encode(params["layers"], x, attend, HEADS), params["norm"])
+
+
+def _cross_entropy(params, pooled, labels):
+    """(sum of cross entropies, number of images) of pooled [..., WIDTH] and
+    labels [...] (-1: no image)."""
+    import jax
+    import jax.numpy as jnp
+
+    logp = jax.nn.log_softmax(pooled @ params["head"], -1)
+    valid = labels >= 0
+    nll = -jnp.take_along_axis(logp, jnp.maximum(labels, 0)[..., None], -1)[..., 0]
+    return jnp.sum(jnp.where(valid, nll, 0.0)), jnp.sum(valid)
+
+
 def patch_loss(params, patches, positions, segments, labels):
     """(sum of cross entropies, number of images): ``patches`` [R, L, 768]
     (uint8 pixels, (patch row, patch column, channel) order), ``positions``
     [R, L, 2], ``segments`` [R, L] (0 = padding), ``labels`` [R, S] (the
     label of segment s + 1; -1 for none). A patch attends to its own image's
-    patches only; an image's logits come from the mean of its patches."""
-    import jax
-    import jax.numpy as jnp
-
+    patches only; an image's logits come from the mean of its patches
+    (jaxbatch's mask, masked softmax and segment mean)."""
     import jaxbatch as jb
 
     allowed = jb.masked.attention_mask(segments)[:, None]  # [R, 1, L, L]
-    x = (patches.astype(jnp.float32) / 255.0 - 0.5) @ params["embed"]
-    x = x + params["row"][positions[..., 0]] + params["col"][positions[..., 1]]
-    attend = transformer.masked_attention(allowed)
-    x = transformer.norm(transformer.encode(params["layers"], x, attend, HEADS), params["norm"])
-    pooled = jb.masked.segment_mean(x, segments, labels.shape[1])
-    logp = jax.nn.log_softmax(pooled @ params["head"], -1)  # [R, S, classes]
-    valid = labels >= 0
-    nll = -jnp.take_along_axis(logp, jnp.maximum(labels, 0)[..., None], -1)[..., 0]
-    return jnp.sum(jnp.where(valid, nll, 0.0)), jnp.sum(valid)
+    x = _encoded(params, patches, positions, transformer.masked_attention(allowed))
+    return _cross_entropy(params, jb.masked.segment_mean(x, segments, labels.shape[1]), labels)
+
+
+def expert_grid_loss(params, images, mask, labels):
+    """What the baselines (resize, pad) run on their padded images [B, H, W,
+    3], one image a row: a key-padding mask and a masked mean over the real
+    patches, in plain JAX (expert_attention.py, no jaxbatch)."""
+    patches, positions, segments = patchify(images, mask)
+    valid = segments != 0
+    allowed = expert_attention.key_mask(valid)
+
+    def attend(q, k, v):
+        return expert_attention.attend(q, k, v, allowed)
+
+    x = _encoded(params, patches, positions, attend)
+    return _cross_entropy(params, expert_attention.masked_mean(x, valid), labels)
 
 
 def patchify(images, mask):
@@ -365,6 +406,7 @@ def grid_loss(params, images, mask, labels):
 
 
 grid_step = _step(grid_loss)
+expert_grid_step = _step(expert_grid_loss)
 packed_step = _step(patch_loss)
 
 
@@ -401,7 +443,9 @@ def train(way, images, labels, initial, compiler_options=None, steps=None) -> di
 
     jax.clear_caches()
     params, opt = initial
-    grid = transformer.ShapeCache(grid_step, compiler_options)
+    # The baselines run their own model code (expert_grid_loss); the jaxbatch ways jaxbatch's.
+    grid_fn = expert_grid_step if way in BASELINES else grid_step
+    grid = transformer.ShapeCache(grid_fn, compiler_options)
     packed = transformer.ShapeCache(packed_step, compiler_options)
     real = fed = offered = done = 0
     flops = 0.0

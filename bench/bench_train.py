@@ -28,6 +28,12 @@ the same example; padding never counts).
            examples per row; attention is jb.masked.packed_attention(segment_ids,
            is_causal=True) (on CPU the C++ kernel, which computes only within
            segments) and positions come from the batch: one shape.
+The four hand-written ways batch, mask and attend with their own code and
+import nothing of jaxbatch (tests/test_bench_train.py runs them with jaxbatch
+hidden): a causal key-padding mask over their padded rows, applied as an
+additive bias (expert_attention.py; the faster of it and
+jax.nn.dot_product_attention with the mask). jaxbatch's corpus only gives
+every way its paragraphs.
 
 The batch sizes are chosen so a step sees a similar number of real tokens
 (measured at 100k tokens: 1.8k-2.5k) and the ways take a similar number of
@@ -50,6 +56,7 @@ Run: ``.venv/bin/python bench/bench_train.py [--tokens N] [--reps R]
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import sys
 import time
@@ -60,6 +67,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import adam  # noqa: E402
+import expert_attention  # noqa: E402
 import harness  # noqa: E402
 import transformer  # noqa: E402
 
@@ -194,8 +202,6 @@ def loader_batches(train: list[np.ndarray], planner) -> Iterator[dict]:
 
 
 def batches(way: str, train: list[np.ndarray]) -> Iterator[dict]:
-    import jaxbatch as jb
-
     if way == "naive":
         return hand_batches(train, 1)
     if way == "pad64":
@@ -204,9 +210,11 @@ def batches(way: str, train: list[np.ndarray]) -> Iterator[dict]:
         return hand_batches(train, MAX_LEN, full=True)
     if way == "hand_buckets":
         return hand_bucket_batches(train)
-    if way == "buckets":
-        return loader_batches(train, jb.AutoBuckets(BUCKET_SHAPES, token_budget=BUCKET_BUDGET))
-    if way == "pack":
+    if way in JAXBATCH_WAYS:
+        import jaxbatch as jb
+
+        if way == "buckets":
+            return loader_batches(train, jb.AutoBuckets(BUCKET_SHAPES, token_budget=BUCKET_BUDGET))
         return loader_batches(train, jb.Pack(MAX_LEN, PACK_ROWS))
     raise ValueError(f"unknown way {way!r}; expected one of {WAYS}")
 
@@ -229,26 +237,35 @@ def init_params(seed: int = 0) -> dict:
     }
 
 
-def logits_fn(params, tokens, positions, segments):
+def logits_fn(params, tokens, positions, segments, expert: bool):
     """Next-byte logits [rows, L, VOCAB]; a query attends to earlier bytes of
-    its own segment only (segment 0 is padding)."""
-    import jaxbatch as jb
-
-    def attend(q, k, v):  # [rows, heads, L, d]; a padded row is one segment
-        return jb.masked.packed_attention(q, k, v, segments, is_causal=True, layout="BNTH")
-
+    its own segment only (segment 0 is padding). ``expert``: the baselines'
+    own attention over their padded rows (one example a row: a causal
+    key-padding mask, expert_attention.py, no jaxbatch); else jaxbatch's
+    packed attention over the segments (on CPU the C++ kernel)."""
     x = params["embed"][tokens] + params["position"][positions]
+    if expert:
+        allowed = expert_attention.key_mask(segments != 0, causal=True)
+
+        def attend(q, k, v):
+            return expert_attention.attend(q, k, v, allowed)
+    else:
+        import jaxbatch as jb
+
+        def attend(q, k, v):  # [rows, heads, L, d]; a padded row is one segment
+            return jb.masked.packed_attention(q, k, v, segments, is_causal=True, layout="BNTH")
+
     x = transformer.encode(params["layers"], x, attend, HEADS)
     return transformer.norm(x, params["norm"]) @ params["head"]
 
 
-def loss_terms(params, tokens, positions, segments):
+def loss_terms(params, tokens, positions, segments, expert: bool = True):
     """(sum of next-byte cross entropies, number of real targets): the target
     of position t is byte t+1 when both are in the same nonzero segment."""
     import jax
     import jax.numpy as jnp
 
-    logits = logits_fn(params, tokens, positions, segments)[:, :-1]
+    logits = logits_fn(params, tokens, positions, segments, expert)[:, :-1]
     targets = tokens[:, 1:]
     valid = (segments[:, 1:] == segments[:, :-1]) & (segments[:, :-1] != 0)
     logp = jax.nn.log_softmax(logits, -1)
@@ -256,13 +273,13 @@ def loss_terms(params, tokens, positions, segments):
     return jnp.sum(jnp.where(valid, nll, 0.0)), jnp.sum(valid)
 
 
-def train_step(params, opt, tokens, positions, segments):
+def train_step(params, opt, tokens, positions, segments, expert: bool = True):
     """One Adam step on the batch's mean loss over its real targets."""
     import jax
     import jax.numpy as jnp
 
     def loss(p):
-        total, count = loss_terms(p, tokens, positions, segments)
+        total, count = loss_terms(p, tokens, positions, segments, expert)
         return total / jnp.maximum(count, 1)
 
     value, grads = jax.value_and_grad(loss)(params)
@@ -272,8 +289,8 @@ def train_step(params, opt, tokens, positions, segments):
 
 class HeldOut:
     """Mean next-byte cross entropy over the held-out paragraphs: one padded
-    batch and one compiled function, the same for every way (compiled once,
-    outside the timings)."""
+    batch and one compiled function (plain JAX), the same for every way
+    (compiled once, outside the timings)."""
 
     def __init__(self, held_out: list[np.ndarray]):
         import jax
@@ -304,7 +321,8 @@ def train(
 
     jax.clear_caches()
     params, opt = initial
-    step = transformer.ShapeCache(train_step, compiler_options)
+    expert = way not in JAXBATCH_WAYS  # the baselines run their own attention
+    step = transformer.ShapeCache(functools.partial(train_step, expert=expert), compiler_options)
     real = elements = steps = 0
     seen: list[np.ndarray] = []
     t0 = time.perf_counter()

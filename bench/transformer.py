@@ -1,13 +1,16 @@
 """The transformer the training benchmarks share (bench_train's byte model,
 bench_images' ViT): pre-norm blocks with masked softmax attention and a ReLU
 MLP, and the ahead-of-time compile cache that counts compilations; so every
-benchmark's model is the same code and its figures compare.
+benchmark's model is the same code and its figures compare. Only attention
+differs between the two sides: the jaxbatch ways pass jaxbatch's
+(:func:`masked_attention`, or jb.masked.packed_attention), the baselines
+their own (expert_attention.py, no jaxbatch).
 
 Example::
 
     keys = iter(jax.random.split(jax.random.PRNGKey(0), 8))
     layers = transformer.init_layers(keys, count=2, width=64, mlp=256)
-    x = transformer.encode(layers, x, allowed, heads=2)  # allowed [rows, 1, L, L]
+    x = transformer.encode(layers, x, masked_attention(allowed), heads=2)
 """
 
 from __future__ import annotations
@@ -48,10 +51,10 @@ def norm(x, scale):
     return x * scale / jnp.sqrt(jnp.mean(x * x, -1, keepdims=True) + 1e-6)
 
 
-def masked_attention(allowed):
+def masked_attention(allowed) -> Callable:
     """Attention over [rows, heads, L, d] where a query attends to the keys
     ``allowed`` [rows, 1, L, L] marks (jb.masked.softmax: a row with none
-    gets zeros, not NaN)."""
+    gets zeros, not NaN). Returns ``attend(q, k, v)``."""
     import jaxbatch as jb
 
     def attend(q, k, v):
