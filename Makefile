@@ -238,6 +238,7 @@ bench: $(BENCH_VENV)/.deps $(VENV)/.built
 	$(BENCH_VENV)/bin/python bench/bench_core.py $(BENCH_FLAGS)
 	$(BENCH_VENV)/bin/python bench/bench_loader.py $(BENCH_FLAGS)
 	$(BENCH_VENV)/bin/python bench/bench_execute.py $(BENCH_FLAGS)
+	$(BENCH_VENV)/bin/python bench/bench_e2e.py $(BENCH_FLAGS)
 	$(BENCH_VENV)/bin/python bench/bench_e2e.py --limit 600 $(BENCH_FLAGS)
 	$(BENCH_VENV)/bin/python bench/bench_scale.py $(BENCH_FLAGS)
 	$(BENCH_VENV)/bin/python bench/bench_scale.py --parquet $(BENCH_FLAGS)

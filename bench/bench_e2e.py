@@ -71,8 +71,9 @@ The repetitions alternate (naive, jaxbatch, jaxbatch-pack, sentence-transformers
 recorded and a run above the core count is refused (--force overrides).
 
 Run: ``make bench``, or ``.venv-bench/bin/python bench/bench_e2e.py
-[--limit N] [--reps R]`` (the README's figures: ``--limit 600``, 5
-repetitions). Writes bench/results/bench_e2e.json.
+[--limit N] [--reps R]`` (the README's figures: the full corpus of 2,608
+paragraphs, then ``--limit 600``, 5 repetitions each). Writes
+bench/results/bench_e2e.json (bench_e2e-N.json with ``--limit N``).
 """
 
 from __future__ import annotations
@@ -559,7 +560,8 @@ def main(argv: list[str] | None = None) -> int:
         "checks": checks,
     }
     print_table(result)
-    harness.write_json("bench_e2e", result)
+    # The full corpus's figures and the first N paragraphs' side by side.
+    harness.write_json(f"bench_e2e-{args.limit}" if args.limit else "bench_e2e", result)
     return 0
 
 

@@ -26,7 +26,11 @@ from __future__ import annotations
 import numpy as np
 
 WAYS = ("bias", "dot_product_attention")
-#: bench_train's and bench_images' choice (measured: see their docstrings).
+#: bench_train's and bench_images' choice. Measured (the process's CPU time
+#: of a jitted baseline step, 7 alternating repetitions, 2-core AMD EPYC under
+#: load 13): the two ways tie to within 2-3%, bias first or second by case:
+#: bench_train at 16 x 512 675 ms against 662, at 40 x 64 106 against 107;
+#: bench_images' pad batch of 16 x 256 x 256 169 against 164.
 HOW = "bias"
 
 

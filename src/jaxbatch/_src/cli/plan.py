@@ -99,9 +99,9 @@ def compare(
             f"AutoBuckets(max_shapes={max_shapes})",
             AutoBuckets(max_shapes, token_budget=token_budget),
         ),
-        (
+        (  # The budget's rows, spread over the batches the rows need (as a job plans it).
             f"Pack(row_length={row}, best_fit)",
-            Pack(row, max(1, token_budget // row), algorithm="best_fit"),
+            Pack(row, token_budget=max(row, token_budget), algorithm="best_fit"),
         ),
     ]
     return _timed(lengths, planners)
