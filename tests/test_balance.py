@@ -116,3 +116,30 @@ def test_auto_buckets_never_add_a_batch_nor_a_shape(lengths, max_shapes, scale):
         held = [int((index >= 0).sum()) for shape, index in batches if shape == (rows, length)]
         assert len(held) * rows - sum(held) < len(held)  # under one empty row a batch
     assert planned_ids(batches) == planned_ids(old_batches) == list(range(len(lengths)))
+
+
+def test_the_demo_lowers_its_cap_for_the_fewest_empty_rows():
+    from types import SimpleNamespace
+
+    from jaxbatch._src.cli.demo.command import fewest_empty_rows, job_planner
+
+    def slots(rows: int, cap: int) -> int:
+        batches = -(-rows // cap)
+        return batches * balanced_rows(rows, cap)
+
+    for rows in range(1, 300, 7):
+        for cap in (1, 2, 7, 20, 41):
+            got = fewest_empty_rows(rows, cap)
+            candidates = range(max(1, (cap + 1) // 2), cap + 1)
+            best = min(slots(rows, r) for r in candidates)
+            assert got == max(r for r in candidates if slots(rows, r) == best), (rows, cap)
+    # 100 texts of 240 tokens: 100 rows of 256 under the budget's 41 rows.
+    model = SimpleNamespace(
+        config=SimpleNamespace(max_seq_length=256), embed_packed_fn=lambda segments: segments
+    )
+    for texts, rows, batches in ((100, 25, 4), (467, 39, 12)):
+        dataset = jb.Dataset.from_arrays({"ids": [np.ones(240, np.int32)] * texts})
+        planner, _ = job_planner(model, dataset, "pack", 8, 41 * 256)
+        plan = jb.plan(dataset, planner)
+        assert (plan.shapes[0].rows, plan.stats.batches) == (rows, batches)
+        assert plan.stats.padded_elements == rows * batches * 256
