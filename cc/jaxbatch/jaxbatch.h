@@ -38,6 +38,7 @@
 #include "jaxbatch/load/schedule.h"
 #include "jaxbatch/load/schema.h"
 #include "jaxbatch/load/state_json.h"
+#include "jaxbatch/plan/balance.h"
 #include "jaxbatch/plan/batch_plan.h"
 #include "jaxbatch/plan/buckets.h"
 #include "jaxbatch/plan/graph_planner.h"

@@ -26,8 +26,10 @@
 //                       graphs to node, edge and graph budgets (see
 //                       graph_planner.h): planned from node counts as
 //                       `lengths` and edge counts as `edges`.
-// With a token budget T a bucket of length L gets T / L rows, so every batch
-// holds at most T elements and short sequences get big batches.
+// With a token budget T a bucket of length L gets at most T / L rows, so
+// every batch holds at most T elements and short sequences get big batches;
+// with remainder pad a shape's rows are spread evenly over the batches it
+// needs, so its last batch is not mostly padding (balance.h).
 // `rows_multiple` makes every batch's row count a multiple of it (a global
 // batch split over N local devices needs N | rows): a token budget's rows
 // are rounded down to it, a kept remainder's rows up, and a batch_size or
