@@ -427,9 +427,19 @@ std::vector<SourceTally> MixtureStream::Tally(const BatchView& view,
   return tally;
 }
 
-PlannerOptions FreezeShapes(const PlannerOptions& planner, std::span<const int64_t> lengths,
+PlannerOptions FreezeShapes(const PlannerOptions& given, std::span<const int64_t> lengths,
                             std::span<const int64_t> sample, std::span<const int64_t> edges,
                             std::span<const int64_t> widths) {
+  // A token budget's rows stay the budget's: balanced over one block's rows
+  // (balance.h) they would change from block to block, a new shape each
+  // time; and AutoBuckets' rows come from the sample's plan, whose counts
+  // are not a block's.
+  PlannerOptions planner = given;
+  std::visit(
+      [](auto& o) {
+        if constexpr (requires { o.balance_batches; }) o.balance_batches = false;
+      },
+      planner);
   return std::visit(
       [&](const auto& o) -> PlannerOptions {
         using T = std::decay_t<decltype(o)>;

@@ -201,7 +201,8 @@ class MixtureStream {
 // follow the data picks them once, for the examples `sample` (AutoBuckets:
 // FixedBuckets at the boundaries and rows it chooses; Pack: the segments and
 // row lengths it chooses; a block that could hold more segments a row packs
-// them into more rows), any other as it is. Throws
+// them into more rows), any other as it is; a token budget's rows are never
+// balanced (balance.h), so every block has the same shapes. Throws
 // InvalidArgumentError for a planner a mixture cannot take (GraphBuckets,
 // PatchPack, AspectBuckets).
 PlannerOptions FreezeShapes(const PlannerOptions& planner, std::span<const int64_t> lengths,
