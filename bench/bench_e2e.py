@@ -63,7 +63,7 @@ both default to the core count, and ONNX Runtime's and OpenVINO's are set to
 it. Outputs are checked: jaxbatch against naive (the same weights and math
 in JAX, each side its own code: max |difference|), and every contender
 against sentence-transformers (lowest cosine, >= 0.999 required). The naive
-and expert loops import nothing of jaxbatch (tests/test_bench_e2e.py runs
+and expert loops import nothing of jaxbatch (tests/test_fair_baselines.py runs
 them with jaxbatch hidden); jaxbatch's corpus only gives them their texts.
 
 The repetitions alternate (naive, jaxbatch, jaxbatch-pack, sentence-transformers,

@@ -29,7 +29,7 @@ the same example; padding never counts).
            is_causal=True) (on CPU the C++ kernel, which computes only within
            segments) and positions come from the batch: one shape.
 The four hand-written ways batch, mask and attend with their own code and
-import nothing of jaxbatch (tests/test_bench_train.py runs them with jaxbatch
+import nothing of jaxbatch (tests/test_fair_baselines.py runs them with jaxbatch
 hidden): a causal key-padding mask over their padded rows, applied as an
 additive bias (expert_attention.py; the faster of it and
 jax.nn.dot_product_attention with the mask). jaxbatch's corpus only gives

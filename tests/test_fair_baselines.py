@@ -1,11 +1,13 @@
 """The benchmarks' baselines run their own code: every hand-written way of
 bench_e2e (naive, expert), bench_train (naive, pad64, padmax, hand_buckets)
-and bench_images (resize, pad) runs in a fresh process in which importing
-jaxbatch fails, on data this process made, and gives what a reference says:
-bench_e2e's loops sentence-transformers' stored embeddings, bench_train's
-and bench_images' steps the loss of the jaxbatch ways' model code on the same
-batch, bench_images' padded batches jb.PadToMax's. Their own modules'
-imports are checked too: only the corpus may come from jaxbatch."""
+and bench_images (resize, pad), and bench_execute's choice of lax.map's
+batch_size, runs in a fresh process in which importing jaxbatch fails, on
+data this process made, and gives what a reference says: bench_e2e's loops
+sentence-transformers' stored embeddings, bench_train's and bench_images'
+steps the loss of the jaxbatch ways' model code on the same batch,
+bench_images' padded batches jb.PadToMax's, bench_execute's chunk XLA's
+memory analysis of the program it picks. Their own modules' imports are
+checked too: only the corpus may come from jaxbatch."""
 
 from __future__ import annotations
 
@@ -85,6 +87,31 @@ def test_the_baseline_modules_import_nothing_of_jaxbatch_but_the_corpus():
     assert jaxbatch_imports(BENCH / "expert_minilm.py") == [
         ("main", "jaxbatch._src.data.default_data")
     ]
+    assert all(
+        where != "lax_map_chunk" for where, _ in jaxbatch_imports(BENCH / "bench_execute.py")
+    )
+
+
+@pytest.mark.timeout(300)
+def test_bench_execute_lax_map_chunk_fits_xla_analysis_without_jaxbatch():
+    """lax.map's batch_size, picked without jaxbatch at --quick's sizes:
+    XLA's compiled memory analysis of jax.vmap at that many examples
+    (temporaries and outputs) is within the budget, and at twice as many
+    it is not (the chunk is not needlessly small)."""
+    out = run_without_jaxbatch("""
+import json, jax, jax.numpy as jnp, numpy as np, bench_execute
+n, k, budget = bench_execute.sizes(quick=True)
+points = jnp.asarray(np.random.default_rng(0).standard_normal((n, k, 3)), jnp.float32)
+chunk = bench_execute.lax_map_chunk(points, budget)
+def analysed(count):
+    compiled = jax.jit(jax.vmap(bench_execute.pairwise_energy)).lower(points[:count]).compile()
+    stats = compiled.memory_analysis()
+    return stats.temp_size_in_bytes + stats.output_size_in_bytes
+print(json.dumps([n, budget, chunk, analysed(chunk), analysed(min(n, 2 * chunk))]))
+""")
+    n, budget, chunk, at_chunk, at_twice = json.loads(out.strip().splitlines()[-1])
+    assert 1 <= chunk < n
+    assert at_chunk <= budget < at_twice
 
 
 @pytest.mark.timeout(600)
