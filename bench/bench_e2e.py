@@ -12,6 +12,9 @@
              jaxbatch-pack with two row lengths chosen from the data
              (Pack(row_length=256, max_shapes=2, token_budget=...)): short
              texts in short rows, so attention pays less (issue 27 item 4);
+             with the packed-attention kernel attention pays only within
+             each text at any row length, and one row length wins (issue
+             39 item 5: less CPU time, fewer padded tokens);
   naive      the model in JAX as an expert writes it for padded batches,
              with no jaxbatch (bench/expert_minilm.py: batched code, BERT's
              additive key-mask bias, the faster of it and
