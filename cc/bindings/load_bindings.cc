@@ -12,6 +12,7 @@
 #include <chrono>
 
 #include "bindings.h"
+#include "jaxbatch/load/elastic.h"
 #include "jaxbatch/load/loader.h"
 #include "jaxbatch/load/state_json.h"
 
@@ -137,6 +138,13 @@ void BindLoad(nb::module_& m) {
   // The state's text form (load/state_json.h): what get_state() returns, parsed.
   m.def("loader_state_to_json", &LoaderStateToJson, nb::arg("state"));
   m.def("loader_state_from_json", &LoaderStateFromJson, nb::arg("text"));
+  // load/elastic.h: the start state of a shard on another shard count.
+  m.def(
+      "elastic_start",
+      [](const std::vector<LoaderState>& saved, int64_t shard_index, int64_t shard_count) {
+        return ElasticStart(saved, shard_index, shard_count);
+      },
+      nb::arg("saved"), nb::arg("shard_index"), nb::arg("shard_count"));
 
   nb::class_<ChunkedSource>(m, "ChunkedSource")
       .def_prop_ro("num_examples", &ChunkedSource::num_examples)

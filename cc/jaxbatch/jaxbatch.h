@@ -34,6 +34,7 @@
 #include "jaxbatch/job/work_units.h"
 #include "jaxbatch/load/chunk_cache.h"
 #include "jaxbatch/load/chunked_source.h"
+#include "jaxbatch/load/elastic.h"
 #include "jaxbatch/load/loader.h"
 #include "jaxbatch/load/schedule.h"
 #include "jaxbatch/load/schema.h"

@@ -199,6 +199,10 @@ Loader::Loader(std::shared_ptr<const Dataset> dataset, std::shared_ptr<const Chu
   state_.key = key_;
   if (start) {
     std::shared_ptr<const EpochSchedule> planned = CheckStart(*start, mixture_.get(), &yielded_);
+    if (!start->earlier_deals.empty()) {  // An elastic start: its epoch is dealt anew.
+      earlier_deals_ = start->earlier_deals;
+      earlier_epoch_ = start->epoch;
+    }
     if (start->key && start->key->version < kLoaderStateVersion) {
       PlanAsVersion(start->key->version);
     }
@@ -206,7 +210,10 @@ Loader::Loader(std::shared_ptr<const Dataset> dataset, std::shared_ptr<const Chu
     state_ = *start;
     state_.key = key_;
     state_.mixture.reset();  // state() makes it anew
-    entered_epoch_ = state_.step > 0 ? state_.epoch : state_.epoch - 1;
+    // Epoch entered already: at a step past its start, or after earlier
+    // deals (whose processes counted its drops and bad records).
+    entered_epoch_ =
+        state_.step > 0 || !state_.earlier_deals.empty() ? state_.epoch : state_.epoch - 1;
   }
   claim_epoch_ = state_.epoch;
   claim_step_ = state_.step;
@@ -410,13 +417,16 @@ std::shared_ptr<const EpochSchedule> Loader::CheckStart(const LoaderState& start
                epochs_ > 0 ? StrCat(" (epochs=", epochs_, ")") : std::string(), " or epoch ",
                last_epoch, " with step 0"));
   }
-  if (mixture_) *yielded = mixture->Restore(*start.mixture, start.epoch, start.step);
-  if (start.step == 0) return nullptr;
+  // Steps into the epoch (a mixture's restore asks whether its block was begun).
+  int64_t into = start.step;
+  for (const EarlierDeal& deal : start.earlier_deals) into = SaturatingAdd(into, deal.steps);
+  if (mixture_) *yielded = mixture->Restore(*start.mixture, start.epoch, into);
+  if (into == 0) return nullptr;
   const int64_t version = start.key ? start.key->version : kLoaderStateVersion;
-  auto schedule = std::make_shared<const EpochSchedule>(
-      MakeSchedule(start.epoch, PlannedAsVersion(requested_, version), mixture));
+  auto schedule = std::make_shared<const EpochSchedule>(MakeSchedule(
+      start.epoch, PlannedAsVersion(requested_, version), mixture, start.earlier_deals));
   const auto steps = static_cast<int64_t>(schedule->steps.size());
-  if (start.step >= steps) {
+  if (start.step >= steps && (start.step > 0 || start.earlier_deals.empty())) {
     throw InvalidArgumentError(StrCat("Loader: the state's step ", start.step,
                                       " is past the end of epoch ", start.epoch, ", which has ",
                                       steps, " steps (0 to ", steps - 1,
@@ -906,6 +916,7 @@ bool Loader::TryNext(std::chrono::milliseconds timeout, std::optional<LoadedBatc
     state_.epoch += 1;
     state_.step = 0;
   }
+  if (state_.epoch != earlier_epoch_) state_.earlier_deals.clear();
   out->emplace(LoadedBatch{std::move(result.arrays), result.epoch, result.step, result.examples,
                            result.shape, layout_.packed});
   lock.unlock();
@@ -1044,7 +1055,10 @@ int64_t Loader::Steps(int64_t epoch) const {
 int64_t Loader::TotalSteps() const {
   if (mixture_ &&
       !(mixture_->mixture().options.exhaustion == Exhaustion::kRestart && options_.epochs == 0)) {
-    int64_t total = 0;  // Every block until the one that ends the stream.
+    // Every block until the one that ends the stream (and an elastic
+    // start's steps dealt before it).
+    int64_t total = 0;
+    for (const EarlierDeal& deal : earlier_deals_) total = SaturatingAdd(total, deal.steps);
     for (int64_t e = 0;; ++e) {
       const std::shared_ptr<const EpochSchedule> block = PlannedEpoch(e);
       if (block->steps.empty() && EndsStream(*block)) return total;
@@ -1056,8 +1070,10 @@ int64_t Loader::TotalSteps() const {
         "Loader: an endless stream (epochs=0, None in Python) has no total number of steps; "
         "count the steps of one epoch with Steps(epoch)");
   }
-  if (!EpochsMayDiffer()) return SaturatingMul(Steps(0), epochs_);
+  if (!EpochsMayDiffer() && earlier_epoch_ < 0) return SaturatingMul(Steps(0), epochs_);
+  // An elastic start's epoch: the steps dealt before it, then its remainder's.
   int64_t total = 0;
+  for (const EarlierDeal& deal : earlier_deals_) total = SaturatingAdd(total, deal.steps);
   for (int64_t e = 0; e < epochs_; ++e) total = SaturatingAdd(total, Steps(e));
   return total;
 }

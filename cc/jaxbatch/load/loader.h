@@ -149,6 +149,11 @@ struct LoaderState {
   // A mixture's (load/mixture.h): where the block `epoch` starts, per
   // source, and each source's yield. For a mixture, `epoch` counts blocks.
   std::optional<MixtureState> mixture = std::nullopt;
+  // How `epoch` was dealt before this loader's shards took over (an elastic
+  // resume, load/elastic.h): `step` counts the steps of the last deal, which
+  // deals what these left. Empty: the epoch is dealt to this loader's shards
+  // from its start.
+  std::vector<EarlierDeal> earlier_deals = {};
 };
 
 struct LoadedBatch {
@@ -247,6 +252,9 @@ class Loader {
   // endless stream), in the order the steps first use them: what to compile
   // ahead; none once the stream has ended (at its end, or at the error that
   // ended it). Throws OutOfRangeError for an epoch past the stream's end.
+  // After an elastic start (LoaderState::earlier_deals), Steps of its epoch
+  // counts the steps left to this loader and TotalSteps adds those dealt
+  // before.
   int64_t Steps(int64_t epoch) const;
   int64_t TotalSteps() const;
   std::vector<BatchShape> PlannedShapes(int64_t from_epoch = 0) const;
@@ -282,9 +290,11 @@ class Loader {
   // `epoch`'s schedule, planned now: the dataset's epoch, or the mixture's block.
   EpochSchedule MakeSchedule(int64_t epoch) const;
   // The same with `schedule`, a mixture's block drawn by `mixture` (one
-  // that is not the loader's when a state is only checked).
+  // that is not the loader's when a state is only checked), and what
+  // `earlier_deals` (an elastic start's) left of it dealt to this shard.
   EpochSchedule MakeSchedule(int64_t epoch, const ScheduleOptions& schedule,
-                             const MixtureStream* mixture) const;
+                             const MixtureStream* mixture,
+                             const std::vector<EarlierDeal>& earlier_deals) const;
   // A mixture's, after the lengths: the stream, its block planner, its
   // bad records named by source.
   void InitMixture(std::shared_ptr<const Mixture> mixture);
@@ -429,6 +439,9 @@ class Loader {
   bool ended_ = false;        // the consumer was given the end (nullopt)
   std::map<int64_t, Result> results_;
   LoaderState state_;
+  // A start state's earlier deals, and the epoch they are of (-1: none).
+  std::vector<EarlierDeal> earlier_deals_;
+  int64_t earlier_epoch_ = -1;
   int64_t entered_epoch_ = -1;
   int64_t largest_batch_bytes_ = 0;  // of the first epoch's plan, once measured
   BatchShape largest_shape_;

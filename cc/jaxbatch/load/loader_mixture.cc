@@ -71,18 +71,28 @@ std::unique_ptr<MixtureStream> Loader::NewMixtureStream() const {
 }
 
 EpochSchedule Loader::MakeSchedule(int64_t epoch) const {
-  return MakeSchedule(epoch, options_.schedule, mixture_.get());
+  return MakeSchedule(epoch, options_.schedule, mixture_.get(),
+                      epoch == earlier_epoch_ ? earlier_deals_ : std::vector<EarlierDeal>{});
 }
 
 EpochSchedule Loader::MakeSchedule(int64_t epoch, const ScheduleOptions& schedule,
-                                   const MixtureStream* mixture) const {
-  if (mixture) {
-    return mixture->PlanBlock(epoch, lengths_, excluded_, schedule, edge_lengths_, widths_);
-  }
-  return MakeEpochSchedule(lengths_, excluded_, schedule, epoch, edge_lengths_, widths_);
+                                   const MixtureStream* mixture,
+                                   const std::vector<EarlierDeal>& earlier_deals) const {
+  EpochSchedule planned =
+      mixture ? mixture->PlanBlock(epoch, lengths_, excluded_, schedule, edge_lengths_, widths_)
+              : MakeEpochSchedule(lengths_, excluded_, schedule, epoch, edge_lengths_, widths_);
+  if (earlier_deals.empty()) return planned;
+  // An elastic start's epoch: the same global plan, what the earlier deals
+  // left of it dealt to this loader's shards.
+  const int64_t excluded = planned.excluded;
+  planned = DealToShards(std::move(planned.plan), schedule, epoch, earlier_deals);
+  planned.excluded = excluded;
+  return planned;
 }
 
 bool Loader::EndsStream(const EpochSchedule& schedule) const {
+  // What earlier deals left of an epoch may be nothing: the next epoch follows.
+  if (schedule.remainder) return false;
   // A block that drew nothing: the mixture has ended.
   return !mixture_ || (schedule.plan.stats.examples == 0 && schedule.excluded == 0);
 }

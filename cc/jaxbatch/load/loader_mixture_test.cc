@@ -24,6 +24,7 @@ namespace {
 
 using testing::Drain;
 using testing::ExpectThrowsWith;
+using testing::FindArray;
 using testing::RandomLengths;
 using testing::TokensDataset;
 
@@ -57,21 +58,13 @@ LoaderOptions Options(PlannerOptions planner, int64_t epochs = 3, int64_t thread
   return o;
 }
 
-const Array& Find(const LoadedBatch& batch, std::string_view name) {
-  for (const Array& a : batch.arrays) {
-    if (a.name == name) return a;
-  }
-  ADD_FAILURE() << "no array " << name;
-  return batch.arrays.front();
-}
-
 // Each (source, example) a batch holds, read from source_index and
 // example_index, checked against the tokens (value k of example i is
 // i * 1000 + k in every source).
 std::vector<std::pair<int64_t, int64_t>> Held(const LoadedBatch& batch) {
-  const Array& ids = Find(batch, kExampleIndexName);
-  const Array& sources = Find(batch, kSourceIndexName);
-  const Array& tokens = Find(batch, "tokens");
+  const Array& ids = FindArray(batch, kExampleIndexName);
+  const Array& sources = FindArray(batch, kSourceIndexName);
+  const Array& tokens = FindArray(batch, "tokens");
   const auto* id = reinterpret_cast<const int64_t*>(ids.data);
   const auto* source = reinterpret_cast<const int32_t*>(sources.data);
   const auto* value = reinterpret_cast<const int32_t*>(tokens.data);

@@ -129,7 +129,83 @@ EpochSchedule MakeEpochSchedule(std::span<const int64_t> lengths, std::span<cons
                       o, epoch);
 }
 
-EpochSchedule DealToShards(BatchPlan planned, const ScheduleOptions& o, int64_t epoch) {
+namespace {
+
+// One deal of batches to `count` shards: each shape's batches in the order
+// they are dealt, the first `usable` of them in groups of `count` (a step
+// for every shard), and the groups in step order.
+struct Deal {
+  struct Group {
+    int64_t first;  // its first batch: groups are stepped through in plan order
+    size_t shape;
+    uint64_t begin;  // position of its first batch in by_shape[shape]
+  };
+  std::vector<std::vector<int64_t>> by_shape;
+  std::vector<uint64_t> usable;  // per shape: all, or (remainder drop) whole groups only
+  std::vector<Group> groups;     // in step order
+  int64_t dropped = 0;           // examples in batches past `usable`
+  int64_t padding_batches = 0;   // empty batches that fill the last groups
+};
+
+// Groups of `count` same-shape batches: group k of shape s is positions
+// [k * count, (k + 1) * count) of its list, the positions past the list's
+// end being empty batches. Only the groups are stored, so this is
+// O(batches) whatever the shard count.
+Deal DealLists(const BatchPlan& plan, std::vector<std::vector<int64_t>> by_shape, uint64_t count,
+               bool drop, bool shuffle, uint64_t step_seed) {
+  Deal deal;
+  deal.by_shape = std::move(by_shape);
+  for (size_t s = 0; s < deal.by_shape.size(); ++s) {
+    const std::vector<int64_t>& list = deal.by_shape[s];
+    const uint64_t tail = list.size() % count;
+    uint64_t usable = list.size();
+    if (tail != 0 && drop) {
+      usable -= tail;
+      for (uint64_t k = usable; k < list.size(); ++k) deal.dropped += ExamplesIn(plan, list[k]);
+    } else if (tail != 0) {
+      deal.padding_batches =
+          SaturatingAdd(deal.padding_batches, static_cast<int64_t>(count - tail));
+    }
+    deal.usable.push_back(usable);
+    for (uint64_t k = 0; k < usable; k += count) deal.groups.push_back({list[k], s, k});
+  }
+  // Steps in plan order (first batch of each group) or shuffled.
+  std::sort(deal.groups.begin(), deal.groups.end(),
+            [](const Deal::Group& a, const Deal::Group& b) { return a.first < b.first; });
+  if (shuffle) {
+    const IndexShuffle step_perm(deal.groups.size(), step_seed);
+    std::vector<Deal::Group> ordered;
+    ordered.reserve(deal.groups.size());
+    for (size_t t = 0; t < deal.groups.size(); ++t) ordered.push_back(deal.groups[step_perm(t)]);
+    deal.groups = std::move(ordered);
+  }
+  return deal;
+}
+
+// What deal `deal` leaves after its first `steps` steps: each shape's
+// batches not in those groups, in the order the deal held them.
+std::vector<std::vector<int64_t>> LeftAfter(const Deal& deal, uint64_t count, size_t steps,
+                                            int64_t num_batches) {
+  std::vector<uint8_t> taken(static_cast<size_t>(num_batches), 0);
+  for (size_t t = 0; t < steps; ++t) {
+    const Deal::Group& group = deal.groups[t];
+    const std::vector<int64_t>& list = deal.by_shape[group.shape];
+    const uint64_t end = std::min(group.begin + count, deal.usable[group.shape]);
+    for (uint64_t k = group.begin; k < end; ++k) taken[static_cast<size_t>(list[k])] = 1;
+  }
+  std::vector<std::vector<int64_t>> left(deal.by_shape.size());
+  for (size_t s = 0; s < deal.by_shape.size(); ++s) {
+    for (const int64_t b : deal.by_shape[s]) {
+      if (!taken[static_cast<size_t>(b)]) left[s].push_back(b);
+    }
+  }
+  return left;
+}
+
+}  // namespace
+
+EpochSchedule DealToShards(BatchPlan planned, const ScheduleOptions& o, int64_t epoch,
+                           std::span<const EarlierDeal> earlier) {
   EpochSchedule schedule;
   schedule.plan = std::move(planned);
   BatchPlan& plan = schedule.plan;
@@ -137,6 +213,7 @@ EpochSchedule DealToShards(BatchPlan planned, const ScheduleOptions& o, int64_t 
   // shuffled blocks, so a batch reads from the blocks read just before it;
   // a global shuffle shuffles the batches too.
   const bool shuffle = o.shuffle == ShuffleMode::kGlobal;
+  const bool drop = PlannerRemainder(o.planner) == Remainder::kDrop;
 
   // Batches by shape, each list shuffled.
   std::vector<std::vector<int64_t>> by_shape(plan.shapes.size());
@@ -151,42 +228,38 @@ EpochSchedule DealToShards(BatchPlan planned, const ScheduleOptions& o, int64_t 
     for (size_t k = 0; k < list.size(); ++k) shuffled[k] = list[perm(k)];
     list = std::move(shuffled);
   }
-  // Groups of shard_count same-shape batches: one step for every shard.
-  // Group k of shape s is positions [k * count, (k + 1) * count) of its list,
-  // the positions past the list's end being empty batches: only the groups
-  // are stored, so this is O(batches) whatever the shard count.
-  const auto count = static_cast<uint64_t>(o.shard_count);
-  const bool drop = PlannerRemainder(o.planner) == Remainder::kDrop;
-  struct Group {
-    int64_t first;  // its first batch: groups are stepped through in plan order
-    size_t shape;
-    uint64_t begin;  // position of its first batch in by_shape[shape]
-  };
-  std::vector<Group> groups;
-  for (size_t s = 0; s < by_shape.size(); ++s) {
-    std::vector<int64_t>& list = by_shape[s];
-    const uint64_t tail = list.size() % count;
-    if (tail != 0 && drop) {
-      for (size_t k = list.size() - tail; k < list.size(); ++k) {
-        schedule.shard_dropped += ExamplesIn(plan, list[k]);
-      }
-      list.resize(list.size() - tail);
-    } else if (tail != 0) {
-      schedule.padding_batches =
-          SaturatingAdd(schedule.padding_batches, static_cast<int64_t>(count - tail));
+  // Each earlier deal takes its steps' batches; the next deals what is left.
+  // Deal d > 0 orders its steps under a seed of its own.
+  const uint64_t step_seed = EpochSeed(o.seed, epoch, kStepSalt);
+  const auto seed_of = [&](size_t d) { return d == 0 ? step_seed : step_seed + Mix64(d); };
+  for (size_t d = 0; d < earlier.size(); ++d) {
+    const EarlierDeal& e = earlier[d];
+    if (e.shard_count < 1 || e.steps < 0) {
+      throw InvalidArgumentError(StrCat("Loader: an earlier deal of epoch ", epoch,
+                                        " must have shard_count >= 1 and steps >= 0, found (",
+                                        e.shard_count, ", ", e.steps, ")"));
     }
-    for (uint64_t k = 0; k < list.size(); k += count) groups.push_back({list[k], s, k});
+    const auto count = static_cast<uint64_t>(e.shard_count);
+    const Deal deal = DealLists(plan, std::move(by_shape), count, drop, shuffle, seed_of(d));
+    if (static_cast<uint64_t>(e.steps) > deal.groups.size()) {
+      throw InvalidArgumentError(
+          StrCat("Loader: the state's epoch ", epoch, " took ", e.steps, " steps on ",
+                 e.shard_count, " shards, but what was left of it has ", deal.groups.size(),
+                 " steps there; the state is not from this data and planner"));
+    }
+    by_shape = LeftAfter(deal, count, static_cast<size_t>(e.steps), plan.num_batches());
   }
-  // Steps in plan order (first batch of each group) or shuffled.
-  std::sort(groups.begin(), groups.end(),
-            [](const Group& a, const Group& b) { return a.first < b.first; });
-  const IndexShuffle step_perm(groups.size(), EpochSeed(o.seed, epoch, kStepSalt));
-  schedule.steps.reserve(groups.size());
-  for (size_t t = 0; t < groups.size(); ++t) {
-    const Group& group = groups[shuffle ? step_perm(t) : t];
-    const std::vector<int64_t>& list = by_shape[group.shape];
+  schedule.remainder = !earlier.empty();
+  const auto count = static_cast<uint64_t>(o.shard_count);
+  const Deal deal =
+      DealLists(plan, std::move(by_shape), count, drop, shuffle, seed_of(earlier.size()));
+  schedule.shard_dropped = deal.dropped;
+  schedule.padding_batches = deal.padding_batches;
+  schedule.steps.reserve(deal.groups.size());
+  for (const Deal::Group& group : deal.groups) {
+    const std::vector<int64_t>& list = deal.by_shape[group.shape];
     const uint64_t position = group.begin + static_cast<uint64_t>(o.shard_index);
-    schedule.steps.push_back(position < list.size()
+    schedule.steps.push_back(position < deal.usable[group.shape]
                                  ? list[position]
                                  : EpochSchedule::EmptyStep(static_cast<int64_t>(group.shape)));
   }

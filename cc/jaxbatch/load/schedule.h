@@ -13,6 +13,12 @@
 //      far above the number of batches costs no memory,
 //   4. shuffle the order of the steps (global shuffle only: with block
 //      shuffle they follow the shuffled blocks, so reads stay sequential).
+//
+// Elastic resume: the first steps of an epoch may have been dealt to another
+// number of shards (EarlierDeal, from a state saved there). The batches those
+// steps took are left out and the rest of the same global plan is dealt to
+// this loader's shards, so together they yield every batch of the epoch once
+// (remainder drop: each deal drops its own uneven tails).
 #ifndef JAXBATCH_LOAD_SCHEDULE_H_
 #define JAXBATCH_LOAD_SCHEDULE_H_
 
@@ -50,6 +56,14 @@ struct ScheduleOptions {
   int64_t shard_count = 1;
 };
 
+// `steps` steps of an epoch dealt to `shard_count` shards, from what the
+// deals before it left.
+struct EarlierDeal {
+  int64_t shard_count = 1;
+  int64_t steps = 0;
+  friend bool operator==(const EarlierDeal&, const EarlierDeal&) = default;
+};
+
 struct EpochSchedule {
   BatchPlan plan;  // the global plan
   // This shard's batches in order: a batch index into `plan`, or for an empty
@@ -61,6 +75,9 @@ struct EpochSchedule {
   int64_t padding_batches = 0;
   // A mixture block's draws of bad records, left out of its plan (mixture.h).
   int64_t excluded = 0;
+  // Dealt after earlier deals (elastic resume): what is left of an epoch, so
+  // no steps here does not mean the stream has ended.
+  bool remainder = false;
 
   static constexpr int64_t EmptyStep(int64_t shape_id) { return -1 - shape_id; }
   // The batch of step `t`: a view into `plan`, with no rows stored for an
@@ -84,8 +101,15 @@ EpochSchedule MakeEpochSchedule(std::span<const int64_t> lengths, std::span<cons
 
 // Steps 3 and 4 for a plan made already (MakeEpochSchedule's own, or a
 // mixture block's): deals `plan`'s batches to shards and orders the steps
-// (shuffled under options.shuffle = kGlobal, with `epoch`'s seed).
-EpochSchedule DealToShards(BatchPlan plan, const ScheduleOptions& options, int64_t epoch);
+// (shuffled under options.shuffle = kGlobal, with `epoch`'s seed). With
+// `earlier` deals, deals only what their steps left (each deal's batches in
+// the order the one before held them; its steps shuffled anew). Throws
+// InvalidArgumentError for an earlier deal of no shards, or of more steps
+// than what was left gives.
+// Example (3 shards continue where 2 stopped after 5 steps):
+//   DealToShards(plan, {.shard_index = 1, .shard_count = 3}, epoch, {{{2, 5}}});
+EpochSchedule DealToShards(BatchPlan plan, const ScheduleOptions& options, int64_t epoch,
+                           std::span<const EarlierDeal> earlier = {});
 
 }  // namespace jaxbatch
 

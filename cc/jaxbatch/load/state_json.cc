@@ -125,6 +125,31 @@ std::pair<int64_t, int64_t> ShardField(const JsonValue& v) {
   return {CounterField(v.items[0], "shard"), CounterField(v.items[1], "shard")};
 }
 
+// [[shard_count, steps], ...]: each count >= 1.
+std::vector<EarlierDeal> EarlierDeals(const JsonValue& v) {
+  if (v.kind != JsonValue::kArray) {
+    throw InvalidArgumentError(
+        StrCat("Loader: the state's earlier_deals must be a list of [shard_count, steps], found ",
+               DescribeJson(v)));
+  }
+  std::vector<EarlierDeal> deals;
+  for (const JsonValue& item : v.items) {
+    if (item.kind != JsonValue::kArray || item.items.size() != 2) {
+      throw InvalidArgumentError(
+          StrCat("Loader: the state's earlier_deals must hold [shard_count, steps] pairs, found ",
+                 item.raw.substr(0, 80)));
+    }
+    const EarlierDeal deal{.shard_count = CounterField(item.items[0], "earlier_deals shard_count"),
+                           .steps = CounterField(item.items[1], "earlier_deals steps")};
+    if (deal.shard_count < 1) {
+      throw InvalidArgumentError(StrCat(
+          "Loader: the state's earlier_deals shard_count must be >= 1, found ", deal.shard_count));
+    }
+    deals.push_back(deal);
+  }
+  return deals;
+}
+
 // The object's members by name; refuses a key given twice (which one would win
 // depends on the reader).
 class Members {
@@ -318,6 +343,15 @@ std::string LoaderStateToJson(const LoaderState& state) {
   out += std::to_string(key.block_size);
   AppendKey(out, "shard");
   out += StrCat("[", key.shard_index, ", ", key.shard_count, "]");
+  if (!state.earlier_deals.empty()) {
+    AppendKey(out, "earlier_deals");
+    out += "[";
+    for (size_t d = 0; d < state.earlier_deals.size(); ++d) {
+      out += StrCat(d ? ", [" : "[", state.earlier_deals[d].shard_count, ", ",
+                    state.earlier_deals[d].steps, "]");
+    }
+    out += "]";
+  }
   if (state.mixture) {
     AppendKey(out, "mixture");
     AppendMixture(out, *state.mixture);
@@ -354,6 +388,7 @@ LoaderState LoaderStateFromJson(std::string_view text) {
   key.block_size = CounterField(members.Get("block_size"), "block_size");
   std::tie(key.shard_index, key.shard_count) = ShardField(members.Get("shard"));
   state.key = std::move(key);
+  if (const JsonValue* v = members.Find("earlier_deals")) state.earlier_deals = EarlierDeals(*v);
   if (const JsonValue* v = members.Find("mixture")) state.mixture = MixtureField(*v);
   return state;
 }

@@ -10,6 +10,9 @@
 //    "fingerprint": "de3c5abd8f45f319", "planner": "AutoBuckets(...)",
 //    "shuffle": "global", "block_size": 1024, "shard": [0, 2]}
 //
+// A state restored elastically (load/elastic.h), until its epoch ends, adds
+// "earlier_deals": [[shard_count, steps], ...].
+//
 // A mixture's state adds "mixture": {"unit", "exhaustion", "block_size",
 // "position", "ended", "sources": [{"name", "fingerprint", "size", "draws",
 // "tokens", "exhausted", "weight", "examples", "elements"}, ...]}, every

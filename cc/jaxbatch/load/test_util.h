@@ -10,10 +10,12 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <tuple>
 #include <vector>
 
+#include "jaxbatch/base/error.h"
 #include "jaxbatch/data/dataset.h"
 #include "jaxbatch/data/dataset_builder.h"
 #include "jaxbatch/load/loader.h"
@@ -88,6 +90,14 @@ inline std::string Fingerprint(const LoadedBatch& batch) {
     out.append(reinterpret_cast<const char*>(a.data), static_cast<size_t>(a.num_bytes()));
   }
   return out;
+}
+
+// The batch's array `name`; OutOfRangeError naming it when there is none.
+inline const Array& FindArray(const LoadedBatch& batch, std::string_view name) {
+  for (const Array& a : batch.arrays) {
+    if (a.name == name) return a;
+  }
+  throw OutOfRangeError(StrCat("the batch has no array ", name));
 }
 
 // The fingerprints of the loader's next `limit` batches (-1: all).

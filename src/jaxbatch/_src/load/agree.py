@@ -88,7 +88,8 @@ def loader_settings(loader: Any) -> dict[str, str]:
         "block_size": str(state["block_size"]),
         "epochs": str(options.epochs) if options.epochs else "None (forever)",
         "shard count": str(state["shard"][1]),
-        "position": f"step {state['step']} of epoch {state['epoch']}",
+        "position": f"step {state['step']} of epoch {state['epoch']}"
+        + "".join(f", after {t} steps on {n}" for n, t in state.get("earlier_deals", [])),
         "bad records": f"on_error={options.on_error!r}, max_errors={limit}, schema {{{rules}}}",
     }
     mixture = state.get("mixture")

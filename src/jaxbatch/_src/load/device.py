@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import collections
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 import numpy as np
@@ -171,13 +171,28 @@ class DevicePrefetcher(Generic[OutT]):
         self._loader("get_state")  # Raises for a source without one.
         return self._source_state()
 
-    def set_state(self, state: Mapping[str, Any]) -> None:
+    def set_state(
+        self,
+        state: Mapping[str, Any] | Sequence[Mapping[str, Any]],
+        *,
+        elastic: bool = False,
+    ) -> None:
         """Restores `state` (from :meth:`get_state`) in place: the source
         Loader continues from it and the batches read ahead are dropped, so
-        the next batch is the one after the saved one. A refused state (the
-        Loader's ValueError) leaves this iterator and its Loader as they were."""
+        the next batch is the one after the saved one. ``elastic=True``: a
+        state saved on another number of processes, as
+        :meth:`Loader.set_state` takes it (the source must be a Loader). A
+        refused state (the Loader's ValueError) leaves this iterator and its
+        Loader as they were."""
         if isinstance(self._source, Loader):
-            self._source._write_state(state)  # This iterator is what reads it ahead.
+            # This iterator is what reads it ahead.
+            self._source._write_state(state, elastic=elastic)
+        elif elastic:
+            raise ValueError(
+                f"device_prefetch: set_state(elastic=True) restores a jb.Loader's state on "
+                f"another number of processes; this iterator reads a "
+                f"{type(self._source).__name__}"
+            )
         else:
             self._loader("set_state").set_state(state)
         self._queue.clear()

@@ -445,33 +445,71 @@ class Loader:
         """get_state() without the read-ahead check (for the prefetcher itself)."""
         return json.loads(_core.loader_state_to_json(self._live().state()))
 
-    def set_state(self, state: Mapping[str, Any]) -> None:
+    def set_state(
+        self,
+        state: Mapping[str, Any] | Sequence[Mapping[str, Any]],
+        *,
+        elastic: bool = False,
+    ) -> None:
         """Continues from `state` (from :meth:`get_state`) with exactly the
         batches an uninterrupted run would have produced.
 
         A state that does not fit (another stream, a field missing, a
         position past the end) is a ValueError naming why, and the Loader
-        goes on exactly as it was. Refused (ValueError) while a
-        ``jb.device_prefetch`` / ``jb.global_batches`` iterator reads this
-        Loader ahead: the batches queued there would come first; restore
-        that iterator instead."""
+        goes on exactly as it was.
+
+        ``elastic=True`` restores a state saved by processes ``(i, n)`` on
+        this Loader's ``shard``, which may have another count ``m``: the m
+        processes continue the same global stream from the step the n
+        processes reached, no example repeated or skipped (with
+        ``remainder="drop"`` the rest of that epoch drops its own uneven
+        tails, fewer than ``m`` batches per shape), every process getting a
+        batch of the same shape at every step; later epochs are dealt to m
+        as usual. `state` is one process's state or a list of several
+        (every process's, say), which must be of one stream and one step:
+        states saved at different steps are refused (ValueError) naming the
+        processes and their steps. Counts in :attr:`stats` start from the
+        restore. With ``shard="jax"`` the processes then check they agree
+        (the check ``Loader(shard="jax")`` makes). See docs/multi-host.md.
+
+        Refused (ValueError) while a ``jb.device_prefetch`` /
+        ``jb.global_batches`` iterator reads this Loader ahead: the batches
+        queued there would come first; restore that iterator instead."""
         check_not_read_ahead(
             self,
             "Loader.set_state",
             "restore",
             "call set_state() on that iterator instead (it drops what it read ahead)",
         )
-        self._write_state(state)
+        self._write_state(state, elastic=elastic)
 
-    def _write_state(self, state: Mapping[str, Any]) -> None:
+    def _write_state(
+        self, state: Mapping[str, Any] | Sequence[Mapping[str, Any]], *, elastic: bool = False
+    ) -> None:
         """set_state() without the read-ahead check (for the prefetcher itself).
         The engine checks the state against the running loader first, so a
         refused one leaves it running exactly as it was."""
-        core_state = self._parse_state(state)
+        if not isinstance(elastic, bool):
+            raise TypeError(f"Loader.set_state: elastic must be a bool, found {elastic!r}")
+        if elastic:
+            saved = [state] if isinstance(state, Mapping) else state
+            if not isinstance(saved, Sequence) or isinstance(saved, str | bytes):
+                raise ValueError(
+                    f"Loader.set_state(elastic=True): expected a state from get_state() or a "
+                    f"list of them, found {type(state).__name__}"
+                )
+            o = self._core_options.schedule
+            core_state = _core.elastic_start(
+                [self._parse_state(s) for s in saved], o.shard_index, o.shard_count
+            )
+        else:
+            core_state = self._parse_state(state)
         if self._core_loader is not None:
             self._core_loader.check_state(core_state)
         self.close()
         self._start_core(core_state)
+        if elastic and self.options.shard == "jax":
+            agree("loader", "Loader.set_state(elastic=True)", lambda: loader_settings(self))
 
     @property
     def stats(self) -> LoaderStats:
