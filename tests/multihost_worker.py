@@ -7,7 +7,9 @@ MODE: ``streams`` records every planner x shuffle mode's batches (shapes,
 example ids, and the stream after a restore) and runs a job (jb.run with
 shard="jax") into OUT_DIR/job; ``train`` runs two epochs of a
 jitted training step over global batches and checkpoints after CHECKPOINT_STEP
-steps; ``resume`` restores that checkpoint and trains to the end; ``die``:
+steps; ``resume`` restores that checkpoint and trains to the end; ``elastic``
+restores the checkpoints of $SAVED_ON processes with elastic=True and records
+each step's shapes and this process's examples; ``die``:
 process $DIE (default 1) exits after two steps, the others keep training; ``mismatch``
 builds Loaders that are equal on every process, then one per MISMATCH_KINDS that
 differs on process 1, recording each error, and ends with the last one's;
@@ -212,6 +214,29 @@ def train(ds, out_dir, mode, process):
     return {"losses": losses, "shapes": shapes, "outputs": outputs}
 
 
+def elastic(ds, out_dir, process):
+    """Restores every process's checkpoint of a `train` run (on another
+    number of processes) with elastic=True and records what each step holds."""
+    import jax
+
+    states = []
+    for i in range(int(os.environ["SAVED_ON"])):
+        with open(os.path.join(out_dir, f"checkpoint-{i}.json")) as f:
+            states.append(json.load(f)["loader"])
+    loader = jb.Loader(ds, TRAIN_PLANNER, seed=5, shard="jax", epochs=2)
+    shapes, examples = [], []
+    with loader:
+        batches = jb.global_batches(loader)
+        batches.set_state(states, elastic=True)
+        for batch in batches:
+            shapes.append({k: list(v.shape) for k, v in sorted(batch.items())})
+            ids = jb.process_local(batch["example_index"])
+            examples.extend(int(e) for e in ids if e >= 0)
+        state = batches.get_state()
+    return {"shapes": shapes, "examples": examples, "local_rows": jax.local_device_count(),
+            "shard": state["shard"]}  # fmt: skip
+
+
 def main():
     mode, out_dir = sys.argv[1], sys.argv[2]
     from launch import initialize_from_env
@@ -230,6 +255,8 @@ def main():
         result.update(streams(ds, out_dir))
     elif mode == "mismatch":
         result.update(mismatch(process))
+    elif mode == "elastic":
+        result.update(elastic(ds, out_dir, process))
     elif mode == "absent":  # Process 1 never builds its Loader.
         result["stream"] = build("equal", process) if process != 1 else None
     else:

@@ -5,6 +5,7 @@ a fresh process, after kill -9, and on 2 jax.distributed processes
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -343,6 +344,33 @@ def test_one_process_restoring_a_two_process_checkpoint_names_the_files(two_proc
         ocp.CheckpointManager(ckpt).restore(
             4, args=ocp.args.Composite(loader=jbc.LoaderRestore(batches))
         )
+
+
+def test_one_process_restores_a_two_process_checkpoint_elastically(two_processes, tmp_path):
+    """LoaderRestore(elastic=True): the 2 processes' states on 1 process,
+    which reads what both had left of the epoch, each example once."""
+    ckpt, _ = two_processes
+    ds, planner = model.dataset(), model.TRAIN_PLANNER
+    with jb.Loader(ds, planner, seed=worker.SEED, epochs=None) as loader:
+        ocp.CheckpointManager(ckpt).restore(
+            4, args=ocp.args.Composite(loader=jbc.LoaderRestore(loader, elastic=True))
+        )
+        rest = [next(loader)["example_index"] for _ in range(loader.steps(0))]
+    left = []
+    for i in range(2):
+        with jb.Loader(ds, planner, seed=worker.SEED, epochs=1, shard=(i, 2)) as shard:
+            left += [e for step, b in enumerate(shard) if step >= 4 for e in b["example_index"]]
+    assert sorted(e for b in rest for e in b if e >= 0) == sorted(e for e in left if e >= 0)
+    # A process's file missing, or files of two process counts: named.
+    lacking = tmp_path / "lacking"
+    lacking.mkdir()
+    shutil.copy(ckpt / "4" / "loader" / "process_0-of-2.json", lacking)
+    with pytest.raises(FileNotFoundError, match=r"lacks the states of process\(es\) \[1\] of 2: "
+                       r"expected \['process_1-of-2.json'\]"):  # fmt: skip
+        jbc_checkpoint.restore_state(lacking, worker.batches(), "LoaderRestore", elastic=True)
+    (lacking / "process_0-of-1.json").write_text("{}")
+    with pytest.raises(ValueError, match=r"found states of \[1, 2\] processes"):
+        jbc_checkpoint.restore_state(lacking, worker.batches(), "LoaderRestore", elastic=True)
 
 
 # -- Orbax v1 -----------------------------------------------------------------------

@@ -181,6 +181,20 @@ def test_streamed_parquet_resumes_on_other_shards(tmp_path):
     check_rest(full, rest, 6)
 
 
+def test_a_view_resumes_on_other_shards():
+    rng = np.random.default_rng(8)
+    ds = jb.Dataset.from_arrays(
+        {"tokens": [np.zeros(k, np.int32) for k in rng.integers(1, 40, 300)]}
+    )
+    view = ds.filter(lambda c: c["tokens_lengths"] % 3 != 0)[10:200]
+
+    def make(shard):
+        return jb.Loader(view, jb.AutoBuckets(3, token_budget=128), shard=shard, seed=6, epochs=2)
+
+    full, rest = save_and_resume(make, 5, 2, 4)
+    check_rest(full, rest, 4)
+
+
 def test_refusals_name_what_and_where():
     ds = jb.Dataset.from_arrays({"tokens": [np.zeros(k, np.int32) for k in range(1, 40)]})
     saved = []

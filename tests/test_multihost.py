@@ -19,12 +19,13 @@ WORKER = str(Path(__file__).with_name("multihost_worker.py"))
 TIMEOUT = 90
 
 
-def run_processes(mode, out_dir, num_processes, local_devices=2):
+def run_processes(mode, out_dir, num_processes, local_devices=2, env=None):
     results = launch_local(
         [sys.executable, WORKER, mode, str(out_dir)],
         num_processes,
         local_devices=local_devices,
         timeout=TIMEOUT,
+        env=env,
     )
     for r in results:
         assert r.returncode == 0, f"process {r.process_id} ({mode}): rc={r.returncode}\n{r.output}"
@@ -32,13 +33,18 @@ def run_processes(mode, out_dir, num_processes, local_devices=2):
 
 
 @pytest.fixture(scope="module")
-def two_process_training(tmp_path_factory):
-    """Two epochs of training on 2 processes x 2 devices, then a restore of
-    every process from the checkpoint taken at CHECKPOINT_STEP."""
+def trained_on_two(tmp_path_factory):
+    """Two epochs of training on 2 processes x 2 devices, checkpointed at
+    CHECKPOINT_STEP: the folder and each process's results."""
     out = tmp_path_factory.mktemp("train2")
-    trained = run_processes("train", out, 2)
-    resumed = run_processes("resume", out, 2)
-    return trained, resumed
+    return out, run_processes("train", out, 2)
+
+
+@pytest.fixture(scope="module")
+def two_process_training(trained_on_two):
+    """The training, then a restore of every process from the checkpoint."""
+    out, trained = trained_on_two
+    return trained, run_processes("resume", out, 2)
 
 
 def reference_training(num_processes):
@@ -101,6 +107,23 @@ def test_per_example_outputs_go_back_to_their_process(two_process_training):
             expected = ds.example(e)["tokens"].astype(np.float64).mean()
             np.testing.assert_allclose(values, expected, rtol=1e-5, atol=1e-6)
     assert seen == {e: 2 for e in range(worker.NUM_EXAMPLES)}  # once per epoch
+
+
+def test_a_checkpoint_of_two_processes_resumes_on_three(trained_on_two):
+    """Elastic resume on real processes: 3 continue the global stream 2 had
+    checkpointed, every example left in it once, one global shape per step."""
+    out, _ = trained_on_two
+    results = run_processes("elastic", out, 3, env={"SAVED_ON": "2"})
+    assert [r["shard"] for r in results] == [[0, 3], [1, 3], [2, 3]]
+    assert results[0]["shapes"] == results[1]["shapes"] == results[2]["shapes"]
+    ds = worker.dataset()
+    left = []
+    for i in range(2):
+        with jb.Loader(ds, worker.TRAIN_PLANNER, seed=5, shard=(i, 2), epochs=2) as loader:
+            for step, batch in enumerate(loader):
+                if step >= worker.CHECKPOINT_STEP:
+                    left.extend(int(e) for e in batch["example_index"] if e >= 0)
+    assert sorted(e for r in results for e in r["examples"]) == sorted(left)
 
 
 def test_four_processes_train_like_one(tmp_path):

@@ -17,6 +17,7 @@ import dataclasses
 import errno
 import json
 import os
+import re
 import stat
 from collections.abc import Awaitable
 from pathlib import Path
@@ -44,6 +45,15 @@ MAX_STATE_BYTES = 1 << 20
 def state_file_name(process_index: int, process_count: int) -> str:
     """The file one process's loader state is saved in (Grain's naming)."""
     return f"process_{process_index}-of-{process_count}.json"
+
+
+_STATE_FILE = re.compile(r"process_(\d+)-of-(\d+)\.json")
+
+
+def parse_state_file_name(name: str) -> tuple[int, int] | None:
+    """(process index, process count) of a state_file_name, else None."""
+    match = _STATE_FILE.fullmatch(name)
+    return (int(match[1]), int(match[2])) if match else None
 
 
 def this_process_file(directory: Path) -> Path:
@@ -92,12 +102,17 @@ def write_state(directory: Path, state: dict[str, Any]) -> None:
     this_process_file(directory).write_text(json.dumps(state, indent=1, sort_keys=True))
 
 
-def restore_state(directory: Path, item: Any, where: str) -> None:
+def restore_state(directory: Path, item: Any, where: str, elastic: bool = False) -> None:
     """Reads this process's state file under `directory` into `item` in
     place. A missing file names the files there (a checkpoint saved by
     another number of processes has other names); the Loader's own check
-    (data, planner, shuffle, shard) raises as it does for ``state=``."""
+    (data, planner, shuffle, shard) raises as it does for ``state=``.
+    `elastic`: every saving process's file, restored on this process's
+    shard whatever their number (``set_state(states, elastic=True)``)."""
     check_restorable(item, where)
+    if elastic:
+        item.set_state(saved_states(Path(directory), where), elastic=True)
+        return
     path = this_process_file(directory)
     if not os.path.lexists(path):
         found = sorted(p.name for p in Path(directory).glob("*.json"))
@@ -106,6 +121,32 @@ def restore_state(directory: Path, item: Any, where: str) -> None:
             f"{jax.process_count()}: expected {path}, found {found or 'no state files'}"
         )
     item.set_state(read_state_file(path, where))
+
+
+def saved_states(directory: Path, where: str) -> list[dict[str, Any]]:
+    """Every process's state under `directory`, in process order: the files
+    of one process count, none missing; else an error naming the files."""
+    counts: dict[int, dict[int, Path]] = {}
+    for path in directory.glob("*.json"):
+        parsed = parse_state_file_name(path.name)
+        if parsed is not None:
+            counts.setdefault(parsed[1], {})[parsed[0]] = path
+    found = sorted(p.name for p in directory.glob("*.json"))
+    if len(counts) != 1:
+        what = "no state files" if not counts else f"states of {sorted(counts)} processes"
+        raise (FileNotFoundError if not counts else ValueError)(
+            f"{where}: expected the loader states of one checkpoint's processes "
+            f"(process_<i>-of-<n>.json) in {directory}, found {what}: {found}"
+        )
+    [(count, files)] = counts.items()
+    missing = [i for i in range(count) if i not in files]
+    if missing:
+        raise FileNotFoundError(
+            f"{where}: the checkpoint in {directory} lacks the states of process(es) "
+            f"{missing} of {count}: expected {[state_file_name(i, count) for i in missing]}, "
+            f"found {found}"
+        )
+    return [read_state_file(files[i], where) for i in range(count)]
 
 
 def read_state_file(path: Path, where: str) -> dict[str, Any]:
@@ -195,7 +236,7 @@ class LoaderCheckpointHandler(ocp.CheckpointHandler):
         write_state(Path(directory), state_to_save(args.item, "LoaderSave"))
 
     def restore(self, directory: Any, args: LoaderRestore) -> Checkpointed:
-        restore_state(Path(directory), args.item, "LoaderRestore")
+        restore_state(Path(directory), args.item, "LoaderRestore", args.elastic)
         return args.item
 
     def metadata(self, directory: Any) -> None:
@@ -228,9 +269,12 @@ class LoaderSave(ocp.args.CheckpointArgs):
 @dataclasses.dataclass
 class LoaderRestore(ocp.args.CheckpointArgs):
     """The loader to restore in place (it continues at the batch after the
-    saved one); ``CheckpointManager.restore`` returns it."""
+    saved one); ``CheckpointManager.restore`` returns it. ``elastic=True``
+    restores a checkpoint saved by another number of processes: every
+    process's file, as ``set_state(states, elastic=True)`` takes them."""
 
     item: Checkpointed
+    elastic: bool = False
 
     def __post_init__(self) -> None:
         check_restorable(self.item, "LoaderRestore")  # Here, not inside Orbax's thread.
@@ -244,8 +288,9 @@ class Checkpointable:
     taken when the save starts, written once the directory exists, and
     ``load`` restores the loader in place."""
 
-    def __init__(self, item: Checkpointed) -> None:
+    def __init__(self, item: Checkpointed, elastic: bool = False) -> None:
         self.item = item
+        self.elastic = elastic  # load: every process's file (see LoaderRestore)
 
     async def save(self, directory: Any) -> Awaitable[None]:
         state = state_to_save(self.item, "Checkpointable")
@@ -256,7 +301,7 @@ class Checkpointable:
         return write()
 
     async def load(self, directory: Any) -> Awaitable[None]:
-        restore_state(Path(directory), self.item, "Checkpointable")
+        restore_state(Path(directory), self.item, "Checkpointable", self.elastic)
 
         async def done() -> None:
             pass

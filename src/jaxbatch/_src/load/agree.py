@@ -69,7 +69,9 @@ def loader_settings(loader: Any) -> dict[str, str]:
     """What decides a Loader's steps and shapes, as text, from what it
     already computes: its state (data fingerprint, planner key, seed,
     shuffle, position, shard count) and the options the state does not hold."""
-    state = loader.get_state()
+    # Without get_state()'s read-ahead check: an elastic restore through a
+    # global_batches iterator agrees on the position it restored.
+    state = loader._read_state()
     options = loader.options
     limit = options.max_errors
     rules = "; ".join(
