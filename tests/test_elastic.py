@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from test_graphs import random_graphs
 
 import jaxbatch as jb
 
@@ -42,7 +43,7 @@ def record(loader, limit=None):
     """(epoch, shapes, example_index pieces) of each batch."""
     out = []
     for batch in loader:
-        ids = np.asarray(batch["example_index"]).ravel()
+        ids = np.asarray(batch.get("graph_index", batch.get("example_index"))).ravel()
         if "source_index" in batch:  # a mixture: (source, example)
             ids = ids + 10**6 * np.asarray(batch["source_index"]).ravel()
         shapes = tuple((k, v.shape) for k, v in sorted(batch.items()))
@@ -164,6 +165,44 @@ def test_mixture_resumes_mid_block_on_other_shards():
     check_rest(full, rest, step)
 
 
+def test_mixture_with_changed_weights_finishes_the_block_then_changes():
+    """Resumed elastically into other weights: the rest of the saved block
+    as drawn (what the n shards had left of it), the new weights after."""
+    rng = np.random.default_rng(6)
+    sources = {
+        name: jb.Dataset.from_arrays(
+            {"tokens": [np.zeros(k, np.int32) for k in rng.integers(1, 40, count)]}
+        )
+        for name, count in (("web", 90), ("code", 60))
+    }
+
+    def make(shard, weights=None):
+        weights = weights or {"web": 0.5, "code": 0.5}
+        mix = jb.Dataset.mix(sources, weights=weights, block_size=48)
+        return jb.Loader(mix, jb.PadToMax(4), shard=shard, seed=3, epochs=2)
+
+    with make((0, 2)) as loader:
+        step = loader.steps(0) + 2
+    full, saved = [], []
+    for i in range(2):
+        with make((i, 2)) as loader:
+            full.append(record(loader))
+        with make((i, 2)) as loader:
+            record(loader, limit=step)
+            saved.append(loader.get_state())
+    rest = []
+    for j in range(3):
+        with make((j, 3), {"web": 0.9, "code": 0.1}) as loader:
+            loader.set_state(saved, elastic=True)
+            assert loader.mixture_changes  # logged and listed
+            rest.append(record(loader))
+    block = saved[0]["epoch"]
+    left = pieces([s[step:] for s in full], epoch=block)
+    assert pieces(rest, epoch=block) == left
+    for s in rest:  # the saved block first, then the blocks of the new weights
+        assert [b[0] for b in s] == sorted(b[0] for b in s) and s[0][0] == block
+
+
 def test_streamed_parquet_resumes_on_other_shards(tmp_path):
     rng = np.random.default_rng(0)
     path = tmp_path / "data.parquet"
@@ -193,6 +232,18 @@ def test_a_view_resumes_on_other_shards():
 
     full, rest = save_and_resume(make, 5, 2, 4)
     check_rest(full, rest, 4)
+
+
+@pytest.mark.parametrize("planner", [jb.GraphBudget(nodes=30, edges=60, graphs=5),
+                                     jb.GraphBuckets(2, nodes=30, edges=60, graphs=5)])  # fmt: skip
+def test_graphs_resume_on_other_shards(planner):
+    ds = jb.Dataset.from_graphs(random_graphs(120, seed=2))
+
+    def make(shard):
+        return jb.Loader(ds, planner, shard=shard, seed=9, epochs=2)
+
+    full, rest = save_and_resume(make, 3, 4, 5)
+    check_rest(full, rest, 5)
 
 
 def test_refusals_name_what_and_where():

@@ -17,8 +17,10 @@
 //
 // The counters of the start state (batches, examples, stats, a mixture's
 // per-source yield) count this shard's batches from the restore on: the
-// saved ones counted other shards' batches. A state saved on n shards and
-// restored on n, at the shard it was saved by, is restored as it is.
+// saved ones counted other shards' batches. The loader enters the resumed
+// epoch again, counting its drops (its own deal's included) but not writing
+// its quarantined records again. A state saved on n shards and restored on
+// n, at the shard it was saved by, is restored as it is.
 //
 // Example:
 //   std::vector<LoaderState> saved;  // each of the n shards' states at one step

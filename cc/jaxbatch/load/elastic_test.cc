@@ -7,6 +7,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <random>
@@ -239,6 +242,62 @@ TEST(ElasticTest, ResumeOnAnyShardCountYieldsTheRestOfTheStreamOnce) {
       EXPECT_TRUE(rest[0].state.earlier_deals.empty());
     }
   }
+}
+
+// remainder="drop": what the m shards yield and count as dropped makes up
+// the plan as the n shards' did (the plan's own drops counted by both).
+TEST(ElasticTest, DropsOfTheResumedDealAreCounted) {
+  const auto data = TokensDataset(RandomLengths(150, 50, 6));
+  const Case c{AutoBucketsOptions{.max_shapes = 3, .batch_size = 4, .remainder = Remainder::kDrop},
+               ShuffleMode::kGlobal};
+  const auto make = [&](int64_t i, int64_t count, std::optional<LoaderState> start) {
+    return std::make_unique<Loader>(data, Options(c, i, count, /*epochs=*/1), std::move(start));
+  };
+  std::vector<ShardRun> full;
+  for (int64_t i = 0; i < 2; ++i) full.push_back(Take(*make(i, 2, std::nullopt)));
+  std::vector<LoaderState> saved;
+  std::vector<ShardRun> first;
+  for (int64_t i = 0; i < 2; ++i) {
+    first.push_back(Take(*make(i, 2, std::nullopt), 3));
+    saved.push_back(first.back().state);
+  }
+  const std::vector<ShardRun> rest = Resume(make, saved, 3);
+  EXPECT_GT(rest[0].state.dropped, 0);
+  EXPECT_EQ(Union(full).size() + static_cast<size_t>(full[0].state.dropped),
+            Union(first).size() + Union(rest).size() + static_cast<size_t>(rest[0].state.dropped));
+}
+
+// The shards before wrote the quarantine file when they entered epoch 0:
+// shard 0 of the new count does not append the records again.
+TEST(ElasticTest, AResumedEpochDoesNotQuarantineAgain) {
+  auto data = TokensDataset({3, 0, 40, 5, 2, 7, 0, 4, 6, 1, 9, 2});
+  const Case c{PadToMaxOptions{.batch_size = 2}, ShuffleMode::kGlobal};
+  const std::string path =
+      (std::filesystem::temp_directory_path() / "jaxbatch_elastic_quarantine_test.jsonl").string();
+  std::remove(path.c_str());
+  const auto options = [&](int64_t i, int64_t count) {
+    LoaderOptions o = Options(c, i, count, /*epochs=*/1);
+    o.schema.columns = {{.name = "tokens", .min_length = 1, .max_length = 10}};
+    o.on_error = ErrorPolicy::kQuarantine;
+    o.quarantine_path = path;
+    return o;
+  };
+  std::vector<LoaderState> saved;
+  for (int64_t i = 0; i < 2; ++i) {
+    Loader loader(data, options(i, 2));
+    testing::Drain(loader, 1);
+    saved.push_back(loader.state());
+  }
+  for (int64_t j = 0; j < 3; ++j) {
+    Loader loader(data, options(j, 3), ElasticStart(saved, j, 3));
+    testing::Drain(loader);
+    EXPECT_EQ(loader.state().quarantined, 3);  // counted from the restore
+  }
+  std::ifstream in(path);
+  int64_t lines = 0;
+  for (std::string line; std::getline(in, line);) ++lines;
+  EXPECT_EQ(lines, 3);  // once, by shard 0 of 2
+  std::remove(path.c_str());
 }
 
 // A state saved after an elastic resume, in its remainder, resumes on a

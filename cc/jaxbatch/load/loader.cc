@@ -210,10 +210,9 @@ Loader::Loader(std::shared_ptr<const Dataset> dataset, std::shared_ptr<const Chu
     state_ = *start;
     state_.key = key_;
     state_.mixture.reset();  // state() makes it anew
-    // Epoch entered already: at a step past its start, or after earlier
-    // deals (whose processes counted its drops and bad records).
-    entered_epoch_ =
-        state_.step > 0 || !state_.earlier_deals.empty() ? state_.epoch : state_.epoch - 1;
+    // An elastic start (earlier deals, counters from zero) enters its epoch
+    // again: it counts that epoch's drops, its own deal's included.
+    entered_epoch_ = state_.step > 0 ? state_.epoch : state_.epoch - 1;
   }
   claim_epoch_ = state_.epoch;
   claim_step_ = state_.step;
@@ -765,7 +764,10 @@ void Loader::EnterEpoch(int64_t epoch, const EpochSchedule& schedule) {
       // Each record once per run, and once per job: every shard finds the
       // same bad records, so shard 0 alone writes them (processes of a
       // multi-host job often share the file).
-      if (epoch == 0 && options_.schedule.shard_index == 0) WriteQuarantine(bad_records_);
+      // An elastic start's epoch was entered by the shards before: written.
+      if (epoch == 0 && options_.schedule.shard_index == 0 && epoch != earlier_epoch_) {
+        WriteQuarantine(bad_records_);
+      }
       break;
   }
   // Bad records reached, not what a planner skipped: each epoch finds them
