@@ -420,7 +420,8 @@ TEST(ElasticTest, RefusesStatesOfDifferentStepsStreamsOrShards) {
 
 TEST(ElasticTest, EarlierDealsRoundTripTheStateText) {
   LoaderState state;
-  state.key = StreamKey{.num_examples = 10, .planner = "PadToMax(batch_size=2)"};
+  state.key =
+      StreamKey{.num_examples = 10, .fingerprint = 0x1234, .planner = "PadToMax(batch_size=2)"};
   state.earlier_deals = {{4, 3}, {3, 1}};
   const std::string text = LoaderStateToJson(state);
   EXPECT_NE(text.find("\"earlier_deals\": [[4, 3], [3, 1]]"), std::string::npos) << text;
