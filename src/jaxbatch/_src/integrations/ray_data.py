@@ -28,7 +28,7 @@ import numpy as np
 from jaxbatch._src.base.optional import require
 from jaxbatch._src.data.dataset import Dataset
 from jaxbatch._src.integrations.ray_units import PlanRunner, check_settings
-from jaxbatch._src.job.output import to_table
+from jaxbatch._src.job.output import arrow_owned, to_table
 from jaxbatch._src.plan.plan import plan as plan_batches
 from jaxbatch._src.plan.planners import GRAPH_PLANNERS, PLANNERS, Planner
 
@@ -113,7 +113,11 @@ class Stage:
         # Each input row's output row, or null where it has none.
         where = np.full(n, -1, np.int64)
         where[gathered.examples] = np.arange(len(gathered.examples))
-        outputs = outputs.take(pa.array(where, mask=where < 0))
+        # (Arrow's own memory, as every array handed to Arrow here: job/output.py.)
+        pc = require("pyarrow.compute", WHO)
+        index = arrow_owned(where)
+        index = pc.if_else(pc.less(index, 0), pa.scalar(None, pa.int64()), index)
+        outputs = outputs.take(index)
         result = table if self.keep_input else table.select([])
         for field in outputs.schema:
             if field.name == "example_index":
@@ -146,8 +150,21 @@ def _as_table(block: Any, pa: Any) -> Any:
     if isinstance(block, pa.Table):
         return block
     if isinstance(block, Mapping):
-        return pa.table({k: list(v) if v.dtype == object else v for k, v in block.items()})
+        return pa.table({k: _arrow_column(np.asarray(v), pa) for k, v in block.items()})
     raise TypeError(
         f"{WHO}: expected a block as a pyarrow Table or a dict of numpy arrays "
         f"(batch_format='pyarrow' or 'numpy'), found {type(block).__name__}"
     )
+
+
+def _arrow_column(values: np.ndarray, pa: Any) -> Any:
+    """A numpy column of a block in memory Arrow owns: a ragged (object)
+    column's arrays and strings are converted, so copied; a flat numeric one
+    is copied by arrow_owned, not wrapped (a wrapped one is released through
+    the interpreter, which aborts a process whose Arrow thread drops it
+    after shutdown began; see job/output.py)."""
+    if values.dtype == object:
+        return pa.array(list(values))
+    if values.ndim == 1 and values.dtype.kind in "biuf":
+        return arrow_owned(values)
+    return pa.array(values)
