@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import jaxbatch as jb
+from jaxbatch._src import version as release
 from jaxbatch._src.execute import memory, plan_cache
 from jaxbatch._src.execute.memory import counting
 
@@ -133,9 +134,10 @@ def test_another_compiler_misses(cache, monkeypatch, change):
             jax.config.update(change, saved)
         return
     else:
-        modules = {"jax version": jax, "jaxbatch version": jb}
+        modules = {"jax version": jax, "jaxbatch version": release}
         module = modules.get(change) or pytest.importorskip("jaxlib")
-        monkeypatch.setattr(module, "__version__", "0.0.0-other")
+        name = "RELEASE" if module is release else "__version__"
+        monkeypatch.setattr(module, name, "0.0.0-other")
     assert estimate()[1].compiled == len(SIZES)
 
 

@@ -60,6 +60,7 @@ from jaxbatch._src.plan.planners import (
     PatchPack,
     Planner,
 )
+from jaxbatch._src.version import RELEASE as __version__  # noqa: F401 (the release)
 
 __all__ = [
     "AspectBuckets",
@@ -115,4 +116,3 @@ __all__ = [
     "unbatch",
     "vmap",
 ]
-__version__ = "0.1.0"

@@ -45,6 +45,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from jaxbatch._src import version
+
 log = logging.getLogger("jaxbatch")
 
 #: Set to 0 (or off, false, no) to neither read nor write the cache.
@@ -122,9 +124,7 @@ def _hex(data: bytes) -> str:
 
 
 def _version() -> str:
-    import jaxbatch
-
-    return jaxbatch.__version__
+    return version.RELEASE  # read at each call (tests stand in another)
 
 
 def _xla_flags() -> str:
