@@ -125,7 +125,9 @@ HUGE_SCRIPT = textwrap.dedent(
     lengths = [5, 3, 9, 2]
     for planner, rows in [
         (jb.PadToMax(batch_size=big), big),
-        (jb.FixedBuckets([16], token_budget=16 * big), big),
+        # A budget's rows are spread evenly over the shape's batches: the
+        # four examples fill one batch of 4 rows (plan/balance.h).
+        (jb.FixedBuckets([16], token_budget=16 * big), 4),
         (jb.AutoBuckets(2, token_budget=big), None),
         (jb.Pack(16, rows_per_batch=big), big),
     ]:
