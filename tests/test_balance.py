@@ -127,13 +127,16 @@ def test_the_demo_lowers_its_cap_for_the_fewest_empty_rows():
         batches = -(-rows // cap)
         return batches * balanced_rows(rows, cap)
 
-    for rows in range(1, 300, 7):
+    # Texts of 240 tokens: one a row of 256, so `texts` rows.
+    for texts in range(1, 300, 23):
+        dataset = jb.Dataset.from_arrays({"ids": [np.ones(240, np.int32)] * texts})
         for cap in (1, 2, 7, 20, 41):
-            got = fewest_empty_rows(rows, cap)
+            got = jb.plan(dataset, fewest_empty_rows(dataset, 256, cap))
             candidates = range(max(1, (cap + 1) // 2), cap + 1)
-            best = min(slots(rows, r) for r in candidates)
-            assert got == max(r for r in candidates if slots(rows, r) == best), (rows, cap)
-    # 100 texts of 240 tokens: 100 rows of 256 under the budget's 41 rows.
+            best = min(slots(texts, r) for r in candidates)
+            want = max(r for r in candidates if slots(texts, r) == best)
+            assert got.stats.padded_elements == best * 256, (texts, cap)
+            assert got.shapes[0].rows == balanced_rows(texts, want), (texts, cap)
     model = SimpleNamespace(
         config=SimpleNamespace(max_seq_length=256), embed_packed_fn=lambda segments: segments
     )

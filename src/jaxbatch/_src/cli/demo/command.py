@@ -131,24 +131,25 @@ def plan_token_budget(model, budget: int | None) -> tuple[int, int, str]:
     return rows * length, budget, where
 
 
-def fewest_empty_rows(rows: int, cap: int) -> int:
-    """The cap on rows a batch, from ``cap`` down to half of it, under which
-    ``rows`` packed rows, spread evenly by the planner, leave the fewest
-    empty rows (the largest cap on a tie). On CPU the demo's model costs the
-    same per token at 10, 20 and 41 rows of 256 a batch (process CPU time
-    409, 404 and 428 us a token on a 2-core AMD EPYC), so smaller batches
-    cost nothing there, and padding is all the difference.
+def fewest_empty_rows(dataset, length: int, cap: int) -> Pack:
+    """Pack with the cap on rows a batch, from ``cap`` down to half of it,
+    whose plan of ``dataset`` leaves the fewest padded tokens (the largest
+    cap on a tie). The engine plans each candidate (it spreads a shape's
+    rows evenly over its batches, plan/balance.h), so the rule is its own.
+    On CPU the demo's model costs the same per token at 10, 20 and 41 rows
+    of 256 a batch (process CPU time 409, 404 and 428 us a token on a 2-core
+    AMD EPYC), so smaller batches cost nothing there, and padding is all the
+    difference.
 
-    Example: ``fewest_empty_rows(100, 41) == 33``: four batches, which the
-    planner fills with 25 rows each, none empty (41 makes three of 34, two
-    rows empty); ``fewest_empty_rows(467, 41) == 41``: 12 batches of 39, one
-    row empty."""
-    best, best_slots = cap, None
-    for r in range(cap, max(1, (cap + 1) // 2) - 1, -1):
-        batches = -(-rows // r)
-        slots = batches * -(-rows // batches)
-        if best_slots is None or slots < best_slots:
-            best, best_slots = r, slots
+    Example: 100 rows' worth of texts under a cap of 41 rows: four batches
+    of 25, none empty (41 makes three of 34, two rows empty); 467 rows: 12
+    batches of 39 under 41, one row empty."""
+    best, best_padded = None, None
+    for rows in range(cap, max(1, (cap + 1) // 2) - 1, -1):
+        candidate = Pack(row_length=length, token_budget=rows * length)
+        padded = plan(dataset, candidate).stats.padded_elements
+        if best_padded is None or padded < best_padded:
+            best, best_padded = candidate, padded
     return best
 
 
@@ -169,12 +170,9 @@ def job_planner(model, dataset, kind: str, max_shapes: int, token_budget: int):
         length = model.config.max_seq_length
         cap = max(1, token_budget // length)
         pack = Pack(row_length=length, token_budget=cap * length)
-        packed = plan(dataset, pack)
         if jax.devices()[0].platform == "cpu":
-            rows = fewest_empty_rows(packed.stats.occupied_elements // length, cap)
-            if rows != cap:
-                pack = Pack(row_length=length, token_budget=rows * length)
-        return pack, model.embed_packed_fn(packed.shapes[0].segments)
+            pack = fewest_empty_rows(dataset, length, cap)
+        return pack, model.embed_packed_fn(plan(dataset, pack).shapes[0].segments)
     return AutoBuckets(max_shapes, token_budget=token_budget), model.embed_fn()
 
 
