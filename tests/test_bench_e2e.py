@@ -73,5 +73,28 @@ def test_check_outputs_reports_every_onnx_contender():
 def test_check_outputs_refuses_a_wrong_onnx_contender(name):
     vectors = _agreeing_vectors()
     vectors[name][3] = -vectors[name][3]
-    with pytest.raises(AssertionError, match="does not match sentence-transformers"):
+    with pytest.raises(AssertionError, match="does not match its reference"):
         bench_e2e.check_outputs(vectors)
+
+
+def test_check_outputs_of_a_subset_checks_against_the_expert():
+    """--only without naive or sentence-transformers: the float32 JAX
+    contenders are held to the expert's embeddings, bfloat16 ones by cosine."""
+    full = _agreeing_vectors()
+    subset = {k: full[k] for k in ("expert", "jaxbatch-pack", "jaxbatch-pack-bf16")}
+    checks = bench_e2e.check_outputs(subset)
+    assert set(checks) == {
+        "jaxbatch-pack_vs_expert_max_abs_diff",
+        "jaxbatch-pack-bf16_vs_expert_min_cosine",
+    }
+    subset["jaxbatch-pack"] = subset["jaxbatch-pack"] + 1e-3
+    with pytest.raises(AssertionError, match="differ"):
+        bench_e2e.check_outputs(subset)
+
+
+def test_check_outputs_refuses_a_subset_with_nothing_to_check_against():
+    full = _agreeing_vectors()
+    with pytest.raises(ValueError, match="--only needs"):
+        bench_e2e.check_outputs({"jaxbatch-pack": full["jaxbatch-pack"]})
+    with pytest.raises(ValueError, match="nothing to check openvino against"):
+        bench_e2e.check_outputs({"expert": full["expert"], "openvino": full["openvino"]})
