@@ -263,6 +263,17 @@ void BindLoad(nb::module_& m) {
       .def_ro_static("CHUNKS_CLOSED", &ChunkCache::kClosed)
       .def("state", &Loader::state)
       .def("mixture_changes", &Loader::mixture_changes)
+      .def("draw_mixture_pass",
+           [](const Loader& loader) {
+             Loader::MixturePass pass;
+             {
+               nb::gil_scoped_release release;
+               pass = loader.DrawMixturePass();
+             }
+             return nb::make_tuple(ToNumpy(std::move(pass.sources)),
+                                   ToNumpy(std::move(pass.examples)),
+                                   ToNumpy(std::move(pass.tokens)), pass.weights);
+           })
       .def("check_state", &Loader::CheckState, nb::arg("state"),
            nb::call_guard<nb::gil_scoped_release>())
       .def("steps", &Loader::Steps, nb::arg("epoch"), nb::call_guard<nb::gil_scoped_release>())

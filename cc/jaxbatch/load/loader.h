@@ -261,6 +261,21 @@ class Loader {
   // What a start state of another mixture changed (weights, sources), one
   // line each; empty when nothing did, or for a loader over a dataset.
   std::vector<std::string> mixture_changes() const;
+  // One pass of this loader's mixture from its start, as its blocks draw it
+  // (bad records included: the blocks count them): each position's source,
+  // its example there and its real elements (what unit="tokens" weighs and
+  // the stats count), and the weights of the last block. What jb.run
+  // processes of a mixture. Throws InvalidArgumentError for a loader over
+  // one dataset or an endless stream (epochs 0).
+  // Example:
+  //   MixturePass pass = loader.DrawMixturePass();  // pass.sources[p], pass.examples[p]
+  struct MixturePass {
+    std::vector<int64_t> sources;
+    std::vector<int64_t> examples;
+    std::vector<int64_t> tokens;
+    std::vector<int64_t> weights;  // per source, WeightsFromShares' integers
+  };
+  MixturePass DrawMixturePass() const;
   // Every quarantined record (each once, in example order).
   std::vector<BadRecord> quarantine() const;
   int64_t num_threads() const { return static_cast<int64_t>(workers_.size()); }

@@ -101,4 +101,26 @@ std::vector<std::string> Loader::mixture_changes() const {
   return mixture_ ? mixture_->changes() : std::vector<std::string>{};
 }
 
+Loader::MixturePass Loader::DrawMixturePass() const {
+  if (!mixture_) {
+    throw InvalidArgumentError("Loader: one pass of a mixture asked of a loader over one dataset");
+  }
+  const std::vector<int64_t> tokens = MixtureTokens();
+  MixtureStream::Pass drawn = NewMixtureStream()->DrawPass();
+  MixturePass pass;
+  pass.weights = std::move(drawn.weights);
+  const size_t n = drawn.draws.size();
+  pass.sources.resize(n);
+  pass.examples.resize(n);
+  pass.tokens.resize(n);
+  const std::vector<int64_t>& begin = mixture_->source_begin();
+  for (size_t p = 0; p < n; ++p) {
+    const MixtureDraw& d = drawn.draws[p];
+    pass.sources[p] = d.source;
+    pass.examples[p] = d.example;
+    pass.tokens[p] = tokens[static_cast<size_t>(begin[static_cast<size_t>(d.source)] + d.example)];
+  }
+  return pass;
+}
+
 }  // namespace jaxbatch

@@ -237,6 +237,35 @@ TEST(LoaderMixtureTest, StopAndDropEndTheStream) {
   }
 }
 
+// One pass drawn alone (what jb.run processes) is the Loader's stream: one
+// batch a block (PadToMax keeps a block's order), so the batches in order
+// hold the pass's draws in order, for every exhaustion; each draw's tokens
+// are its example's length.
+TEST(LoaderMixtureTest, DrawnPassIsTheLoadersStreamInOrder) {
+  const Sources sources;
+  for (const Exhaustion exhaustion : {Exhaustion::kRestart, Exhaustion::kStop, Exhaustion::kDrop}) {
+    const auto mixture = MakeMixture(sources, {0.5, 0.3, 0.2}, MixtureUnit::kTokens, exhaustion);
+    Loader loader(mixture, Options(PadToMaxOptions{.batch_size = 64}, 1));
+    const Loader::MixturePass pass = loader.DrawMixturePass();
+    std::vector<std::pair<int64_t, int64_t>> streamed;
+    while (std::optional<LoadedBatch> batch = loader.Next()) {
+      for (const auto& held : Held(*batch)) streamed.push_back(held);
+    }
+    ASSERT_EQ(pass.sources.size(), streamed.size()) << ExhaustionName(exhaustion);
+    for (size_t p = 0; p < streamed.size(); ++p) {
+      ASSERT_EQ(std::make_pair(pass.sources[p], pass.examples[p]), streamed[p])
+          << ExhaustionName(exhaustion) << " position " << p;
+      const auto& source = *sources.data[static_cast<size_t>(pass.sources[p])];
+      EXPECT_EQ(pass.tokens[p], source.column("tokens").Lengths()[pass.examples[p]]);
+    }
+    EXPECT_EQ(pass.weights, WeightsFromShares(std::vector<double>{0.5, 0.3, 0.2}));
+  }
+  Loader endless(MakeMixture(sources, {1, 1, 1}), Options(PadToMaxOptions{.batch_size = 8}, 0));
+  ExpectThrowsWith<InvalidArgumentError>([&] { endless.DrawMixturePass(); }, "never ends");
+  Loader one(sources.data[0], Options(PadToMaxOptions{.batch_size = 8}, 1));
+  ExpectThrowsWith<InvalidArgumentError>([&] { one.DrawMixturePass(); }, "one dataset");
+}
+
 TEST(LoaderMixtureTest, RefusesPlannersThatChooseShapesPerBlockAndOtherColumns) {
   const Sources sources;
   Sources graphs;

@@ -176,11 +176,7 @@ std::vector<int64_t> MixtureStream::ShapeSample() const {
   return ids;
 }
 
-EpochSchedule MixtureStream::PlanBlock(int64_t block, std::span<const int64_t> lengths,
-                                       std::span<const uint8_t> excluded,
-                                       const ScheduleOptions& options,
-                                       std::span<const int64_t> edges,
-                                       std::span<const int64_t> widths) const {
+std::vector<MixtureDraw> MixtureStream::DrawBlock(int64_t block) const {
   MixtureCursor cursor;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -188,13 +184,38 @@ EpochSchedule MixtureStream::PlanBlock(int64_t block, std::span<const int64_t> l
   }
   std::vector<MixtureDraw> draws;
   if (!cursor.ended) schedule_->Draw(cursor, BlockCount(cursor), &draws);
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!starts_.contains(block + 1)) {
-      if (!cursor.ended) schedule_->SetWeights(cursor, WeightsOfBlock(block + 1));
-      starts_[block + 1] = cursor;
-    }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!starts_.contains(block + 1)) {
+    if (!cursor.ended) schedule_->SetWeights(cursor, WeightsOfBlock(block + 1));
+    starts_[block + 1] = cursor;
   }
+  return draws;
+}
+
+MixtureStream::Pass MixtureStream::DrawPass() const {
+  if (mixture_->options.exhaustion == Exhaustion::kRestart && limit_ == 0) {
+    throw InvalidArgumentError(
+        "MixtureStream: a mixture with exhaustion='restart' and no epoch limit never ends; one "
+        "pass needs epochs=1");
+  }
+  Pass pass;
+  for (int64_t block = 0;; ++block) {
+    std::vector<MixtureDraw> draws = DrawBlock(block);
+    if (draws.empty()) break;
+    pass.draws.insert(pass.draws.end(), draws.begin(), draws.end());
+    pass.weights = WeightsOfBlock(block);
+    Forget(block + 1);
+  }
+  if (pass.weights.empty()) pass.weights = WeightsOfBlock(0);
+  return pass;
+}
+
+EpochSchedule MixtureStream::PlanBlock(int64_t block, std::span<const int64_t> lengths,
+                                       std::span<const uint8_t> excluded,
+                                       const ScheduleOptions& options,
+                                       std::span<const int64_t> edges,
+                                       std::span<const int64_t> widths) const {
+  const std::vector<MixtureDraw> draws = DrawBlock(block);
   // The block's examples by position (a source may repeat one within a
   // block), planned in the order drawn: the plan depends on the lengths
   // drawn alone, whatever the sources' place in the concatenation.

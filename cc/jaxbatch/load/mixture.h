@@ -151,6 +151,20 @@ class MixtureStream {
                           std::span<const uint8_t> excluded, const ScheduleOptions& options,
                           std::span<const int64_t> edges, std::span<const int64_t> widths) const;
 
+  // The positions block `block` draws, in order (none once the stream has
+  // ended): what PlanBlock plans. Throws OutOfRangeError for a block before
+  // the loader's first.
+  std::vector<MixtureDraw> DrawBlock(int64_t block) const;
+  // The whole stream from its start, block by block until a block draws
+  // nothing, and the weights of the last block drawn: what a Loader with
+  // epochs=1 reads. Throws InvalidArgumentError for an endless stream
+  // (Exhaustion::kRestart with epochs 0).
+  struct Pass {
+    std::vector<MixtureDraw> draws;
+    std::vector<int64_t> weights;
+  };
+  Pass DrawPass() const;
+
   // The state of the stream at block `block` (whose start is known: the
   // consumer's block), with each source's yield so far.
   MixtureState State(int64_t block, const std::vector<SourceTally>& yielded) const;
