@@ -20,6 +20,7 @@ void BindCollate(nb::module_& m) {
   m.attr("PATCHES_SUFFIX") = std::string(kPatchesSuffix);
   m.attr("EXAMPLE_INDEX") = std::string(kExampleIndexName);
   m.attr("EXAMPLE_PIECE") = std::string(kExamplePieceName);
+  m.attr("SOURCE_INDEX") = std::string(kSourceIndexName);
   m.attr("NODE_MASK") = std::string(kNodeMaskName);
   m.attr("EDGE_MASK") = std::string(kEdgeMaskName);
   m.attr("GRAPH_MASK") = std::string(kGraphMaskName);

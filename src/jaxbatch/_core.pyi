@@ -802,6 +802,8 @@ EXAMPLE_INDEX: str = 'example_index'
 
 EXAMPLE_PIECE: str = 'example_piece'
 
+SOURCE_INDEX: str = 'source_index'
+
 NODE_MASK: str = 'node_mask'
 
 EDGE_MASK: str = 'edge_mask'

@@ -28,6 +28,12 @@ PATCHES: str = _core.PATCHES_SUFFIX
 EXAMPLE_INDEX: str = _core.EXAMPLE_INDEX
 # Pack(too_long="split")'s: which piece of its example each segment is.
 EXAMPLE_PIECE: str = _core.EXAMPLE_PIECE
+# A mixture's batches': each example's source, beside EXAMPLE_INDEX (its index there).
+SOURCE_INDEX: str = _core.SOURCE_INDEX
+# A job over one pass of a mixture (jb.run) keys its output rows on each
+# draw's position in the stream, beside EXAMPLE_INDEX and SOURCE_INDEX.
+POSITION = "position"
+MIXTURE_KEYS = (POSITION, EXAMPLE_INDEX, SOURCE_INDEX)
 # A graph batch's.
 NODE_MASK: str = _core.NODE_MASK
 EDGE_MASK: str = _core.EDGE_MASK
@@ -39,6 +45,12 @@ GRAPH_KEYS = (NODE_MASK, EDGE_MASK, GRAPH_MASK, NODE_GRAPH, GRAPH_INDEX)
 SUFFIXES = (MASK, LENGTHS, SEGMENT_IDS, POSITIONS, SEGMENT_STARTS, PIXELS, PATCHES)
 # Keys whose first per-row axis is the column's token (or patch) axis ("" the values).
 TOKEN_SUFFIXES = ("", MASK, SEGMENT_IDS, POSITIONS, PIXELS)
+
+
+def row_key(names: list[str]) -> str:
+    """The column a job's output rows (with column `names`) are keyed and
+    ordered on: EXAMPLE_INDEX, or over a mixture's pass POSITION."""
+    return POSITION if POSITION in names else EXAMPLE_INDEX
 
 
 def mask(column: str) -> str:

@@ -50,17 +50,19 @@ def job_output_table(path: Path, who: str):
         tables.append(pq.read_table(pa.BufferReader(shard.data)))
         shard.data = None  # Its bytes are decoded: let them go before the next.
     table = pa.concat_tables(tables)
-    index = table.column(keys.EXAMPLE_INDEX).to_numpy()
+    key = keys.row_key(table.column_names)  # A job over a mixture's pass: each draw's position.
+    index = table.column(key).to_numpy()
     if len(index) > 1 and not (np.diff(index) > 0).all():  # jb.run's buckets: not in order.
         order = np.argsort(index, kind="stable")
         repeated = np.flatnonzero(np.diff(index[order]) == 0)
         if len(repeated):
             raise ValueError(
-                f"{who}: {path} holds example {int(index[order][repeated[0]])} more than once"
+                f"{who}: {path} holds {key.replace('_index', '')} "
+                f"{int(index[order][repeated[0]])} more than once"
             )
         table = table.take(pa.array(order))  # One copy, in example order.
     _refuse_reshaped(table, path, who)
-    return table.drop_columns([keys.EXAMPLE_INDEX])
+    return table.drop_columns([k for k in keys.MIXTURE_KEYS if k in table.column_names])
 
 
 def _refuse_reshaped(table, path: Path, who: str) -> None:

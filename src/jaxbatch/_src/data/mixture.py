@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 from jaxbatch import _core
@@ -210,8 +210,13 @@ def source_shares(loader_state: Any) -> dict[str, SourceShare]:
     """Each source's realised share from a core LoaderState (its mixture
     part); {} for a loader over one dataset."""
     rows = loader_state.mixture_sources
-    if rows is None:
-        return {}
+    return {} if rows is None else shares_of(rows)
+
+
+def shares_of(rows: Iterable[tuple[str, int, int, int]]) -> dict[str, SourceShare]:
+    """Each source's share from its (name, examples, tokens, weight): what a
+    Loader's state holds, or what a job over one pass wrote."""
+    rows = list(rows)
     examples = sum(r[1] for r in rows) or 1
     tokens = sum(r[2] for r in rows) or 1
     weights = sum(r[3] for r in rows) or 1

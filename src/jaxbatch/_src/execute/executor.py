@@ -13,6 +13,7 @@ import numpy as np
 
 from jaxbatch._src.base.words import counted
 from jaxbatch._src.collate import keys
+from jaxbatch._src.data.mixture import SourceShare
 from jaxbatch._src.execute.failures import CHECK, FINITE
 from jaxbatch._src.execute.hoist import hoisted
 
@@ -34,6 +35,10 @@ class MapStats:
     expected_shapes: int | None = None
     #: Seconds waiting for the next batch (the loader's share of the run).
     load_seconds: float = 0.0
+    #: Over a mixture: each source's part of the examples returned (examples
+    #: and tokens, each also as a share, beside its weight), by name in the
+    #: mixture's order; None over one dataset.
+    sources: dict[str, SourceShare] | None = None
 
     @property
     def seconds_per_batch(self) -> float:

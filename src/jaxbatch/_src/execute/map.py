@@ -10,11 +10,14 @@ import warnings
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+import numpy as np
+
 from jaxbatch._src.base.optional import install_hint, optional
 from jaxbatch._src.base.words import counted
 from jaxbatch._src.collate.collate import Batch, GraphRole
 from jaxbatch._src.collate.unbatch import unbatch
 from jaxbatch._src.data.dataset import Dataset
+from jaxbatch._src.data.mixture import Mixture
 from jaxbatch._src.execute.batch_loop import (
     DEFAULT_BACKOFF,
     DEFAULT_MIN_BATCH_SIZE,
@@ -34,6 +37,7 @@ from jaxbatch._src.execute.graph_batches import per_example_outputs
 from jaxbatch._src.execute.memory import Auto
 from jaxbatch._src.execute.output_layout import unbatch_per_token
 from jaxbatch._src.load.loader import Loader
+from jaxbatch._src.load.mixture_pass import draw_pass, refuse_seed
 from jaxbatch._src.plan.planners import (
     GRAPH_PLANNERS,
     PatchPack,
@@ -52,18 +56,23 @@ class MapResult:
     """Per-example outputs (padding removed) keyed by example index, the
     quarantined examples with their reasons (those the function's checks
     failed, and with ``stage="loader"`` those a Loader's schema set aside),
-    and the run's stats."""
+    and the run's stats. Over a mixture, outputs are keyed by each draw's
+    position in the stream, and ``source_index[p]`` and ``example_index[p]``
+    say which source and which of its examples draw ``p`` is."""
 
     outputs: dict[int, Any]
     quarantine: list[dict[str, Any]]
     stats: MapStats
+    source_index: np.ndarray | None = None
+    example_index: np.ndarray | None = None
 
 
 def map(  # noqa: A001 - the name users expect, as jax.lax.map
     fun: Callable,
-    data: Loader | Dataset | Iterable[Batch],
+    data: Loader | Dataset | Mixture | Iterable[Batch],
     *,
     planner: Planner | PatchPack | None = None,
+    seed: int | None = None,
     batch_size: int | Auto = "auto",
     on_oom: OnOom = DEFAULT_ON_OOM,
     backoff: float = DEFAULT_BACKOFF,
@@ -127,6 +136,11 @@ def map(  # noqa: A001 - the name users expect, as jax.lax.map
     """
     settings = LoopSettings(check_finite, check, on_error, on_oom, backoff, min_batch_size)
     settings = dataclasses.replace(settings, per_example=per_example, per=per)
+    refuse_seed(data, seed, "jb.map")
+    drawn = None
+    if isinstance(data, Mixture):  # One pass of its stream, as the engine draws it.
+        drawn = draw_pass(data, planner, seed=seed, column=None, schema=None, who="jb.map")
+        data = drawn.dataset
     batches, shapes, length_column = _batches(fun, data, planner, batch_size, memory_budget)
     loop = BatchLoop(fun, settings, batches, length_column)
     loop.compile_ahead(shapes)
@@ -149,7 +163,12 @@ def map(  # noqa: A001 - the name users expect, as jax.lax.map
         loop.close()
         if isinstance(batches, Loader) and batches is not data:
             batches.close()  # The loader jb.map made for a Dataset.
-    return _finish(stats, outputs, quarantine, bar)
+    result = _finish(stats, outputs, quarantine, bar)
+    if drawn is not None:
+        positions = np.fromiter(outputs, np.int64, len(outputs))
+        stats.sources = drawn.shares([drawn.tally(positions)])
+        result.source_index, result.example_index = drawn.sources, drawn.examples
+    return result
 
 
 def _outputs(ran: Ran) -> dict[int, Any]:

@@ -44,6 +44,7 @@ from jaxbatch._src.base.words import counted
 from jaxbatch._src.collate.collate import GraphRole, pad_values
 from jaxbatch._src.data.dataset import Dataset
 from jaxbatch._src.data.grids import Axes
+from jaxbatch._src.data.mixture import Mixture, SourceShare
 from jaxbatch._src.data.opening import open_source
 from jaxbatch._src.execute.batch_loop import (
     BatchLoop,
@@ -82,6 +83,7 @@ from jaxbatch._src.load.loader import (
     loader_for,
     resolve_shard,
 )
+from jaxbatch._src.load.mixture_pass import draw_pass, refuse_seed
 from jaxbatch._src.plan.planners import (
     GRAPH_PLANNERS,
     PATCH_PLANNERS,
@@ -155,6 +157,11 @@ class JobReport:
     #: examples it committed, its seconds per stage, compilations and peak
     #: host memory (:func:`worker_breakdown`); None for a job of one process.
     workers: list[dict[str, Any]] | None = None
+    #: A job over a mixture: each source's part of the examples written
+    #: (examples and tokens, each also as a share, beside the weight of the
+    #: pass's last block), by name in the mixture's order (``source_index``
+    #: numbers them); None for a job over one dataset.
+    sources: dict[str, SourceShare] | None = None
 
     @property
     def padding_efficiency(self) -> float:
@@ -194,6 +201,7 @@ class JobReport:
                 f"{r['reason']}); {counted(r['dropped'], 'record')} cut, their work redone"
                 for r in self.repairs
             ),
+            *_source_lines(self.sources),
             *_worker_lines(self.workers),
             f"  peak memory: host {self.peak_host_bytes / 2**20:.0f} MiB"
             + (
@@ -203,6 +211,17 @@ class JobReport:
             ),
         ]
         return "\n".join(lines)
+
+
+def _source_lines(sources: dict[str, SourceShare] | None) -> list[str]:
+    """The report's lines on each source of a job over a mixture."""
+    if not sources:
+        return []
+    return [
+        f"  source {k} {name!r}: {counted(s.examples, 'example')} ({s.example_share:.1%}), "
+        f"{counted(s.tokens, 'token')} ({s.token_share:.1%}); weight {s.weight:.1%}"
+        for k, (name, s) in enumerate(sources.items())
+    ]
 
 
 def _worker_lines(workers: list[dict[str, Any]] | None) -> list[str]:
@@ -231,10 +250,11 @@ def _memory_plan_line(memory_plan: dict[str, int] | None) -> list[str]:
 
 def run(
     fun: Callable,
-    source: Dataset | str | os.PathLike,
+    source: Dataset | Mixture | str | os.PathLike,
     output: str | os.PathLike,
     *,
     planner: Planner | PatchPack | None = None,
+    seed: int | None = None,
     column: str | None = None,
     columns: list[str] | None = None,
     batch_size: int | Auto = "auto",
@@ -344,7 +364,13 @@ def run(
         **({} if prefetch is None else {"prefetch": prefetch}),
         who="jb.run",
     )
-    opened = open_source(source, options, graphs=graph, who="jb.run")
+    refuse_seed(source, seed, "jb.run")
+    drawn = None
+    if isinstance(source, Mixture):  # One pass of its stream, as the engine draws it.
+        drawn = draw_pass(source, planner, seed=seed, column=column, schema=schema, who="jb.run")
+    opened = open_source(
+        source if drawn is None else drawn.dataset, options, graphs=graph, who="jb.run"
+    )
     if opened.stream is not None and planner is None and batch_size == "auto":
         raise ValueError(
             f"jb.run: batch_size='auto' plans memory from an example's values, which a "
@@ -383,6 +409,7 @@ def run(
         graph=graph,
         per_example=per_example,
         per=per,
+        mixture=None if drawn is None else drawn.key(),
     )
     folder, journal = claim(
         process_folder(Path(output), shard_index, shard_count),
@@ -405,7 +432,9 @@ def run(
                     "fingerprint": fingerprint,
                     "planner": planner_record(resolved),
                     "memory_plan": dataclasses.asdict(plan_count),
-                    "source": opened.name if opened.path else "a Dataset",
+                    "source": opened.name
+                    if opened.path
+                    else ("a Dataset" if drawn is None else "a mixture"),
                     "created": time.time(),
                 }
             )
@@ -429,6 +458,7 @@ def run(
                 settings=settings,
                 checkpoint_every=checkpoint_every,
                 progress=progress,
+                drawn=drawn,
             )
             shards = job.run()
             journal.append(
@@ -443,6 +473,8 @@ def run(
             log.info("jb.run: the job in %s is already complete", folder.path)
         total = dataset.num_examples if shard_count == 1 else None  # A shard's: what it handled.
         report = journal_report(folder, journal, total, shards, time.perf_counter() - start_time)
+    if drawn is not None:
+        report.sources = drawn.shares([s["sources"] for s in shards])
     folder.write_report(report.to_dict())
     return report
 
@@ -483,6 +515,7 @@ def job_fingerprint(
     graph: bool = False,
     per_example: bool | None = None,
     per: GraphRole | Mapping[str, GraphRole] | None = None,
+    mixture: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """What the first record keys a job on (its function, input and
     options): a run whose key differs is refused (:func:`run_differences`).
@@ -510,6 +543,8 @@ def job_fingerprint(
             "checkpoint_every": int(checkpoint_every),
         },
     }
+    if mixture is not None:  # A mixture's options and seed, each by name (DrawnPass.key).
+        fingerprint["options"].update(mixture)
     if graph:  # Keyed only where they apply: older jobs resume.
         fingerprint["options"]["per_example"] = bool(per_example)
         fingerprint["options"]["per"] = per if per is None or isinstance(per, str) else dict(per)
@@ -609,8 +644,10 @@ class _Job:
         settings,
         checkpoint_every,
         progress,
+        drawn=None,
     ):
         self.journal, self.folder, self.shards = journal, folder, list(shards)
+        self.drawn = drawn  # A mixture's pass: rows keyed on its positions.
         self.on_error, self.checkpoint_every = loader_options.on_error, checkpoint_every
         count = loader_options.shard[1]
         self.total = -(-opened.dataset.num_examples // count)  # A shard's, about.
@@ -684,13 +721,15 @@ class _Job:
         t0 = time.perf_counter()
         examples = np.concatenate([e for e, _ in pending])
         columns = concat_columns([c for _, c in pending])
-        data = encode_parquet(to_table(examples, columns))
+        data = encode_parquet(to_table(examples, columns, self.drawn))
         named = write_shard(self.folder, self.journal, len(self.shards), data)
         writing = time.perf_counter() - t0
         now = self._tally()
         spent = {k: now[k] - mark[k] for k in now}
         work = shard_work(written, bad, self.loader.get_state(), {**spent, "writing": writing})
         record = {**named, **work}
+        if self.drawn is not None:  # Each source's part, for the report's shares.
+            record["sources"] = self.drawn.tally(examples)
         self.journal.append(record)
         self.shards.append(record)
         return now

@@ -94,12 +94,25 @@ def concat_columns(pieces: list[dict[str, Column]]) -> dict[str, Column]:
     return out
 
 
-def to_table(examples: np.ndarray, columns: dict[str, Column]):
-    """An Arrow table: ``example_index`` and one column per output."""
+def to_table(examples: np.ndarray, columns: dict[str, Column], drawn: Any = None):
+    """An Arrow table: ``example_index`` and one column per output. Over
+    one pass of a mixture (`drawn`, a DrawnPass), `examples` are draw
+    positions: the table holds each row's ``position`` (its key), its
+    ``example_index`` within its source and its ``source_index``."""
     pa = require("pyarrow", _WRITING)
 
-    index = arrow_owned(examples.astype(np.int64, copy=False))
-    arrays, fields = [index], [pa.field(keys.EXAMPLE_INDEX, pa.int64())]
+    examples = examples.astype(np.int64, copy=False)
+    arrays, fields = [arrow_owned(examples)], [pa.field(keys.EXAMPLE_INDEX, pa.int64())]
+    if drawn is not None:
+        clash = sorted(set(columns) & set(keys.MIXTURE_KEYS))
+        if clash:
+            raise ValueError(
+                f"jb.run: output {clash[0]!r} collides with the column a job over a mixture "
+                f"writes beside each row ({', '.join(keys.MIXTURE_KEYS)}); rename it"
+            )
+        arrays = [arrays[0], arrow_owned(drawn.examples[examples])]
+        arrays.append(arrow_owned(drawn.sources[examples]))
+        fields = [pa.field(k, a.type) for k, a in zip(keys.MIXTURE_KEYS, arrays, strict=True)]
     for name, column in columns.items():
         values = column.values
         inner = values.shape[1:]
@@ -229,7 +242,10 @@ def _numpy_dtype(name: str):
 def read_output(output: str | os.PathLike, *, partial: bool = False) -> dict[str, Any]:
     """A job's outputs as numpy, in example order: ``example_index`` and one
     entry per output (fixed-shape outputs stacked ``[n, *shape]``, per-token
-    outputs as a list of arrays).
+    outputs as a list of arrays). A job over a mixture's pass
+    (``jb.run(fun, mixture, ...)``) reads in draw order, with each row's
+    ``position`` in the stream, ``example_index`` within its source and
+    ``source_index``.
 
     Reads the shards the journal lists, each checked against its recorded
     size and hash, and changes nothing: the folder may be read-only, and a
@@ -267,12 +283,14 @@ def read_output(output: str | os.PathLike, *, partial: bool = False) -> dict[str
     if not tables:
         return {keys.EXAMPLE_INDEX: np.zeros(0, dtype=np.int64)}
     table = pa.concat_tables(tables)
-    index = _numpy(table.column(keys.EXAMPLE_INDEX))
+    key = keys.row_key(table.column_names)  # A job over a mixture's pass: each draw's position.
+    index = _numpy(table.column(key))
     order = np.argsort(index, kind="stable")
     repeated = index[order][1:][np.diff(index[order]) == 0]
     if len(repeated):
         raise ValueError(
-            f"jb.read_output: {output} holds example {int(repeated[0])} more than once "
+            f"jb.read_output: {output} holds {key.replace('_index', '')} "
+            f"{int(repeated[0])} more than once "
             f"({len(repeated)} repeats): parts of different jobs are mixed in it"
         )
     return from_table(table.take(arrow_owned(order)))
