@@ -385,8 +385,8 @@ def test_errors_name_what_is_wrong():
     mixture = jb.Dataset.mix({"a": a, "b": b}, exhaustion="drop")
     with pytest.raises(ValueError, match="epochs must be 1, found None"):
         jb.Loader(mixture, jb.PadToMax(2), epochs=None)
-    with pytest.raises(TypeError, match="jb.run: a mixture is a stream for training"):
-        jb.run(lambda x: x, jb.Dataset.mix({"a": a}), "/tmp/never", progress=False)
+    with pytest.raises(ValueError, match="jb.run: seed= drives a mixture's draws"):
+        jb.run(lambda x: x, a, "/tmp/never", seed=1, progress=False)
     with pytest.raises(ValueError, match="stage 0 must be"):
         jb.Dataset.mix({"a": a}, [0, {"a": 1}])
 

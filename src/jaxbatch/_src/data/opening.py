@@ -127,11 +127,11 @@ def open_source(
         dataset = source
         _refuse_file_options(options, who, grouped=True)
     elif isinstance(source, Mixture):
-        if who != "Loader":
+        if who != "Loader":  # jb.run and jb.map draw their pass first (load/mixture_pass.py).
             raise TypeError(
-                f"{who}: a mixture is a stream for training (it draws sources by weight, "
-                f"repeats them, and changes weight over time), not a set of examples to process "
-                f"once; pass jb.Dataset.concat([...]) of its sources, or one source"
+                f"{who}: does not take a mixture; jb.run and jb.map process one pass of its "
+                f"stream (jb.run(fun, mixture, output, seed=...)), and jb.Dataset.concat([...]) "
+                f"of its sources is every example once"
             )
         dataset = source
         _refuse_file_options(options, who, grouped=True)

@@ -96,7 +96,12 @@ def map(  # noqa: A001 - the name users expect, as jax.lax.map
       ``planner`` (default ``AutoBuckets(8, batch_size=...)``, not shuffled).
       ``batch_size="auto"`` plans rows from device memory
       (:func:`jaxbatch.max_batch_size` with ``memory_budget``, default the
-      free device memory); on CPU, which reports none, it uses 32.
+      free device memory); on CPU, which reports none, it uses 32. Or a
+      mixture (``jb.Dataset.mix``), planned likewise: one pass of its
+      stream, drawn under ``seed`` as ``jb.Loader(mixture, ..., seed=seed,
+      epochs=1)`` draws it; outputs are keyed by each draw's position,
+      ``result.source_index`` and ``result.example_index`` name its source
+      and example, and ``stats.sources`` each source's realised share.
     * ``on_oom="split"``: a batch that raises RESOURCE_EXHAUSTED is run in
       chunks of ``backoff`` times as many rows, and the new limit is kept for
       the following batches; each back-off is logged and counted in

@@ -299,6 +299,16 @@ def run(
       ``axes`` names a file's variable axes and ties as for :class:`Loader`
       (``{"image": ("h", "w")}`` reads images as a grid column); the input
       key holds the axes, so a job resumed with other axes is refused.
+    * ``source`` may be a mixture (``jb.Dataset.mix``): the job processes
+      one pass of its stream, the draws (in their order) a
+      ``jb.Loader(mixture, ..., seed=seed, epochs=1)`` yields, each once
+      (with ``exhaustion="restart"`` a source that runs out repeats, as in
+      the stream). Rows are keyed on each draw's ``position`` and carry
+      ``example_index`` within its source and ``source_index``; the report
+      gives each source's examples and tokens written (``sources``). The
+      job is keyed on the mixture (each source's data and name, weights,
+      unit, exhaustion, block size) and ``seed`` (default the Loader's), so
+      a resume with other weights or another seed is refused, naming it.
     * ``planner`` (default ``AutoBuckets(8, batch_size=...)``) and
       ``batch_size`` / ``memory_budget`` as for jb.map (a :class:`PatchPack`
       too: one output per image); the planner is resolved once, on the
