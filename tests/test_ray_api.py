@@ -49,6 +49,14 @@ def test_run_refuses_before_starting_anything(tmp_path, kwargs, error, message):
     assert "ray" not in sys.modules or not sys.modules["ray"].is_initialized()
 
 
+def test_run_refuses_a_mixture_naming_what_takes_one(tmp_path):
+    ds = jb.Dataset.from_arrays({"tokens": _tokens(10)})
+    mixture = jb.Dataset.mix({"a": ds, "b": ds[:4]})
+    with pytest.raises(TypeError, match=r"jaxbatch.ray.run: does not take a mixture; jb.run"):
+        jbr.run(_total, mixture, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
 def test_run_without_ray_names_the_extra(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)
     ds = jb.Dataset.from_arrays({"tokens": _tokens(10)})

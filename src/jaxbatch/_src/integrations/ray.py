@@ -106,7 +106,8 @@ def run(
     * ``source``: a path every node can read at the same place (Parquet,
       Arrow IPC, a folder of .npy, read whole or memory-mapped, not
       streamed), or a :class:`Dataset` (a file's is reopened on each node;
-      one built in memory travels through Ray's object store).
+      one built in memory travels through Ray's object store). A mixture
+      is refused: :func:`jaxbatch.run` processes one pass of one.
     * ``output``: a folder every node can write at the same place (a
       shared filesystem): the workers write the units' files, the driver
       the journal and report.
