@@ -37,8 +37,8 @@ class MapStats:
     load_seconds: float = 0.0
     #: Over a mixture: each source's part of the examples returned (examples
     #: and tokens, each also as a share, beside its weight), by name in the
-    #: mixture's order; None over one dataset.
-    sources: dict[str, SourceShare] | None = None
+    #: mixture's order; {} over one dataset.
+    sources: dict[str, SourceShare] = dataclasses.field(default_factory=dict)
 
     @property
     def seconds_per_batch(self) -> float:

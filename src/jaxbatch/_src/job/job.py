@@ -160,8 +160,8 @@ class JobReport:
     #: A job over a mixture: each source's part of the examples written
     #: (examples and tokens, each also as a share, beside the weight of the
     #: pass's last block), by name in the mixture's order (``source_index``
-    #: numbers them); None for a job over one dataset.
-    sources: dict[str, SourceShare] | None = None
+    #: numbers them); {} for a job over one dataset.
+    sources: dict[str, SourceShare] = dataclasses.field(default_factory=dict)
 
     @property
     def padding_efficiency(self) -> float:
@@ -213,7 +213,7 @@ class JobReport:
         return "\n".join(lines)
 
 
-def _source_lines(sources: dict[str, SourceShare] | None) -> list[str]:
+def _source_lines(sources: dict[str, SourceShare]) -> list[str]:
     """The report's lines on each source of a job over a mixture."""
     if not sources:
         return []
