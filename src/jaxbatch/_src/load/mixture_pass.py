@@ -52,11 +52,11 @@ class DrawnPass:
         count = len(self.mixture.names)
         positions = np.asarray(positions, np.int64)
         sources = self.sources[positions]
+        tokens = np.zeros(count, np.int64)  # Summed as integers: bincount's weights are floats.
+        np.add.at(tokens, sources, self.tokens[positions])
         return {
-            "examples": np.bincount(sources, minlength=count).astype(np.int64).tolist(),
-            "tokens": np.bincount(sources, weights=self.tokens[positions], minlength=count)
-            .astype(np.int64)
-            .tolist(),
+            "examples": np.bincount(sources, minlength=count).tolist(),
+            "tokens": tokens.tolist(),
         }
 
     def shares(self, tallies: list[dict[str, list[int]]]) -> dict[str, SourceShare]:
