@@ -22,6 +22,7 @@ from launch import launch_local
 import jaxbatch as jb
 import jaxbatch.checkpoint as jbc
 from jaxbatch._src.integrations import orbax as jbc_checkpoint
+from jaxbatch._src.integrations import state_files
 
 WORKER = str(Path(__file__).with_name("checkpoint_worker.py"))
 TIMEOUT = 60  # seconds for any one subprocess (each takes a few)
@@ -248,7 +249,7 @@ BAD_STATE_FILES = {
                  "gone.json', which does not exist"),
     "deep": (lambda p: p.write_text("[" * 200_000 + "]" * 200_000),
              "its JSON is nested too deeply to read"),
-    "huge": (lambda p: p.write_text(" " * (jbc_checkpoint.MAX_STATE_BYTES + 1) + "{}"),
+    "huge": (lambda p: p.write_text(" " * (state_files.MAX_STATE_BYTES + 1) + "{}"),
              f"it holds more than MAX_STATE_BYTES = {2**20} bytes"),
     "not_a_dict": (lambda p: p.write_text("[1, 2]"), "expected a JSON object, found list"),
 }  # fmt: skip

@@ -16,8 +16,11 @@ import orbax.checkpoint as ocp
 import pyarrow as pa
 import pytest
 from absl import flags
+from etils import epath
+from grain._src.core import sharding as grain_sharding
 from hypothesis import given
 from hypothesis import strategies as st
+from test_elastic import check_rest, record
 
 import jaxbatch as jb
 import jaxbatch.grain as jbg
@@ -280,6 +283,74 @@ def test_loader_iterator_under_grains_checkpoint_handler(tmp_path):
             6, args=ocp.args.Composite(data=grain.checkpoint.CheckpointRestore(resumed))
         )
     assert_same_batches(list(resumed), want[6:])
+
+
+@pytest.mark.parametrize(("n", "m", "step"), [(4, 3, 5), (2, 3, 0), (3, 1, 4)])
+def test_a_grain_checkpoint_of_n_processes_restores_elastically_on_m(
+    tmp_path, monkeypatch, n, m, step
+):
+    """Grain's own handler saves n processes' LoaderIterators (one file
+    each, as n hosts write them into the step's folder); m processes
+    restore through an Orbax manager with jbg.CheckpointRestore(elastic=True):
+    the n's batches before plus the m's after are the uninterrupted stream."""
+    data, planner = loader_data(), jb.Pack(24, 2, too_long="split")
+
+    def make(shard):
+        return jb.Loader(data, planner, shard=shard, seed=3, shuffle=True, epochs=2)
+
+    def as_process(i, count):
+        monkeypatch.setattr(grain_sharding, "get_process_index_and_count", lambda: (i, count))
+
+    full = []
+    for i in range(n):
+        with make((i, n)) as loader:
+            full.append(record(loader))
+    with ocp.CheckpointManager(tmp_path / "ckpt") as manager:
+        for i in range(n):
+            with make((i, n)) as loader:
+                it = jbg.LoaderIterator(loader)
+                record(it, limit=step) if step else None
+                as_process(i, n)
+                if i == 0:  # The first host makes the step's folder; the others add their file.
+                    # Grain's save args or jaxbatch's: the same files.
+                    saving = grain.checkpoint.CheckpointSave if n % 2 == 0 else jbg.CheckpointSave
+                    manager.save(step, args=ocp.args.Composite(data=saving(it)))
+                    manager.wait_until_finished()
+                else:
+                    grain.checkpoint.CheckpointHandler().save(
+                        epath.Path(tmp_path / "ckpt" / str(step) / "data"),
+                        args=grain.checkpoint.CheckpointSave(it),
+                    )
+    rest = []
+    for j in range(m):
+        as_process(j, m)
+        with make((j, m)) as loader:
+            it = jbg.LoaderIterator(loader)
+            with ocp.CheckpointManager(tmp_path / "ckpt") as manager:  # Grain's: its own file.
+                grains = ocp.args.Composite(data=grain.checkpoint.CheckpointRestore(it))
+                with pytest.raises(ValueError, match=f"process_{j}-of-{m}.json does not exist"):
+                    manager.restore(step, args=grains)
+            with ocp.CheckpointManager(tmp_path / "ckpt") as manager:
+                args = ocp.args.Composite(data=jbg.CheckpointRestore(it, elastic=True))
+                assert manager.restore(step, args=args).data is it
+            rest.append(record(it))
+    check_rest(full, rest, step)
+
+
+def test_grain_elastic_restore_names_missing_states_and_wrong_items(tmp_path, monkeypatch):
+    folder = epath.Path(tmp_path)
+    with jb.Loader(loader_data(), jb.PadToMax(batch_size=4), shard=(1, 2)) as loader:
+        monkeypatch.setattr(grain_sharding, "get_process_index_and_count", lambda: (1, 2))
+        grain.checkpoint.CheckpointHandler().save(
+            folder, args=grain.checkpoint.CheckpointSave(jbg.LoaderIterator(loader))
+        )
+        restore = jbg.CheckpointRestore(jbg.LoaderIterator(loader), elastic=True)
+        with pytest.raises(
+            FileNotFoundError, match=r"lacks the states of process\(es\) \[0\] of 2"
+        ):
+            jbg.CheckpointHandler().restore(folder, args=restore)
+    with pytest.raises(TypeError, match="elastic=True restores a jaxbatch.grain.LoaderIterator"):
+        jbg.CheckpointRestore(iter(grain.MapDataset.range(3).to_iter_dataset()), elastic=True)
 
 
 def test_loader_iter_dataset_under_grains_map():

@@ -117,16 +117,19 @@ def test_integrations_have_an_area_of_their_own():
     assert {p.stem for p in area.glob("*.py")} == {
         "__init__",
         "grain",
+        "grain_checkpoint",
         "huggingface",
         "orbax",
         "ray",
         "ray_data",
         "ray_units",
+        "state_files",  # The checkpoint's state files, read by orbax and grain_checkpoint.
     }
     for other in ("load", "data"):
         held = {p.stem for p in (PACKAGE / "_src" / other).glob("*.py")}
         assert not held & {"grain", "checkpoint", "huggingface", "orbax", "ray"}, (other, held)
-    needs = {"grain": "grain", "huggingface": "datasets", "orbax": "orbax"}
+    needs = {"grain": "grain", "grain_checkpoint": "grain", "huggingface": "datasets"}
+    needs.update(orbax="orbax")
     needs.update(ray="ray", ray_data="ray", ray_units="ray")
     for name, package in needs.items():
         assert package in (area / f"{name}.py").read_text(), name

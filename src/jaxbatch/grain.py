@@ -3,7 +3,9 @@
 jaxbatch planner (token budgets, buckets, packing), planned and collated by
 the engine over windows of examples, checkpointed by Grain; and
 ``LoaderIterator`` / ``LoaderIterDataset`` make a :class:`jaxbatch.Loader`
-a Grain iterator / dataset, for Grain's checkpoint handler and ``.map``.
+a Grain iterator / dataset, for Grain's checkpoint handler and ``.map``;
+``CheckpointRestore(it, elastic=True)`` restores a Grain checkpoint saved by
+another number of processes.
 Needs grain (``pip install 'jaxbatch[grain]'``).
 
 Example::
@@ -26,5 +28,16 @@ from jaxbatch._src.integrations.grain import BatchIterDataset as BatchIterDatase
 from jaxbatch._src.integrations.grain import LoaderIterator as LoaderIterator
 from jaxbatch._src.integrations.grain import LoaderIterDataset as LoaderIterDataset
 from jaxbatch._src.integrations.grain import PlannedBatchIterator as PlannedBatchIterator
+from jaxbatch._src.integrations.grain_checkpoint import CheckpointHandler as CheckpointHandler
+from jaxbatch._src.integrations.grain_checkpoint import CheckpointRestore as CheckpointRestore
+from jaxbatch._src.integrations.grain_checkpoint import CheckpointSave as CheckpointSave
 
-__all__ = ["BatchIterDataset", "LoaderIterDataset", "LoaderIterator", "PlannedBatchIterator"]
+__all__ = [
+    "BatchIterDataset",
+    "CheckpointHandler",
+    "CheckpointRestore",
+    "CheckpointSave",
+    "LoaderIterDataset",
+    "LoaderIterator",
+    "PlannedBatchIterator",
+]

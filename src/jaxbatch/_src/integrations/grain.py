@@ -312,7 +312,9 @@ class LoaderIterator(grain.DatasetIterator):
     is the loader's next batch, ``get_state()`` / ``set_state()`` its
     state (a JSON dict), so Grain's checkpoint handler
     (``grain.checkpoint.CheckpointSave`` / ``CheckpointRestore`` with Orbax)
-    saves and restores it. Closing the iterator (Grain closes iterators it
+    saves and restores it; ``jaxbatch.grain.CheckpointRestore(it,
+    elastic=True)`` restores a checkpoint saved by another number of
+    processes (every process's file). Closing the iterator (Grain closes iterators it
     drops) leaves the loader open: its owner closes it (``with jb.Loader(...)
     as loader``), as several iterators may read one loader. A Loader that
     ``jb.device_prefetch`` reads ahead is refused at ``get_state()``: wrap
@@ -336,9 +338,12 @@ class LoaderIterator(grain.DatasetIterator):
         self._check_not_read_ahead("save")
         return self._loader.get_state()
 
-    def set_state(self, state: dict[str, Any]) -> None:
+    def set_state(self, state: Any, elastic: bool = False) -> None:
+        """Restores `state` in place; ``elastic=True`` takes the states of
+        every process that saved (or one of them) on this Loader's shard,
+        whatever their number (:meth:`jaxbatch.Loader.set_state`)."""
         self._check_not_read_ahead("restore")
-        self._loader.set_state(state)
+        self._loader.set_state(state, elastic=elastic)
 
     def _check_not_read_ahead(self, action: str) -> None:
         if isinstance(self._loader, Loader):
