@@ -7,13 +7,16 @@ run's: `shard_bytes` of both folders."""
 
 from __future__ import annotations
 
+import contextlib
 import random
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+
+from jaxbatch._src.job import folder as job_folder
 
 # How long a started job may take to show progress before it is killed anyway.
 PATIENCE_S = 120
@@ -74,3 +77,29 @@ def finish(proc: subprocess.Popen, timeout: float = 300) -> None:
 def shard_bytes(folder: Path) -> dict[str, bytes]:
     """A job's shards by name: equal for equal outputs, byte for byte."""
     return {p.name: p.read_bytes() for p in sorted(folder.glob("part-*.parquet"))}
+
+
+class Stopped(Exception):
+    """A job stopped in this process by stop_after_shards."""
+
+
+@contextlib.contextmanager
+def stop_after_shards(count: int) -> Iterator[list[dict]]:
+    """Within it, a job run in this process commits `count` shards and then
+    raises Stopped where it would commit the next (after writing its file:
+    as a crash between the write and the commit). Yields the shard records
+    committed."""
+    real_append, committed = job_folder.Journal.append, []
+
+    def append(self, record):
+        if record["kind"] == "shard":
+            if len(committed) == count:
+                raise Stopped
+            committed.append(record)
+        real_append(self, record)
+
+    job_folder.Journal.append = append
+    try:
+        yield committed
+    finally:
+        job_folder.Journal.append = real_append

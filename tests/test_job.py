@@ -4,6 +4,7 @@ moments."""
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -14,13 +15,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from job_functions import fails_on_multiples_of_7, summarise, summarise_reference
-from kill_resume import cli, finish, kill_at_random_moments, shard_bytes
+from kill_resume import Stopped, cli, finish, kill_at_random_moments, shard_bytes, stop_after_shards
 
 import jaxbatch as jb
 from jaxbatch import _core
 from jaxbatch._src.cli.main import main as cli_main
 from jaxbatch._src.execute.batch_loop import DEFAULT_CPU_BATCH_SIZE
-from jaxbatch._src.job import folder as job_folder
 
 FUNCTIONS = str(Path(__file__).parent / "job_functions.py")
 # Rows a batch, as batch_size="auto" gives on CPU: shards close at batch ends, and a
@@ -143,7 +143,7 @@ def test_a_corrupt_middle_shard_is_redone_with_what_follows(tmp_path):
     assert shard_bytes(job) == shard_bytes(tmp_path / "reference")
 
 
-def test_a_shard_written_but_not_journaled_is_replaced(tmp_path, monkeypatch):
+def test_a_shard_written_but_not_journaled_is_replaced(tmp_path):
     """A kill between a shard's write and its journal record leaves an orphan
     file: the next run deletes it and redoes the shard."""
     ds = dataset(100)
@@ -151,25 +151,9 @@ def test_a_shard_written_but_not_journaled_is_replaced(tmp_path, monkeypatch):
         summarise, ds, tmp_path / "reference", checkpoint_every=30, progress=False, batch_size=ROWS
     )
     job = tmp_path / "job"
-    appended = []
-
-    class Crash(Exception):
-        pass
-
-    real_append = job_folder.Journal.append
-
-    def crash_on_second_shard(self, record):
-        if record["kind"] == "shard":
-            if len(appended) == 1:
-                raise Crash  # As if killed: the shard file is written, its record is not.
-            appended.append(record)
-        real_append(self, record)
-
-    monkeypatch.setattr(job_folder.Journal, "append", crash_on_second_shard)
-    with pytest.raises(Crash):
+    with stop_after_shards(1), pytest.raises(Stopped):  # As if killed after the write.
         jb.run(summarise, ds, job, checkpoint_every=30, progress=False, batch_size=ROWS)
     assert len(list(job.glob("part-*.parquet"))) == 2  # The second is an orphan.
-    monkeypatch.setattr(job_folder.Journal, "append", real_append)
     jb.run(summarise, ds, job, checkpoint_every=30, progress=False, batch_size=ROWS)
     assert shard_bytes(job) == shard_bytes(tmp_path / "reference")
     assert_matches_reference(jb.read_output(job), [ds.example(i)["tokens"] for i in range(100)])
@@ -365,9 +349,15 @@ def test_a_job_on_several_processes_writes_each_example_once(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         f"process-0000{i}-of-00003" for i in range(3)
     ]
-    # Another count in the same folder is another job's part: refused on read.
-    jb.run(summarise, ds, tmp_path, planner=planner, shard=(0, 2), progress=False)
-    with pytest.raises(ValueError, match="one count"):
+    # Another count in the same folder: refused, naming elastic (test_job_elastic.py).
+    with pytest.raises(
+        ValueError, match=r"run on 3 process\(es\); this call runs on 2. Pass elastic"
+    ):
+        jb.run(summarise, ds, tmp_path, planner=planner, shard=(0, 2), progress=False)
+    assert not (tmp_path / "process-00000-of-00002").exists()
+    # A part of another count put there by hand is refused on read.
+    shutil.copytree(tmp_path / "process-00000-of-00003", tmp_path / "process-00000-of-00002")
+    with pytest.raises(ValueError, match=r"on \[2, 3\] processes; expected one count .*elastic"):
         jb.read_output(tmp_path)
 
 
@@ -414,25 +404,9 @@ def test_a_job_streams_a_parquet_file_by_row_group_and_resumes(tmp_path):
     with pytest.raises(ValueError, match="batch_size='auto' plans memory"):
         jb.run(summarise, source, tmp_path / "auto", stream=True, host_memory_limit=limit)
 
-    class Crash(Exception):
-        pass
-
-    real_append, appended = job_folder.Journal.append, []
-
-    def crash_on_third_shard(self, record):
-        if record["kind"] == "shard":
-            appended.append(record)
-            if len(appended) == 3:
-                raise Crash
-        real_append(self, record)
-
     streamed = tmp_path / "streamed"
-    job_folder.Journal.append = crash_on_third_shard
-    try:
-        with pytest.raises(Crash):
-            jb.run(summarise, source, streamed, stream=True, host_memory_limit=limit, **common)
-    finally:
-        job_folder.Journal.append = real_append
+    with stop_after_shards(2), pytest.raises(Stopped):
+        jb.run(summarise, source, streamed, stream=True, host_memory_limit=limit, **common)
     report = jb.run(summarise, source, streamed, stream=True, host_memory_limit=limit, **common)
     assert report.runs == 2 and report.examples == whole.examples == 300
     assert_matches_reference(jb.read_output(streamed), tokens)

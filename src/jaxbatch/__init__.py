@@ -31,7 +31,7 @@ from jaxbatch._src.execute.memory import MemoryEstimate, estimate_memory, max_ba
 from jaxbatch._src.execute.vmap import vmap
 from jaxbatch._src.job.folder import JobError
 from jaxbatch._src.job.job import JobReport, run
-from jaxbatch._src.job.output import read_output
+from jaxbatch._src.job.read import read_output
 from jaxbatch._src.job.tokenize import TokenizeReport, tokenize
 from jaxbatch._src.load.device import (
     DevicePrefetcher,

@@ -4,7 +4,7 @@
                  [--planner auto|pad|pack] [--max-shapes K] [--token-budget T]
                  [--batch-size N] [--row-length L] [--checkpoint-every N]
                  [--on-error raise|skip|quarantine] [--check-finite]
-                 [--overwrite] [--tag TAG] [--no-progress]
+                 [--overwrite] [--tag TAG] [--shard I/N [--elastic]] [--no-progress]
 
 runs a per-example JAX function over a Parquet/Arrow/.npy source as a
 resumable job (jb.run): re-running the same command after a crash resumes.
@@ -117,6 +117,7 @@ def run_command(args) -> int:
             progress=not args.no_progress,
             name=args.function,
             shard=_shard(args.shard),
+            elastic=args.elastic,
             stream=args.stream,
             host_memory_limit=args.host_memory_limit,
             axes=parse_axes(args.axes),
@@ -157,6 +158,12 @@ def add_run_parser(sub) -> None:
         metavar="I/N",
         help="this process's part of a job run on N processes (or 'jax': from "
         "jax.distributed); each writes its own folder in --output",
+    )
+    p.add_argument(
+        "--elastic",
+        action="store_true",
+        help="continue a job --output holds that ran on another number of processes: the "
+        "examples its parts committed are done, the rest are shared among these N",
     )
     p.add_argument(
         "--host-memory-limit",

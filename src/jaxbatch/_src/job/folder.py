@@ -23,6 +23,7 @@ holding the journal's lock, repairs.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -31,7 +32,6 @@ import socket
 import stat
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +47,7 @@ _REPORT_START = b"{"
 # Keys every report of a job has had (JobReport's fields).
 _REPORT_KEYS = frozenset({"output", "complete", "total", "examples", "shards", "runs"})
 _SHARD_NAME = re.compile(r"part-(\d{6})\.parquet")
-_PROCESS_NAME = re.compile(r"process-(\d{5})-of-(\d{5})")
+_PROCESS_NAME = re.compile(r"process-(\d{5})-of-(\d{5})(?:-generation-([1-9]\d{0,8}))?")
 # Foreign files named in one refusal.
 _SHOWN = 3
 _NOT_A_JOURNAL = (
@@ -67,6 +67,10 @@ class JobError(ValueError):
 # names its iterators' (``process_<i>-of-<n>.json``, integrations/orbax.py), so
 # it sits where Orbax users look for one. Both are in folders users already
 # have: renaming either would orphan them, so each rule stays with its owner.
+# A job continued on another number of processes (jb.run(elastic=True),
+# job/chain.py) writes generation g >= 1 beside them, as
+# ``process-IIIII-of-NNNNN-generation-G``: a count may come back (4, 3, 4)
+# without its folders meeting the first generation's.
 
 
 def shard_name(number: int) -> str:
@@ -74,10 +78,12 @@ def shard_name(number: int) -> str:
     return f"part-{number:06d}.parquet"
 
 
-def process_folder(output: Path, index: int, count: int) -> Path:
+def process_folder(output: Path, index: int, count: int, generation: int = 0) -> Path:
     """Where process ``index`` of ``count`` keeps its part of a job: the
-    output folder itself for a job on one process."""
-    return output if count == 1 else output / f"process-{index:05d}-of-{count:05d}"
+    output folder itself for a job on one process, of generation 0."""
+    if generation == 0:
+        return output if count == 1 else output / f"process-{index:05d}-of-{count:05d}"
+    return output / f"process-{index:05d}-of-{count:05d}-generation-{generation}"
 
 
 def report_path(folder: Path) -> Path:
@@ -85,13 +91,18 @@ def report_path(folder: Path) -> Path:
     return folder / REPORT_NAME
 
 
-def process_parts(output: Path) -> dict[tuple[int, int], Path]:
-    """The ``process-IIIII-of-NNNNN`` folders in ``output``, by (index, count)."""
+def process_parts(output: Path) -> dict[tuple[int, int, int], Path]:
+    """The process folders in ``output``, by (generation, index, count);
+    a job on one process of generation 0 is ``output`` itself, (0, 0, 1)."""
     parts = {}
+    if os.path.lexists(output / JOURNAL_NAME):
+        parts[0, 0, 1] = output
+    if not output.is_dir():
+        return parts
     for p in output.iterdir():
         m = _PROCESS_NAME.fullmatch(p.name)
         if m and p.is_dir() and not p.is_symlink():
-            parts[int(m[1]), int(m[2])] = p
+            parts[int(m[3] or 0), int(m[1]), int(m[2])] = p
     return parts
 
 
@@ -211,7 +222,7 @@ def repair_note(journal: Journal) -> None:
 # -- What the folder holds -----------------------------------------------------
 
 
-@dataclass
+@dataclasses.dataclass
 class Shard:
     """A committed shard: its journal record and, once read, its bytes."""
 
@@ -565,7 +576,7 @@ def _check_inputs(path: Path, inputs: Iterable[str], who: str) -> None:
 # -- Reading ------------------------------------------------------------------
 
 
-@dataclass
+@dataclasses.dataclass
 class Committed:
     """What a reader finds in a job folder: the job record, the committed
     shards (verified, with their bytes) and whether the job finished."""
@@ -574,6 +585,8 @@ class Committed:
     shards: list[Shard]
     done: bool
     interrupted: bool  # the journal ends in a torn record: a run stopped (or runs now)
+    #: The ``done`` record (the loader's skips and quarantine); empty if unfinished.
+    done_record: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 def read_committed(path: Path) -> Committed:
@@ -602,7 +615,8 @@ def read_committed(path: Path) -> Committed:
                 )
             shards.append(Shard(record, data))
     job = records[0] if records and records[0]["kind"] == "job" else None
-    return Committed(job, shards, done, damage.damaged)
+    finished = next((r for r in records if r["kind"] == "done"), {})
+    return Committed(job, shards, done, damage.damaged, finished)
 
 
 def _damage_message(journal: Journal) -> str:

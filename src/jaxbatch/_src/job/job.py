@@ -55,14 +55,17 @@ from jaxbatch._src.execute.batch_loop import (
 )
 from jaxbatch._src.execute.graph_batches import example_index, graph_columns
 from jaxbatch._src.execute.memory import Auto, PlanCount, counting
+from jaxbatch._src.job.chain import Place, differs_from_recorded, place
 from jaxbatch._src.job.folder import (
+    JobError,
     Journal,
     append_start,
     claim,
-    process_folder,
+    committed_any,
     reconcile,
     run_totals,
     settle,
+    start_over,
     write_shard,
 )
 from jaxbatch._src.job.key import (
@@ -278,6 +281,7 @@ def run(
     shard: Shard | None = None,
     per_example: bool | None = None,
     per: GraphRole | Mapping[str, GraphRole] | None = None,
+    elastic: bool = False,
 ) -> JobReport:
     """Runs ``fun`` over every example of ``source`` and writes the outputs to
     ``output``, resumably and exactly once.
@@ -332,6 +336,12 @@ def run(
       shards and journal in ``output/process-IIIII-of-NNNNN/``; run them all
       (again, after a crash of any); :func:`jaxbatch.read_output` on
       ``output`` reads every process's part, each example exactly once.
+    * ``elastic=True``: continue a job of ``output`` run on another number
+      of processes (preempted on 4, back on 3): each process takes what
+      every earlier part committed as done (reading, never changing them)
+      and runs its share of the examples left, in
+      ``output/process-IIIII-of-NNNNN-generation-G/``; without it, a folder
+      holding parts of another count is refused.
     * Graphs (``planner`` a :class:`GraphBudget` or :class:`GraphBuckets`):
       ``fun`` gets a padded graph batch, or with ``per_example=True`` one
       graph, as for :func:`jaxbatch.map` (``per=`` likewise); each graph is
@@ -421,21 +431,49 @@ def run(
         per=per,
         mixture=None if drawn is None else drawn.key(),
     )
-    folder, journal = claim(
-        process_folder(Path(output), shard_index, shard_count),
-        overwrite=overwrite,
-        inputs=opened.inputs,
+    given = {"schema": schema, "pad_value": pad_value}
+
+    def same_job(record: dict[str, Any]) -> list[str]:  # An earlier part's, its shard aside.
+        recorded_shard = record["fingerprint"].get("options", {}).get("shard")
+        options = {**fingerprint["options"], "shard": recorded_shard}
+        return run_differences([record], {**fingerprint, "options": options}, given)
+
+    here = place(
+        Path(output),
+        shard_index,
+        shard_count,
+        elastic=elastic,
+        same_job=same_job,
+        total=dataset.num_examples,
     )
+    if here.remaining is not None and opened.stream is not None:
+        raise JobError(
+            f"jb.run: elastic=True continues a job over a Dataset or a file read whole; "
+            f"{source} is streamed by row group (stream=True), which has no view of the "
+            f"examples left: run it on the count it began on"
+        )
+    folder, journal = claim(here.folder, overwrite=overwrite, inputs=opened.inputs)
     with journal:
-        given = {"schema": schema, "pad_value": pad_value}
         reconcile(folder, journal, run_differences(journal.records, fingerprint, given), KEYED)
+        if differs_from_recorded(journal.records, here):
+            if committed_any(journal):
+                raise JobError(
+                    f"jb.run: {folder.path} continued other parts than {output} now holds "
+                    f"(a part run again, or a shard damaged, since): move this generation's "
+                    f"parts away to continue anew"
+                )
+            start_over(folder, journal)
         if journal.records:
             resolved = planner_from(journal.records[0]["planner"])
+        elif here.planner is not None:  # The job continued runs its planner on.
+            resolved = planner_from(here.planner)
+            plan_count = PlanCount()
         else:
             with counting() as plan_count:
                 resolved = planner or default_planner(
                     rows_for(fun, dataset, batch_size, memory_budget)
                 )
+        if not journal.records:
             journal.append(
                 {
                     "kind": "job",
@@ -446,6 +484,7 @@ def run(
                     if opened.path
                     else ("a Dataset" if drawn is None else "a mixture"),
                     "created": time.time(),
+                    **({"continues": here.continues} if here.continues else {}),
                 }
             )
         shards, done, redone = settle(folder, journal)
@@ -456,32 +495,33 @@ def run(
                 resumed_at=sum(s["examples"] for s in shards),
                 redone=redone,
             )
-            job = _Job(
-                fun,
-                opened,
-                resolved,
-                length_column,
-                journal,
-                folder,
-                shards,
-                loader_options=dataclasses.replace(options, shard=(shard_index, shard_count)),
-                settings=settings,
-                checkpoint_every=checkpoint_every,
-                progress=progress,
-                drawn=drawn,
-            )
-            shards = job.run()
-            journal.append(
-                {
-                    "kind": "done",
-                    "time": time.time(),
+            finished: dict[str, Any] = {"loader_quarantine": [], "loader_skipped": 0}
+            if here.remaining is None or len(here.remaining):  # Else earlier parts did it all.
+                job = _Job(
+                    fun,
+                    opened,
+                    here,
+                    resolved,
+                    length_column,
+                    journal,
+                    folder,
+                    shards,
+                    loader_options=dataclasses.replace(options, shard=(shard_index, shard_count)),
+                    settings=settings,
+                    checkpoint_every=checkpoint_every,
+                    progress=progress,
+                    drawn=drawn,
+                )
+                shards = job.run()
+                finished = {
                     "loader_quarantine": job.loader_quarantine,
                     "loader_skipped": job.loader_skipped,
                 }
-            )
+            journal.append({"kind": "done", "time": time.time(), **finished})
         else:
             log.info("jb.run: the job in %s is already complete", folder.path)
-        total = dataset.num_examples if shard_count == 1 else None  # A shard's: what it handled.
+        # A shard's total is what it handled.
+        total = dataset.num_examples if shard_count == 1 and here.generation == 0 else None
         report = journal_report(folder, journal, total, shards, time.perf_counter() - start_time)
     if drawn is not None:
         report.sources = drawn.shares([s["sources"] for s in shards])
@@ -644,6 +684,7 @@ class _Job:
         self,
         fun,
         opened,
+        here: Place,
         planner,
         length_column,
         journal,
@@ -659,6 +700,11 @@ class _Job:
         self.journal, self.folder, self.shards = journal, folder, list(shards)
         self.drawn = drawn  # A mixture's pass: rows keyed on its positions.
         self.on_error, self.checkpoint_every = loader_options.on_error, checkpoint_every
+        # A continued job runs over the examples left (a view); its batches
+        # number the view's examples, which `examples` maps back to the input's.
+        self.examples = here.remaining
+        if self.examples is not None:
+            opened = dataclasses.replace(opened, dataset=opened.dataset.select(self.examples))
         count = loader_options.shard[1]
         self.total = -(-opened.dataset.num_examples // count)  # A shard's, about.
         state = shards[-1]["state"] if shards else None
@@ -677,7 +723,10 @@ class _Job:
         """Runs to the end; returns every shard record of the job."""
         try:
             self._loop()
-            self.loader_quarantine = [dict(q, stage="loader") for q in self.loader.quarantine]
+            self.loader_quarantine = [
+                dict(q, stage="loader", example=self._input_index(q["example"]))
+                for q in self.loader.quarantine
+            ]
             self.loader_skipped = self.loader.stats.skipped
         finally:
             self.loop.close()
@@ -710,7 +759,14 @@ class _Job:
     def _set_aside(self, ran: Ran) -> list[dict[str, Any]]:
         """The part's flagged examples as the job records them."""
         stage = "function" if self.on_error == "quarantine" else "function-skip"
-        return [{"example": b["example"], "reason": b["reason"], "stage": stage} for b in ran.bad]
+        return [
+            {"example": self._input_index(b["example"]), "reason": b["reason"], "stage": stage}
+            for b in ran.bad
+        ]
+
+    def _input_index(self, example: Any) -> Any:
+        """The input's index of one of the loader's examples (an array of them too)."""
+        return example if self.examples is None else self.examples[example].tolist()
 
     def _tally(self) -> dict[str, float]:
         """The run's counts so far: the loop's times and compilations, the
@@ -730,6 +786,8 @@ class _Job:
         returns the counts it was recorded at."""
         t0 = time.perf_counter()
         examples = np.concatenate([e for e, _ in pending])
+        if self.examples is not None:
+            examples = self.examples[examples]
         columns = concat_columns([c for _, c in pending])
         data = encode_parquet(to_table(examples, columns, self.drawn))
         named = write_shard(self.folder, self.journal, len(self.shards), data)

@@ -1,5 +1,5 @@
 """A job's per-example outputs: from a batch's outputs to columns, to
-Parquet shards, and back (:func:`read_output`).
+Parquet shards, and back (:func:`read_shards`).
 
 Each output leaf becomes one column, keyed by ``example_index``:
 * a per-example array of fixed shape (``[rows, *shape]`` in the batch; per
@@ -8,15 +8,14 @@ Each output leaf becomes one column, keyed by ``example_index``:
 * a per-token array (``[rows, L, *inner]``, L the batch's padded length)
   -> the example's own tokens only (a list of ``prod(inner)``-wide rows).
 The shape and dtype ride in the Arrow field's metadata, so
-:func:`read_output` gives back numpy arrays of the shapes the function
-returned. Everything here is vectorised per batch; no per-example loop.
+:func:`read_output` (job/read.py) gives back numpy arrays of the shapes the
+function returned. Everything here is vectorised per batch; no per-example
+loop.
 """
 
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -26,7 +25,6 @@ from jaxbatch._src.collate import keys
 from jaxbatch._src.collate.collate import Batch
 from jaxbatch._src.data.dtypes import numpy_dtype
 from jaxbatch._src.execute.output_layout import Column, leaf_names
-from jaxbatch._src.job.folder import JOURNAL_NAME, Committed, process_parts, read_committed
 
 _META_KIND, _META_SHAPE, _META_DTYPE = b"jaxbatch.kind", b"jaxbatch.shape", b"jaxbatch.dtype"
 # What needs pyarrow here, for the ImportError without it.
@@ -239,109 +237,22 @@ def _numpy_dtype(name: str):
     return numpy_dtype(name)
 
 
-def read_output(output: str | os.PathLike, *, partial: bool = False) -> dict[str, Any]:
-    """A job's outputs as numpy, in example order: ``example_index`` and one
-    entry per output (fixed-shape outputs stacked ``[n, *shape]``, per-token
-    outputs as a list of arrays). A job over a mixture's pass
-    (``jb.run(fun, mixture, ...)``) reads in draw order, with each row's
-    ``position`` in the stream, ``example_index`` within its source and
-    ``source_index``.
-
-    Reads the shards the journal lists, each checked against its recorded
-    size and hash, and changes nothing: the folder may be read-only, and a
-    running job's committed shards can be read while it runs. Raises
-    ``ValueError`` for a job that has not finished unless ``partial=True``,
-    and ``OSError`` naming the record or shard when the journal or a shard
-    is damaged (re-running the job repairs it).
-
-    Example::
-
-        out = jb.read_output("embeddings/")
-        vectors = out["output"]            # [examples, 384]
-    """
+def read_shards(shards: list[bytes], *, key_only: bool = False):
+    """The shards' bytes as one Arrow table (``key_only``: only the column
+    the rows are keyed on, :func:`keys.row_key`)."""
     pa = require("pyarrow", "jb.read_output (it reads Parquet)")
     pq = require("pyarrow.parquet", "jb.read_output (it reads Parquet)")
 
-    parts = [(folder, read_committed(folder)) for folder in _process_folders(Path(output), partial)]
-    _check_same_job(output, parts)
-    for folder, part in parts:
-        if not part.done and not partial:
-            raise ValueError(
-                f"jb.read_output: the job in {folder} has not finished ({len(part.shards)} "
-                f"shard{'' if len(part.shards) == 1 else 's'} committed"
-                + ("; its journal ends in a torn record: a run was interrupted or is running"
-                   if part.interrupted else "")
-                + "); re-run it to finish, or pass partial=True to read what is committed"
-            )  # fmt: skip
-    # ParquetFile, not read_table: read_table goes through pyarrow.dataset,
-    # whose import (pandas included) took 1.3 s of a first read of 4 shards.
-    tables = [
-        pq.ParquetFile(pa.BufferReader(arrow_owned_bytes(shard.data))).read()
-        for _, part in parts
-        for shard in part.shards
-    ]
-    if not tables:
-        return {keys.EXAMPLE_INDEX: np.zeros(0, dtype=np.int64)}
-    table = pa.concat_tables(tables)
-    key = keys.row_key(table.column_names)  # A job over a mixture's pass: each draw's position.
-    index = _numpy(table.column(key))
-    order = np.argsort(index, kind="stable")
-    repeated = index[order][1:][np.diff(index[order]) == 0]
-    if len(repeated):
-        raise ValueError(
-            f"jb.read_output: {output} holds {key.replace('_index', '')} "
-            f"{int(repeated[0])} more than once "
-            f"({len(repeated)} repeats): parts of different jobs are mixed in it"
-        )
-    return from_table(table.take(arrow_owned(order)))
+    def read(data: bytes):
+        # ParquetFile, not read_table: read_table goes through pyarrow.dataset,
+        # whose import (pandas included) took 1.3 s of a first read of 4 shards.
+        file = pq.ParquetFile(pa.BufferReader(arrow_owned_bytes(data)))
+        return file.read(columns=[keys.row_key(file.schema_arrow.names)] if key_only else None)
+
+    return pa.concat_tables([read(d) for d in shards])
 
 
-def _check_same_job(output, parts: list[tuple[Path, Committed]]) -> None:
-    """Refuses process parts whose journals key different jobs: another
-    function, input or options (the process's shard aside)."""
-    keyed = [(folder, _job_key(part.job)) for folder, part in parts if part.job is not None]
-    for folder, other in keyed[1:]:
-        first_folder, first = keyed[0]
-        differ = sorted(k for k in first.keys() | other.keys() if first.get(k) != other.get(k))
-        if differ:
-            k = differ[0]
-            raise ValueError(
-                f"jb.read_output: {output} mixes parts of different jobs: {folder.name} was "
-                f"computed with {k} {other.get(k)!r}, {first_folder.name} with {first.get(k)!r}"
-                + (f" ({', '.join(differ[1:])} differ too)" if len(differ) > 1 else "")
-                + "; run every process of one job into one folder"
-            )
-
-
-def _job_key(job: dict[str, Any]) -> dict[str, Any]:
-    """A job record's fingerprint, flat, without the process's own shard."""
-    fingerprint = job["fingerprint"]
-    flat = {k: v for k, v in fingerprint.items() if k != "options"}
-    options = fingerprint.get("options", {})
-    flat.update({f"option {k}": v for k, v in options.items() if k != "shard"})
-    return flat
-
-
-def _process_folders(output: Path, partial: bool) -> list[Path]:
-    """The folders holding a job's parts: ``output`` itself, or, for a job
-    run on several processes, its ``process-IIIII-of-NNNNN`` folders (all of
-    them, with one count, unless ``partial``)."""
-    if os.path.lexists(output / JOURNAL_NAME) or not output.is_dir():
-        return [output]
-    parts = process_parts(output)
-    if not parts:
-        return [output]  # Reports there is no job here.
-    counts = {count for _, count in parts}
-    if len(counts) > 1:
-        raise ValueError(
-            f"jb.read_output: {output} holds parts of jobs run on {sorted(counts)} processes; "
-            f"expected one count"
-        )
-    count = counts.pop()
-    missing = [i for i in range(count) if (i, count) not in parts]
-    if missing and not partial:
-        raise ValueError(
-            f"jb.read_output: {output} is a job on {count} processes, but the parts of "
-            f"processes {missing} are missing; run them, or pass partial=True"
-        )
-    return [parts[key] for key in sorted(parts)]
+def example_indices(table) -> np.ndarray:
+    """A shard table's row keys as numpy: its ``example_index`` column, or
+    over a mixture's pass its ``position`` (``example_index`` repeats there)."""
+    return _numpy(table.column(keys.row_key(table.column_names)))

@@ -48,7 +48,7 @@ from jaxbatch._src.data.dataset import Dataset
 from jaxbatch._src.data.default_data import pydoc_paragraphs
 from jaxbatch._src.execute.memory import counting, estimate_memory, free_device_memory
 from jaxbatch._src.job.job import run
-from jaxbatch._src.job.output import read_output
+from jaxbatch._src.job.read import read_output
 from jaxbatch._src.plan.plan import plan
 from jaxbatch._src.plan.planners import AutoBuckets, Pack
 
