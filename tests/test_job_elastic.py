@@ -4,12 +4,13 @@ output value for value, each example once; the earlier parts' files are
 never changed; a changed job, a missing elastic=True and a chain whose parts
 do not continue each other are refused, naming what and where."""
 
+import contextlib
 import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
-from job_functions import summarise
+from job_functions import fails_on_multiples_of_7, summarise
 from kill_resume import Stopped, cli, kill_at_random_moments, stop_after_shards
 from test_job import _records, token_lists, write_parquet
 
@@ -187,3 +188,44 @@ def test_a_finished_job_continued_on_another_count_has_nothing_left(tmp_path, re
     assert [r.examples for r in reports] == [0, 0, 0] and all(r.complete for r in reports)
     assert continues(tmp_path / "process-00002-of-00003-generation-1")["remaining"] == 0
     assert_same_output(jb.read_output(tmp_path), reference)
+
+
+def test_set_aside_examples_are_taken_or_redone_under_the_inputs_indices(tmp_path):
+    """Examples the function's check and the loader's schema set aside: a
+    taken shard's stay taken; the new processes name theirs by the input's
+    index (not the view's), and the chain holds each example once."""
+    options = dict(
+        COMMON,
+        check_finite=True,
+        on_error="quarantine",
+        schema={"tokens": jb.ColumnSchema(max_length=30)},
+    )
+    jb.run(fails_on_multiples_of_7, DATA, tmp_path / "reference", **options)
+    out = tmp_path / "out"
+    for i, stop in enumerate([1, None, 2]):
+        with contextlib.ExitStack() as stack:
+            if stop is not None:
+                stack.enter_context(stop_after_shards(stop))
+                stack.enter_context(pytest.raises(Stopped))
+            jb.run(fails_on_multiples_of_7, DATA, out, shard=(i, 3), **options)
+    taken = {
+        b["example"]
+        for i in range(3)
+        for r in _records(out / f"process-{i:05d}-of-00003")
+        if r["kind"] == "shard"
+        for b in r["bad"]
+    }
+    reports = [
+        jb.run(fails_on_multiples_of_7, DATA, out, shard=(j, 2), elastic=True, **options)
+        for j in range(2)
+    ]
+    redone = [q for r in reports for q in r.quarantine]
+    long = {i for i, t in enumerate(TOKENS) if len(t) > 30}
+    non_finite = {i for i, t in enumerate(TOKENS) if len(t) <= 30 and t[0] % 7 == 0}
+    assert long and non_finite and taken
+    assert {q["example"] for q in redone if q["stage"] == "loader"} == long
+    by_function = [q["example"] for q in redone if q["stage"] == "function"]
+    assert sorted(by_function + sorted(taken)) == sorted(non_finite)
+    got, want = jb.read_output(out), jb.read_output(tmp_path / "reference")
+    np.testing.assert_array_equal(got["example_index"], want["example_index"])
+    np.testing.assert_array_equal(got["output"], want["output"])

@@ -199,7 +199,7 @@ def _take(output: Path, path: Path, same_job: Any, who: str) -> _Taken:
         )
     folder = JobFolder(path, who)
     shards = [r for r in records if r["kind"] == "shard"]
-    whole = []
+    done = []  # Shard by shard: a part's bytes are never all held at once.
     for r in shards:
         data, problem = folder.shard_problem(r)
         if problem is not None:
@@ -211,22 +211,17 @@ def _take(output: Path, path: Path, same_job: Any, who: str) -> _Taken:
                 problem,
             )
             break
-        whole.append(data)
-    examples = _done_examples(whole, shards[: len(whole)])
-    record = {
-        "part": name,
-        "shards": len(whole),
-        "recorded": len(shards),
-        "examples": len(examples),
-    }
+        done.append(_done_examples(data, r))
+    examples = np.concatenate([_NO_EXAMPLES, *done])
+    record = {"part": name, "shards": len(done), "recorded": len(shards), "examples": len(examples)}
     return _Taken(record, examples, job.get("planner"))
 
 
-def _done_examples(data: list[bytes], records: list[dict[str, Any]]) -> np.ndarray:
-    """The examples shards hold: written, or set aside by the function."""
-    written = example_indices(read_shards(data, key_only=True)) if data else _NO_EXAMPLES
-    bad = np.fromiter((b["example"] for r in records for b in r["bad"]), np.int64)
-    return np.concatenate([written.astype(np.int64), bad])
+def _done_examples(data: bytes, record: dict[str, Any]) -> np.ndarray:
+    """The examples a shard holds: written, or set aside by the function."""
+    written = example_indices(read_shards([data], key_only=True)).astype(np.int64)
+    bad = np.fromiter((b["example"] for b in record["bad"]), np.int64)
+    return np.concatenate([written, bad])
 
 
 def _remaining(output: Path, taken: list[_Taken], total: int, who: str) -> np.ndarray:
@@ -422,9 +417,17 @@ def check_covered(output: Path, chain: Chain, written: np.ndarray, total: int) -
     one), or set aside and written, or set aside twice."""
     bad = [b["example"] for _, c in chain.parts for s in c.shards for b in s.record["bad"]]
     done = [c for _, c in chain.latest]
-    quarantined = [q["example"] for c in done for q in c.done_record.get("loader_quarantine", [])]
-    skipped = sum(c.done_record.get("loader_skipped", 0) for c in done)
-    handled = np.concatenate([written, np.asarray(bad + quarantined, np.int64)])
+    # A loader checks its whole input's records (the view, for a continued
+    # job) before it shards the plan, so every part of a generation records
+    # the same quarantine and skip count: each is taken once.
+    quarantined = np.unique(
+        np.fromiter(
+            (q["example"] for c in done for q in c.done_record.get("loader_quarantine", [])),
+            np.int64,
+        )
+    )
+    skipped = max((c.done_record.get("loader_skipped", 0) for c in done), default=0)
+    handled = np.concatenate([written, np.asarray(bad, np.int64), quarantined])
     seen = np.bincount(handled[(handled >= 0) & (handled < total)], minlength=total)
     twice = np.flatnonzero(seen > 1)
     if len(twice):
