@@ -21,10 +21,9 @@ from graph_job_functions import (
 )
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from kill_resume import finish, kill_at_random_moments, shard_bytes
+from kill_resume import Stopped, finish, kill_at_random_moments, shard_bytes, stop_after_shards
 
 import jaxbatch as jb
-from jaxbatch._src.job import folder as job_folder
 
 GRAPHS = molecules(60, seed=3)
 BUDGET = dict(nodes=40, edges=40, graphs=6)  # nodes == edges: the leading axis alone is ambiguous
@@ -133,33 +132,32 @@ def test_run_writes_each_graph_once_as_alone(tmp_path, per_example):
     assert 0 < report.padding_efficiency < 1
 
 
-def test_run_resumes_after_a_crash_byte_identical(tmp_path, monkeypatch):
+def test_run_resumes_after_a_crash_byte_identical(tmp_path):
     planner = PLANNERS["buckets"]
     jb.run(embed, dataset(), tmp_path / "reference", planner=planner, checkpoint_every=16,
            progress=False)  # fmt: skip
     job = tmp_path / "job"
 
-    class Crash(Exception):
-        pass
-
-    real_append = job_folder.Journal.append
-    shards = []
-
-    def crash_after_two_shards(self, record):
-        if record["kind"] == "shard":
-            if len(shards) == 2:
-                raise Crash  # As if killed: the third shard is written, its record is not.
-            shards.append(record)
-        real_append(self, record)
-
-    monkeypatch.setattr(job_folder.Journal, "append", crash_after_two_shards)
-    with pytest.raises(Crash):
+    with stop_after_shards(2), pytest.raises(Stopped):  # The third is written, not recorded.
         jb.run(embed, dataset(), job, planner=planner, checkpoint_every=16, progress=False)
-    monkeypatch.setattr(job_folder.Journal, "append", real_append)
     report = jb.run(embed, dataset(), job, planner=planner, checkpoint_every=16, progress=False)
     assert report.runs == 2 and report.examples == len(GRAPHS)
     assert shard_bytes(job) == shard_bytes(tmp_path / "reference")
     assert_matches(read_rows(job)[1])
+
+
+def test_a_graph_job_stopped_on_2_processes_finishes_on_3_elastically(tmp_path):
+    options = dict(planner=PLANNERS["buckets"], checkpoint_every=8, progress=False)
+    for i in range(2):
+        with stop_after_shards(1), pytest.raises(Stopped):
+            jb.run(embed, dataset(), tmp_path, shard=(i, 2), **options)
+    reports = [
+        jb.run(embed, dataset(), tmp_path, shard=(j, 3), elastic=True, **options) for j in range(3)
+    ]
+    out, rows = read_rows(tmp_path)
+    np.testing.assert_array_equal(out["example_index"], np.arange(len(GRAPHS)))
+    assert_matches(rows)
+    assert 0 < sum(r.examples for r in reports) < len(GRAPHS)
 
 
 @pytest.mark.timeout(600)

@@ -229,3 +229,16 @@ def test_set_aside_examples_are_taken_or_redone_under_the_inputs_indices(tmp_pat
     got, want = jb.read_output(out), jb.read_output(tmp_path / "reference")
     np.testing.assert_array_equal(got["example_index"], want["example_index"])
     np.testing.assert_array_equal(got["output"], want["output"])
+
+
+def test_a_part_the_chain_does_not_continue_is_refused_on_read(tmp_path, reference):
+    """Process 1 of 2 never ran before the job came back on 3; a part put in
+    its place afterwards (here: by hand) is not one the chain continues."""
+    jb.run(summarise, DATA, tmp_path, shard=(0, 2), **COMMON)
+    for j in range(3):
+        jb.run(summarise, DATA, tmp_path, shard=(j, 3), elastic=True, **COMMON)
+    assert_same_output(jb.read_output(tmp_path), reference)
+    shutil.copytree(tmp_path / "process-00000-of-00002", tmp_path / "process-00001-of-00002")
+    with pytest.raises(ValueError, match="process-00001-of-00002 of an earlier generation is not "
+                       "among the parts generation 1 continues"):  # fmt: skip
+        jb.read_output(tmp_path)
