@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from jaxbatch._src.base.optional import require
 from jaxbatch._src.collate import keys
 from jaxbatch._src.job.chain import check_covered, read_chain
 from jaxbatch._src.job.folder import Committed
@@ -44,6 +45,7 @@ def read_output(output: str | os.PathLike, *, partial: bool = False) -> dict[str
         out = jb.read_output("embeddings/")
         vectors = out["output"]            # [examples, 384]
     """
+    require("pyarrow", "jb.read_output (it reads Parquet)")  # Before anything is read.
     output = Path(output)
     chain = read_chain(output, partial)
     _check_same_job(output, chain.parts)
