@@ -29,15 +29,16 @@ def mixture(scale: int = 1, weights=None, exhaustion: str = "restart"):
     return jb.Dataset.mix(sources, weights, unit="tokens", exhaustion=exhaustion, block_size=16)
 
 
-def run_job(out, seed: int, scale: int = 1, **options):
-    """The job the tests run (and kill): summarise over one pass of the mixture."""
+def run_job(out, seed: int, scale: int = 1, shard=None, elastic: bool = False, **options):
+    """The job the tests run (and kill): summarise over one pass of the
+    mixture (`options` make the mixture), on process `shard`."""
     from job_functions import summarise
 
     import jaxbatch as jb
 
     return jb.run(summarise, mixture(scale, **options), out, seed=seed,
                   planner=jb.FixedBuckets([32], batch_size=ROWS), checkpoint_every=EVERY,
-                  progress=False)  # fmt: skip
+                  progress=False, shard=shard, elastic=elastic)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -131,3 +131,31 @@ def test_kill_9_mid_run_then_resume_gives_the_uninterrupted_output(tmp_path):
     report = json.loads((job / "report.json").read_text())
     reference = json.loads((tmp_path / "reference" / "report.json").read_text())
     assert report["runs"] == len(sizes) + 1 and report["sources"] == reference["sources"]
+
+
+def test_a_mixture_job_stopped_on_2_processes_finishes_on_3_with_elastic(tmp_path):
+    """A mixture job's rows are keyed on draw positions (example_index
+    repeats under "restart"): an elastic chain takes and splits positions,
+    and read_output equals the uninterrupted job's, each draw once."""
+    from kill_resume import Stopped, stop_after_shards
+
+    reference = tmp_path / "reference"
+    run_job(reference, seed=4, scale=2)
+    out = tmp_path / "out"
+    for i, stop in enumerate([1, None]):
+        if stop is None:
+            run_job(out, seed=4, scale=2, shard=(i, 2))
+            continue
+        with stop_after_shards(stop), pytest.raises(Stopped):
+            run_job(out, seed=4, scale=2, shard=(i, 2))
+    for j in range(3):
+        run_job(out, seed=4, scale=2, shard=(j, 3), elastic=True)
+    got, want = jb.read_output(out), jb.read_output(reference)
+    assert set(got) == set(want)
+    for key in want:
+        if isinstance(want[key], list):
+            assert len(got[key]) == len(want[key])
+            for a, b in zip(got[key], want[key], strict=True):
+                np.testing.assert_allclose(a, b, rtol=1e-6)
+        else:
+            np.testing.assert_allclose(got[key], want[key], rtol=1e-6)
