@@ -41,7 +41,7 @@ from jaxbatch._src.data.opening import open_source
 from jaxbatch._src.execute.batch_loop import default_planner, rows_for
 from jaxbatch._src.execute.memory import Auto, counting
 from jaxbatch._src.integrations.ray_units import UnitRunner, WorkerJob, check_settings
-from jaxbatch._src.job.folder import JobError, append_start, claim, reconcile, settle
+from jaxbatch._src.job.folder import JobError, begin_run, claim, reconcile
 from jaxbatch._src.job.job import (
     DEFAULT_CHECKPOINT_EVERY,
     KEYED,
@@ -188,15 +188,8 @@ def run(
                 f"{WHO}: {folder.path} holds a job cut into {journal.records[0].get('units')} "
                 f"units, but its plan now makes {units}; pass overwrite=True to start over"
             )
-        shards, done, redone = settle(folder, journal)
+        shards, done = begin_run(folder, journal, on_error=on_error, workers=workers)
         if not done:
-            append_start(
-                journal,
-                on_error=on_error,
-                resumed_at=sum(s["examples"] for s in shards),
-                redone=redone,
-                workers=workers,
-            )
             job = WorkerJob(
                 fun,
                 dataset,

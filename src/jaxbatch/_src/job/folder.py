@@ -442,6 +442,18 @@ def append_start(journal: Journal, **fields: Any) -> None:
     )
 
 
+def begin_run(folder: JobFolder, journal: Journal, **fields: Any) -> tuple[list[dict], bool]:
+    """:func:`settle`, then, for a job not yet complete, this run's start
+    record (:func:`append_start` with `fields`), resumed at the examples the
+    kept shards hold. Returns the kept shard records and whether the job is
+    complete. jb.run's and jaxbatch.ray.run's start."""
+    shards, done, redone = settle(folder, journal)
+    if not done:
+        resumed_at = sum(s["examples"] for s in shards)
+        append_start(journal, **fields, resumed_at=resumed_at, redone=redone)
+    return shards, done
+
+
 def committed_any(journal: Journal) -> bool:
     """Whether the job recorded any work: a shard, or its completion."""
     return any(r["kind"] in ("shard", "done") for r in [*journal.records, *journal.salvaged])

@@ -59,12 +59,11 @@ from jaxbatch._src.job.chain import Place, differs_from_recorded, place
 from jaxbatch._src.job.folder import (
     JobError,
     Journal,
-    append_start,
+    begin_run,
     claim,
     committed_any,
     reconcile,
     run_totals,
-    settle,
     start_over,
     write_shard,
 )
@@ -487,14 +486,8 @@ def run(
                     **({"continues": here.continues} if here.continues else {}),
                 }
             )
-        shards, done, redone = settle(folder, journal)
+        shards, done = begin_run(folder, journal, on_error=on_error)
         if not done:
-            append_start(
-                journal,
-                on_error=on_error,
-                resumed_at=sum(s["examples"] for s in shards),
-                redone=redone,
-            )
             finished: dict[str, Any] = {"loader_quarantine": [], "loader_skipped": 0}
             if here.remaining is None or len(here.remaining):  # Else earlier parts did it all.
                 job = _Job(
