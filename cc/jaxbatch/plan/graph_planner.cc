@@ -1,6 +1,7 @@
 #include "jaxbatch/plan/graph_planner.h"
 
 #include <algorithm>
+#include <array>
 #include <string>
 #include <tuple>
 
@@ -313,6 +314,26 @@ void ValidateGraphBuckets(const GraphBucketsOptions& o) {
         StrCat("GraphBuckets: max_shapes must be a positive integer, found ", o.max_shapes));
   }
   ValidateBudget(o.nodes, o.edges, o.graphs, o.algorithm, o.open_batches, "GraphBuckets");
+  if (o.shapes.size() % 3 != 0) {
+    throw InvalidArgumentError(StrCat("GraphBuckets: shapes must be (nodes, edges, graphs) ",
+                                      "triples, found ", o.shapes.size(), " numbers"));
+  }
+  std::vector<std::array<int64_t, 3>> distinct = {{o.nodes, o.edges, o.graphs}};
+  for (size_t k = 0; k < o.shapes.size(); k += 3) {
+    const std::array<int64_t, 3> s = {o.shapes[k], o.shapes[k + 1], o.shapes[k + 2]};
+    if (s[0] < 1 || s[0] > o.nodes || s[1] < 0 || s[1] > o.edges || s[2] < 2 || s[2] > o.graphs) {
+      throw InvalidArgumentError(
+          StrCat("GraphBuckets: shape ", k / 3, " (nodes=", s[0], ", edges=", s[1],
+                 ", graphs=", s[2], ") is not within the budget: expected 1 <= nodes <= ", o.nodes,
+                 ", 0 <= edges <= ", o.edges, " and 2 <= graphs <= ", o.graphs));
+    }
+    if (std::find(distinct.begin(), distinct.end(), s) == distinct.end()) distinct.push_back(s);
+  }
+  if (static_cast<int64_t>(distinct.size()) > o.max_shapes) {
+    throw InvalidArgumentError(
+        StrCat("GraphBuckets: shapes give ", distinct.size(),
+               " distinct shapes with the budget, more than max_shapes=", o.max_shapes));
+  }
 }
 
 BatchPlan PlanGraphBudget(std::span<const int64_t> nodes, std::span<const int64_t> edges,
@@ -325,27 +346,42 @@ BatchPlan PlanGraphBudget(std::span<const int64_t> nodes, std::span<const int64_
                static_cast<int64_t>(ids.size()));
 }
 
-BatchPlan PlanGraphBuckets(std::span<const int64_t> nodes, std::span<const int64_t> edges,
-                           const std::vector<int64_t>& ids, const GraphBucketsOptions& o) {
-  CheckCounts(nodes, edges, "GraphBuckets");
-  const Capacity cap = CapacityOf(o.nodes, o.edges, o.graphs);
-  const int64_t window = WindowOf(o.algorithm, o.open_batches);
-  const Packed packed =
-      PackGraphs(nodes, edges, ids, cap, o.algorithm, window, o.too_big, "GraphBuckets");
+std::vector<BatchShape> GraphBucketShapes(std::span<const int64_t> nodes,
+                                          std::span<const int64_t> edges,
+                                          const std::vector<int64_t>& ids,
+                                          const GraphBucketsOptions& o) {
+  const BatchShape full = ShapeOf(o.nodes, o.edges, o.graphs);
+  if (!o.shapes.empty()) {
+    std::vector<BatchShape> shapes = {full};
+    for (size_t k = 0; k + 2 < o.shapes.size(); k += 3) {
+      const BatchShape s = ShapeOf(o.shapes[k], o.shapes[k + 1], o.shapes[k + 2]);
+      if (std::find(shapes.begin(), shapes.end(), s) == shapes.end()) shapes.push_back(s);
+    }
+    return shapes;
+  }
   // The shapes come from the same graphs in index order, so they do not
   // depend on a shuffle: every epoch compiles the same few.
   std::vector<int64_t> canonical(ids);
   std::sort(canonical.begin(), canonical.end());
   const Packed reference =
-      PackGraphs(nodes, edges, canonical, cap, o.algorithm, window, TooBig::kSkip, "GraphBuckets");
+      PackGraphs(nodes, edges, canonical, CapacityOf(o.nodes, o.edges, o.graphs), o.algorithm,
+                 WindowOf(o.algorithm, o.open_batches), TooBig::kSkip, "GraphBuckets");
   std::vector<BatchShape> needs;
   needs.reserve(reference.batches.size());
   for (const std::vector<int64_t>& batch : reference.batches) {
     needs.push_back(NeedOf(nodes, edges, batch));
   }
-  const std::vector<BatchShape> shapes =
-      ChooseShapes(ShapeOf(o.nodes, o.edges, o.graphs), std::move(needs), o.max_shapes);
-  return Build(nodes, edges, packed, shapes, static_cast<int64_t>(ids.size()));
+  return ChooseShapes(full, std::move(needs), o.max_shapes);
+}
+
+BatchPlan PlanGraphBuckets(std::span<const int64_t> nodes, std::span<const int64_t> edges,
+                           const std::vector<int64_t>& ids, const GraphBucketsOptions& o) {
+  CheckCounts(nodes, edges, "GraphBuckets");
+  const Packed packed =
+      PackGraphs(nodes, edges, ids, CapacityOf(o.nodes, o.edges, o.graphs), o.algorithm,
+                 WindowOf(o.algorithm, o.open_batches), o.too_big, "GraphBuckets");
+  return Build(nodes, edges, packed, GraphBucketShapes(nodes, edges, ids, o),
+               static_cast<int64_t>(ids.size()));
 }
 
 }  // namespace jaxbatch

@@ -25,7 +25,11 @@
 //                        greedily minimising padded nodes plus edges; the
 //                        full budget is always one of them, so no batch is
 //                        worse than under GraphBudget, and every epoch and
-//                        shard uses the same shapes.
+//                        shard uses the same shapes. With `shapes` given
+//                        the shapes are those (and the full budget), not
+//                        chosen: what a Loader over a mixture plans every
+//                        block with (load/mixture.h), the shapes chosen
+//                        once from the mixture's first draws.
 // A graph larger than the budget is an InvalidArgumentError naming it, or
 // with too_big=kSkip is left out and counted in stats.skipped.
 //
@@ -77,6 +81,10 @@ struct GraphBucketsOptions {
   GraphAlgorithm algorithm = kDefaultGraphAlgorithm;
   std::optional<int64_t> open_batches = std::nullopt;
   TooBig too_big = kDefaultTooBig;
+  // The shapes, given: (nodes, edges, graphs) of each, flat, each within the
+  // budget; the budget is a shape whether listed or not, and at most
+  // max_shapes are distinct in all. Empty: chosen from the graphs (above).
+  std::vector<int64_t> shapes = {};
   bool operator==(const GraphBucketsOptions&) const = default;
 };
 
@@ -98,6 +106,14 @@ BatchPlan PlanGraphBudget(std::span<const int64_t> nodes, std::span<const int64_
                           const std::vector<int64_t>& ids, const GraphBudgetOptions& options);
 BatchPlan PlanGraphBuckets(std::span<const int64_t> nodes, std::span<const int64_t> edges,
                            const std::vector<int64_t>& ids, const GraphBucketsOptions& options);
+
+// The shapes GraphBuckets plans the graphs `ids` with: the full budget
+// first, then the given `shapes` or those chosen from the graphs (in index
+// order, whatever the order of `ids`).
+std::vector<BatchShape> GraphBucketShapes(std::span<const int64_t> nodes,
+                                          std::span<const int64_t> edges,
+                                          const std::vector<int64_t>& ids,
+                                          const GraphBucketsOptions& options);
 
 }  // namespace jaxbatch
 

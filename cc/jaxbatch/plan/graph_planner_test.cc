@@ -259,13 +259,80 @@ TEST(GraphPlannerTest, KeysRoundTrip) {
                               .algorithm = GraphAlgorithm::kFirstFit,
                               .open_batches = 3,
                               .too_big = TooBig::kSkip},
-           GraphBucketsOptions{.max_shapes = 4, .nodes = 64, .edges = 128, .graphs = 9}}) {
+           GraphBucketsOptions{.max_shapes = 4, .nodes = 64, .edges = 128, .graphs = 9},
+           GraphBucketsOptions{
+               .max_shapes = 4, .nodes = 64, .edges = 128, .graphs = 9, .shapes = {20, 30, 5}}}) {
     const std::string key = PlannerKey(o);
     EXPECT_EQ(ParsePlannerKey(key), o) << key;
   }
   EXPECT_EQ(PlannerKey(GraphBudgetOptions{.nodes = 64, .edges = 128, .graphs = 9}),
             "GraphBudget(nodes=64, edges=128, graphs=9, algorithm='best_fit', open_batches=None, "
             "too_big='error')");
+  // Given shapes are written only when set: keys stored before them name
+  // the same options.
+  EXPECT_EQ(PlannerKey(GraphBucketsOptions{
+                .max_shapes = 3, .nodes = 64, .edges = 128, .graphs = 9, .shapes = {20, 30, 5}}),
+            "GraphBuckets(max_shapes=3, nodes=64, edges=128, graphs=9, algorithm='best_fit', "
+            "open_batches=None, too_big='error', shapes=[20, 30, 5])");
+}
+
+// Given shapes are the shapes: each batch gets the smallest of them (and the
+// budget) that holds it, whatever the graphs planned, and the batches are
+// GraphBudget's.
+TEST(GraphPlannerTest, GivenShapesAreUsedAsTheyAre) {
+  std::mt19937 rng(5);
+  const Sizes s = RandomSizes(rng, 600);
+  const GraphBucketsOptions chosen{.max_shapes = 3, .nodes = 300, .edges = 700, .graphs = 40};
+  std::vector<int64_t> all(s.nodes.size());
+  std::iota(all.begin(), all.end(), 0);
+  const std::vector<BatchShape> shapes = GraphBucketShapes(s.nodes, s.edges, all, chosen);
+  ASSERT_EQ(shapes.front(), (BatchShape{.rows = 40, .length = 300, .segments = 0, .edges = 700}));
+  GraphBucketsOptions given = chosen;
+  for (size_t k = 1; k < shapes.size(); ++k) {
+    given.shapes.insert(given.shapes.end(), {shapes[k].length, shapes[k].edges, shapes[k].rows});
+  }
+  EXPECT_EQ(GraphBucketShapes(s.nodes, s.edges, {0, 1}, given), shapes);
+  // A part of the graphs: chosen anew its shapes would differ; given, they
+  // are the same, and each batch's is the cheapest that holds it.
+  const std::vector<int64_t> part(all.begin(), all.begin() + 150);
+  const BatchPlan plan = Plan(s.nodes, given, part, s.edges);
+  EXPECT_EQ(Batches(plan),
+            Batches(Plan(s.nodes, GraphBudgetOptions{.nodes = 300, .edges = 700, .graphs = 40},
+                         part, s.edges)));
+  for (int64_t b = 0; b < plan.num_batches(); ++b) {
+    const BatchView view = plan.batch(b);
+    ASSERT_TRUE(std::find(shapes.begin(), shapes.end(), view.shape) != shapes.end());
+    int64_t nodes = 1, edges = 0;
+    for (int64_t e : view.all_examples()) {
+      nodes += s.nodes[static_cast<size_t>(e)];
+      edges += s.edges[static_cast<size_t>(e)];
+    }
+    const int64_t graphs = view.stored_rows() + 1;
+    for (const BatchShape& other : shapes) {  // no cheaper shape holds it
+      if (nodes <= other.length && edges <= other.edges && graphs <= other.rows) {
+        EXPECT_LE(view.shape.length + view.shape.edges, other.length + other.edges);
+      }
+    }
+  }
+  auto message = [](std::vector<int64_t> given) {
+    return ThrownMessage<InvalidArgumentError>([&] {
+      ValidatePlannerOptions(GraphBucketsOptions{
+          .max_shapes = 2, .nodes = 64, .edges = 128, .graphs = 9, .shapes = std::move(given)});
+    });
+  };
+  EXPECT_TRUE(Contains(message({20, 30}), "shapes must be (nodes, edges, graphs) triples"));
+  EXPECT_TRUE(Contains(message({20, 300, 5}),
+                       "shape 0 (nodes=20, edges=300, graphs=5) is not within the budget"));
+  EXPECT_TRUE(Contains(message({20, 30, 1}), "is not within the budget"));
+  EXPECT_TRUE(Contains(message({20, 30, 5, 30, 30, 5}),
+                       "shapes give 3 distinct shapes with the budget, more than max_shapes=2"));
+  // Repeats and the budget count once.
+  EXPECT_NO_THROW(
+      ValidatePlannerOptions(GraphBucketsOptions{.max_shapes = 2,
+                                                 .nodes = 64,
+                                                 .edges = 128,
+                                                 .graphs = 9,
+                                                 .shapes = {20, 30, 5, 64, 128, 9, 20, 30, 5}}));
 }
 
 }  // namespace

@@ -270,6 +270,9 @@ const std::vector<Field<O>>& GraphFields() {
     out.push_back(Choice<O>("algorithm", &O::algorithm, kGraphAlgorithmNames));
     out.push_back(Optional<O>("open_batches", &O::open_batches));
     out.push_back(Choice<O>("too_big", &O::too_big, kTooBigNames));
+    if constexpr (std::is_same_v<O, GraphBucketsOptions>) {
+      out.push_back(List<O>("shapes", &O::shapes, true));
+    }
     return out;
   }();
   return fields;
