@@ -190,8 +190,9 @@ class Loader {
   // block by block: an epoch of this loader is one block, and
   // options.epochs counts passes over all the sources' examples (kRestart;
   // 0: endless) or must be 1 (kStop, kDrop: the mixture ends the stream).
-  // Every batch carries source_index. Throws InvalidArgumentError for
-  // sources whose columns differ, and for a planner a mixture cannot take.
+  // Every batch carries source_index; a planner whose shapes follow the
+  // data plans every block with the shapes it picks once (FreezeShapes).
+  // Throws InvalidArgumentError for sources whose columns differ.
   Loader(std::shared_ptr<const Mixture> mixture, LoaderOptions options,
          std::optional<LoaderState> start = std::nullopt);
   ~Loader();

@@ -57,8 +57,10 @@ void Loader::InitMixture(std::shared_ptr<const Mixture> mixture) {
 
 std::vector<int64_t> Loader::MixtureTokens() const {
   // What unit="tokens" weighs and the stats count: each example's real
-  // elements (a grid's cells, a graph's nodes, a Pack's features together).
+  // elements (a grid's cells, a graph's nodes, a Pack's features together,
+  // an image's kept patches under PatchPack, which count them already).
   std::vector<int64_t> tokens = real_lengths_.empty() ? lengths_ : real_lengths_;
+  if (patch_pack_) return tokens;
   for (size_t i = 0; i < widths_.size(); ++i) tokens[i] = SaturatingMul(tokens[i], widths_[i]);
   return tokens;
 }

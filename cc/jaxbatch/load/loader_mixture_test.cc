@@ -266,22 +266,45 @@ TEST(LoaderMixtureTest, DrawnPassIsTheLoadersStreamInOrder) {
   ExpectThrowsWith<InvalidArgumentError>([&] { one.DrawMixturePass(); }, "one dataset");
 }
 
-TEST(LoaderMixtureTest, RefusesPlannersThatChooseShapesPerBlockAndOtherColumns) {
+TEST(LoaderMixtureTest, RefusesSourcesOfOtherColumns) {
   const Sources sources;
-  Sources graphs;
-  graphs.data = {testing::GraphsDataset({3, 5, 2}), testing::GraphsDataset({4}),
-                 testing::GraphsDataset({6, 1})};
-  ExpectThrowsWith<InvalidArgumentError>(
-      [&] {
-        Loader(
-            MakeMixture(graphs, {1, 1, 1}),
-            Options(GraphBucketsOptions{.max_shapes = 2, .nodes = 64, .edges = 64, .graphs = 4}));
-      },
-      "a mixture cannot be planned by GraphBuckets");
   Sources other = sources;
   other.data[1] = testing::GraphsDataset({3, 4});
   ExpectThrowsWith<InvalidArgumentError>([&] { ConcatSources(MakeMixture(other, {1, 1, 1})); },
                                          "dataset 1 is 'code'");
+}
+
+// GraphBuckets over a mixture of graph sources: every block's batches take
+// the shapes the first draws chose (at most max_shapes in all, the budget
+// among them), and each graph drawn is in them once per draw.
+TEST(LoaderMixtureTest, GraphBucketsKeepTheShapesTheFirstDrawsChose) {
+  Sources graphs;
+  graphs.data = {testing::GraphsDataset(RandomLengths(60, 12, 4)),
+                 testing::GraphsDataset(RandomLengths(30, 40, 5)),
+                 testing::GraphsDataset(RandomLengths(20, 6, 6))};
+  const GraphBucketsOptions buckets{.max_shapes = 3, .nodes = 120, .edges = 120, .graphs = 9};
+  Loader loader(MakeMixture(graphs, {0.5, 0.3, 0.2}, MixtureUnit::kExamples, Exhaustion::kRestart,
+                            /*block=*/32),
+                Options(buckets, /*epochs=*/2));
+  std::vector<BatchShape> shapes;
+  int64_t graphs_seen = 0;
+  while (std::optional<LoadedBatch> batch = loader.Next()) {
+    if (std::find(shapes.begin(), shapes.end(), batch->shape) == shapes.end()) {
+      shapes.push_back(batch->shape);
+    }
+    const Array& ids = FindArray(*batch, kGraphIndexName);
+    const Array& source = FindArray(*batch, kSourceIndexName);
+    const auto* id = reinterpret_cast<const int64_t*>(ids.data);
+    const auto* from = reinterpret_cast<const int32_t*>(source.data);
+    for (int64_t i = 0; i < ids.num_bytes() / 8; ++i) {
+      if (id[i] < 0) continue;
+      ++graphs_seen;
+      EXPECT_LT(id[i], graphs.data[static_cast<size_t>(from[i])]->num_examples());
+    }
+  }
+  EXPECT_EQ(graphs_seen, 2 * (60 + 30 + 20));
+  EXPECT_LE(shapes.size(), 3u);
+  EXPECT_GT(shapes.size(), 1u);  // smaller shapes than the budget were chosen and used
 }
 
 // AutoBuckets picks its boundaries once: every block's shapes are among

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <iterator>
+#include <numeric>
 #include <type_traits>
 #include <utility>
 #include <variant>
@@ -464,14 +465,41 @@ PlannerOptions FreezeShapes(const PlannerOptions& given, std::span<const int64_t
   return std::visit(
       [&](const auto& o) -> PlannerOptions {
         using T = std::decay_t<decltype(o)>;
-        if constexpr (std::is_same_v<T, GraphBucketsOptions> ||
-                      std::is_same_v<T, PatchPackOptions> ||
-                      std::is_same_v<T, AspectBucketsOptions>) {
-          throw InvalidArgumentError(
-              StrCat("Loader: a mixture cannot be planned by ", PlannerName(planner),
-                     ", whose shapes it would choose anew in every block; use ",
-                     std::is_same_v<T, GraphBucketsOptions> ? "GraphBudget" : "PadToMax or Pack",
-                     ", or load the sources one by one"));
+        if constexpr (std::is_same_v<T, GraphBucketsOptions>) {
+          // The shapes the sample's graphs choose, given: every block's
+          // batches take the smallest of them that holds each.
+          if (!o.shapes.empty() || sample.empty()) return o;
+          const std::vector<int64_t> ids(sample.begin(), sample.end());
+          const std::vector<BatchShape> shapes = GraphBucketShapes(lengths, edges, ids, o);
+          GraphBucketsOptions frozen = o;
+          for (size_t k = 1; k < shapes.size(); ++k) {  // shapes[0] is the budget
+            frozen.shapes.insert(frozen.shapes.end(),
+                                 {shapes[k].length, shapes[k].edges, shapes[k].rows});
+          }
+          return frozen;
+        } else if constexpr (std::is_same_v<T, AspectBucketsOptions>) {
+          // The buckets every example chooses (those the Loader checked the
+          // data is at, CheckAspectExamplesFit), as their ratios: each
+          // ratio's nearest resolution is its own bucket.
+          if (!o.ratios.empty() || widths.empty()) return o;
+          std::vector<int64_t> all(lengths.size());
+          std::iota(all.begin(), all.end(), 0);
+          AspectBucketsOptions frozen = o;
+          frozen.max_shapes = std::nullopt;
+          for (const Resolution& r : ChooseAspectBuckets(lengths, widths, all, o)) {
+            frozen.ratios.insert(frozen.ratios.end(), {r.width, r.height});
+          }
+          return frozen;
+        } else if constexpr (std::is_same_v<T, PatchPackOptions>) {
+          // The images a row holds, as the sample's plan picks them (a block
+          // of smaller images packs into more rows).
+          if (o.max_segments_per_row || sample.empty()) return o;
+          const BatchPlan plan = Plan(lengths, o, sample, edges, widths);
+          PatchPackOptions frozen = o;
+          int64_t segments = 1;
+          for (const BatchShape& shape : plan.shapes) segments = std::max(segments, shape.segments);
+          frozen.max_segments_per_row = segments;
+          return frozen;
         } else if constexpr (std::is_same_v<T, AutoBucketsOptions>) {
           if (!widths.empty() || sample.empty()) return o;
           // The buckets the sample chooses, as fixed buckets: their lengths

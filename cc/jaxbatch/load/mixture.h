@@ -12,9 +12,11 @@
 //
 // Weights come in stages: stage k's shares hold from position `start` (a
 // multiple of block_size) on. A planner whose shapes follow the data
-// (AutoBuckets' boundaries, Pack's default segments or chosen row lengths) is
+// (AutoBuckets' boundaries, Pack's and PatchPack's default segments, Pack's
+// chosen row lengths, GraphBuckets' shapes, AspectBuckets' buckets) is
 // planned with the shapes it picks once, from the mixture's first positions
-// (and its longest example), so every block has the same few shapes.
+// (and its longest example; AspectBuckets' from every example), so every
+// block has the same few shapes.
 //
 // State: where a block starts is a cursor of a few integers per source
 // (MixtureState); a Loader restores one and draws the block again, so the
@@ -213,12 +215,14 @@ class MixtureStream {
 
 // The options `planner` plans every block with: a planner whose shapes
 // follow the data picks them once, for the examples `sample` (AutoBuckets:
-// FixedBuckets at the boundaries and rows it chooses; Pack: the segments and
-// row lengths it chooses; a block that could hold more segments a row packs
-// them into more rows), any other as it is; a token budget's rows are never
-// balanced (balance.h), so every block has the same shapes. Throws
-// InvalidArgumentError for a planner a mixture cannot take (GraphBuckets,
-// PatchPack, AspectBuckets).
+// FixedBuckets at the boundaries and rows it chooses; Pack and PatchPack:
+// the segments (and Pack's row lengths) they choose, a block that could
+// hold more segments a row packing them into more rows; GraphBuckets: the
+// shapes it chooses, given as its `shapes`), or for every example
+// (AspectBuckets with max_shapes: the buckets it chooses, given as their
+// ratios, which the Loader checks every example is at); any other as it
+// is. A token budget's rows are never balanced (balance.h), so every block
+// has the same shapes.
 PlannerOptions FreezeShapes(const PlannerOptions& planner, std::span<const int64_t> lengths,
                             std::span<const int64_t> sample, std::span<const int64_t> edges,
                             std::span<const int64_t> widths);

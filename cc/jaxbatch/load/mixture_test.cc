@@ -112,12 +112,65 @@ TEST(MixtureTest, FreezeShapesPicksBucketsAndSegmentsOnce) {
   EXPECT_FALSE(list.max_shapes);
   EXPECT_EQ(list.row_length_list.back(), 512);
   EXPECT_LE(list.row_length_list.size(), 3u);
-  ExpectThrowsWith<InvalidArgumentError>(
-      [&] {
-        FreezeShapes(PatchPackOptions{.row_length = 64, .rows_per_batch = 1}, lengths, sample, {},
-                     {});
-      },
-      "a mixture cannot be planned by PatchPack");
+}
+
+// GraphBuckets, PatchPack and AspectBuckets freeze into their own given
+// form: the shapes the sample's graphs choose, the images a row of the
+// sample's plan holds, the buckets every image chooses.
+TEST(MixtureTest, FreezeShapesGivesGraphShapesPatchSegmentsAndAspectBuckets) {
+  const std::vector<int64_t> nodes = RandomLengths(400, 30, 6);
+  std::vector<int64_t> edges(nodes.size());
+  for (size_t i = 0; i < nodes.size(); ++i) edges[i] = 2 * nodes[i];
+  std::vector<int64_t> sample(120);
+  for (int64_t i = 0; i < 120; ++i) sample[static_cast<size_t>(i)] = 2 * i;
+  const GraphBucketsOptions buckets{.max_shapes = 3, .nodes = 200, .edges = 400, .graphs = 12};
+  const auto graphs =
+      std::get<GraphBucketsOptions>(FreezeShapes(buckets, nodes, sample, edges, {}));
+  const std::vector<BatchShape> chosen = GraphBucketShapes(nodes, edges, sample, buckets);
+  ASSERT_GT(chosen.size(), 1u);  // something to freeze
+  EXPECT_EQ(graphs.shapes.size(), 3 * (chosen.size() - 1));
+  EXPECT_EQ(GraphBucketShapes(nodes, edges, {1, 3}, graphs), chosen);
+  EXPECT_EQ(std::get<GraphBucketsOptions>(FreezeShapes(graphs, nodes, sample, edges, {})), graphs);
+
+  std::vector<int64_t> heights, widths;
+  for (int64_t h : RandomLengths(300, 12, 7)) heights.push_back(4 * h);
+  for (int64_t w : RandomLengths(300, 12, 8)) widths.push_back(4 * w);
+  const PatchPackOptions patches{.patch = {4, 4}, .row_length = 200, .rows_per_batch = 2};
+  const auto packed =
+      std::get<PatchPackOptions>(FreezeShapes(patches, heights, sample, {}, widths));
+  const BatchPlan sampled = Plan(heights, patches, sample, {}, widths);
+  ASSERT_TRUE(packed.max_segments_per_row);
+  EXPECT_EQ(*packed.max_segments_per_row, sampled.shapes.front().segments);
+  // Every block's rows hold at most that many images.
+  for (const BatchShape& shape : Plan(heights, packed, std::nullopt, {}, widths).shapes) {
+    EXPECT_EQ(shape.segments, *packed.max_segments_per_row);
+  }
+
+  // Images at the buckets AspectBuckets(max_shapes=3) chooses for them.
+  const AspectBucketsOptions aspect{
+      .area = 64 * 64, .multiple = 16, .max_shapes = 3, .batch_size = 2};
+  const std::vector<Resolution> resolutions = AspectResolutions(aspect.area, aspect.multiple);
+  std::vector<int64_t> at_h, at_w, ids;
+  for (size_t i = 0; i < 200; ++i) {
+    const Resolution& r = resolutions[(i * 7) % resolutions.size()];
+    at_h.push_back(r.height);
+    at_w.push_back(r.width);
+    ids.push_back(static_cast<int64_t>(i));
+  }
+  const std::vector<Resolution> want = ChooseAspectBuckets(at_h, at_w, ids, aspect);
+  std::vector<int64_t> resized_h, resized_w;  // every image resized to its bucket
+  for (size_t i = 0; i < at_h.size(); ++i) {
+    const Resolution& r = want[static_cast<size_t>(NearestResolution(want, at_h[i], at_w[i]))];
+    resized_h.push_back(r.height);
+    resized_w.push_back(r.width);
+  }
+  const auto fixed =
+      std::get<AspectBucketsOptions>(FreezeShapes(aspect, resized_h, sample, {}, resized_w));
+  EXPECT_FALSE(fixed.max_shapes);
+  const std::vector<int64_t> first = {0};  // given ratios: the buckets whatever the images
+  EXPECT_EQ(ChooseAspectBuckets(resized_h, resized_w, first, fixed),
+            ChooseAspectBuckets(resized_h, resized_w, ids, aspect));
+  EXPECT_NO_THROW(CheckAspectExamplesFit(resized_h, resized_w, fixed));
 }
 
 // The mixture's part of a state reads back as written, and a text that
