@@ -447,3 +447,36 @@ def test_graphs_mix_by_nodes_under_graph_budget():
             if g >= 0:
                 seen[int(s)].append(int(g))
     assert sorted(seen[0]) == list(range(40)) and sorted(seen[1]) == list(range(25))
+
+
+def test_a_parquet_source_is_read_whole_and_stream_is_refused(tmp_path):
+    """A .parquet source gives the stream its values give in memory (it is
+    read whole), as does an Arrow IPC file (memory-mapped); stream=True,
+    which streams one file by row group, is refused for a mixture, saying
+    why (docs/mixtures.md)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    sources = sources_from([(30, 60), (20, 90)], seed=6)
+    path = tmp_path / "s1.parquet"
+    values = [sources["s1"][i]["tokens"] for i in range(len(sources["s1"]))]
+    pq.write_table(pa.table({"tokens": values}), path, row_group_size=4)
+    planner = jb.Pack(ROW, rows_per_batch=2)
+
+    def stream(s1):
+        mixture = jb.Dataset.mix({"s0": sources["s0"], "s1": s1}, unit="tokens", block_size=16)
+        return [{k: np.array(v) for k, v in b.items()}
+                for b in jb.Loader(mixture, planner, seed=1, epochs=2)]  # fmt: skip
+
+    arrow = tmp_path / "s1.arrow"  # the form a source larger than memory takes: mapped
+    with pa.ipc.new_file(arrow, pq.read_schema(path)) as writer:
+        writer.write_table(pq.read_table(path))
+    in_memory = stream(sources["s1"])
+    for from_file in (stream(str(path)), stream(str(arrow))):
+        assert len(from_file) == len(in_memory)
+        for got, want in zip(from_file, in_memory, strict=True):
+            for key in want:
+                np.testing.assert_array_equal(got[key], want[key], err_msg=key)
+    mixture = jb.Dataset.mix({"s0": sources["s0"], "s1": str(path)})
+    with pytest.raises(ValueError, match="a mixture reads its sources whole"):
+        jb.Loader(mixture, planner, stream=True, host_memory_limit=1 << 24)

@@ -48,7 +48,8 @@ class Mixture(Columns):
 
     Made by ``jb.Dataset.mix(sources, weights, unit)``. ``sources`` maps a
     name to a :class:`Dataset` (a view too), a Hugging Face dataset, a path
-    (read whole, memory-mapped) or a list of dicts; all need the same
+    (read whole: an Arrow file or .npy folder memory-mapped, a Parquet file
+    decoded into memory; never streamed) or a list of dicts; all need the same
     columns. ``weights`` maps each name to a share (any scale; None: equal),
     or lists stages ``[(start, {name: share}), ...]``: each stage's shares
     hold from position ``start`` (a multiple of ``block_size``; the first

@@ -133,6 +133,14 @@ def open_source(
                 f"stream (jb.run(fun, mixture, output, seed=...)), and jb.Dataset.concat([...]) "
                 f"of its sources is every example once"
             )
+        if options.stream:
+            raise ValueError(
+                f"{who}: stream=True reads one Parquet file by row group; a mixture reads its "
+                f"sources whole (a .parquet source decoded into memory): the engine streams one "
+                f"file's row groups through one cache, and a mixture's sources are datasets laid "
+                f"end to end. A source larger than memory can be an Arrow IPC file (.arrow) or "
+                f"a folder of .npy files, which are memory-mapped"
+            )
         dataset = source
         _refuse_file_options(options, who, grouped=True)
     elif is_records(source):  # A list of dicts or a generator: read once, in memory.
