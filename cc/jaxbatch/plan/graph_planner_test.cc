@@ -314,10 +314,10 @@ TEST(GraphPlannerTest, GivenShapesAreUsedAsTheyAre) {
       }
     }
   }
-  auto message = [](std::vector<int64_t> given) {
+  auto message = [](std::vector<int64_t> triples) {
     return ThrownMessage<InvalidArgumentError>([&] {
       ValidatePlannerOptions(GraphBucketsOptions{
-          .max_shapes = 2, .nodes = 64, .edges = 128, .graphs = 9, .shapes = std::move(given)});
+          .max_shapes = 2, .nodes = 64, .edges = 128, .graphs = 9, .shapes = std::move(triples)});
     });
   };
   EXPECT_TRUE(Contains(message({20, 30}), "shapes must be (nodes, edges, graphs) triples"));
