@@ -159,3 +159,24 @@ def test_a_mixture_job_stopped_on_2_processes_finishes_on_3_with_elastic(tmp_pat
                 np.testing.assert_allclose(a, b, rtol=1e-6)
         else:
             np.testing.assert_allclose(got[key], want[key], rtol=1e-6)
+
+
+def test_a_plain_jobs_output_named_position_is_an_output_not_the_key(tmp_path):
+    """Only a mixture job's position column (marked when written) keys the
+    rows; a plain job may name an output 'position' and is read in example
+    order with it as an output, by read_output and as a Dataset."""
+    data = jb.Dataset.from_arrays({"tokens": [np.arange(n, dtype=np.int32) for n in range(1, 9)]})
+
+    def fun(example):
+        return {"position": example["tokens"].sum() * 0 + 7, "total": example["tokens"].sum()}
+
+    jb.run(fun, data, tmp_path, planner=jb.FixedBuckets([8], batch_size=3), progress=False)
+    out = jb.read_output(tmp_path)
+    np.testing.assert_array_equal(out["example_index"], np.arange(8))
+    np.testing.assert_array_equal(out["position"], np.full(8, 7))
+    np.testing.assert_array_equal(out["total"], [n * (n - 1) // 2 for n in range(1, 9)])
+    from jaxbatch._src.data.job_output import job_output_table
+
+    table = job_output_table(tmp_path, "test")  # What a Loader over the folder reads.
+    assert table.column_names == ["position", "total"]
+    np.testing.assert_array_equal(table.column("total").to_numpy(), out["total"])

@@ -47,12 +47,6 @@ SUFFIXES = (MASK, LENGTHS, SEGMENT_IDS, POSITIONS, SEGMENT_STARTS, PIXELS, PATCH
 TOKEN_SUFFIXES = ("", MASK, SEGMENT_IDS, POSITIONS, PIXELS)
 
 
-def row_key(names: list[str]) -> str:
-    """The column a job's output rows (with column `names`) are keyed and
-    ordered on: EXAMPLE_INDEX, or over a mixture's pass POSITION."""
-    return POSITION if POSITION in names else EXAMPLE_INDEX
-
-
 def mask(column: str) -> str:
     return column + MASK
 

@@ -21,6 +21,7 @@ import numpy as np
 from jaxbatch._src.base.optional import require
 from jaxbatch._src.collate import keys
 from jaxbatch._src.job.folder import JOURNAL_NAME, read_committed
+from jaxbatch._src.job.output import row_key
 
 # What the job's writer puts in a column's Arrow metadata (job/output.py):
 # the output's per-example shape (or per-token inner shape) and dtype.
@@ -50,7 +51,7 @@ def job_output_table(path: Path, who: str):
         tables.append(pq.read_table(pa.BufferReader(shard.data)))
         shard.data = None  # Its bytes are decoded: let them go before the next.
     table = pa.concat_tables(tables)
-    key = keys.row_key(table.column_names)  # A job over a mixture's pass: each draw's position.
+    key = row_key(table.schema)  # A job over a mixture's pass: each draw's position.
     index = table.column(key).to_numpy()
     if len(index) > 1 and not (np.diff(index) > 0).all():  # jb.run's buckets: not in order.
         order = np.argsort(index, kind="stable")
@@ -62,7 +63,9 @@ def job_output_table(path: Path, who: str):
             )
         table = table.take(pa.array(order))  # One copy, in example order.
     _refuse_reshaped(table, path, who)
-    return table.drop_columns([k for k in keys.MIXTURE_KEYS if k in table.column_names])
+    # The job's own columns; a plain job's output may be named "position".
+    own = [keys.EXAMPLE_INDEX] if key == keys.EXAMPLE_INDEX else keys.MIXTURE_KEYS
+    return table.drop_columns([k for k in own if k in table.column_names])
 
 
 def _refuse_reshaped(table, path: Path, who: str) -> None:

@@ -27,6 +27,9 @@ from jaxbatch._src.data.dtypes import numpy_dtype
 from jaxbatch._src.execute.output_layout import Column, leaf_names
 
 _META_KIND, _META_SHAPE, _META_DTYPE = b"jaxbatch.kind", b"jaxbatch.shape", b"jaxbatch.dtype"
+# Marks the column a table's rows are keyed on where it is not example_index.
+_META_ROW_KEY = b"jaxbatch.row_key"
+_ROW_KEY_METADATA = {_META_ROW_KEY: b"1"}
 # What needs pyarrow here, for the ImportError without it.
 _WRITING = "jb.run (it writes Parquet)"
 
@@ -110,7 +113,10 @@ def to_table(examples: np.ndarray, columns: dict[str, Column], drawn: Any = None
             )
         arrays = [arrays[0], arrow_owned(drawn.examples[examples])]
         arrays.append(arrow_owned(drawn.sources[examples]))
-        fields = [pa.field(k, a.type) for k, a in zip(keys.MIXTURE_KEYS, arrays, strict=True)]
+        fields = [
+            pa.field(k, a.type, metadata=_ROW_KEY_METADATA if k == keys.POSITION else None)
+            for k, a in zip(keys.MIXTURE_KEYS, arrays, strict=True)
+        ]
     for name, column in columns.items():
         values = column.values
         inner = values.shape[1:]
@@ -239,7 +245,7 @@ def _numpy_dtype(name: str):
 
 def read_shards(shards: list[bytes], *, key_only: bool = False):
     """The shards' bytes as one Arrow table (``key_only``: only the column
-    the rows are keyed on, :func:`keys.row_key`)."""
+    the rows are keyed on, :func:`row_key`)."""
     pa = require("pyarrow", "jb.read_output (it reads Parquet)")
     pq = require("pyarrow.parquet", "jb.read_output (it reads Parquet)")
 
@@ -247,7 +253,7 @@ def read_shards(shards: list[bytes], *, key_only: bool = False):
         # ParquetFile, not read_table: read_table goes through pyarrow.dataset,
         # whose import (pandas included) took 1.3 s of a first read of 4 shards.
         file = pq.ParquetFile(pa.BufferReader(arrow_owned_bytes(data)))
-        return file.read(columns=[keys.row_key(file.schema_arrow.names)] if key_only else None)
+        return file.read(columns=[row_key(file.schema_arrow)] if key_only else None)
 
     return pa.concat_tables([read(d) for d in shards])
 
@@ -255,4 +261,14 @@ def read_shards(shards: list[bytes], *, key_only: bool = False):
 def example_indices(table) -> np.ndarray:
     """A shard table's row keys as numpy: its ``example_index`` column, or
     over a mixture's pass its ``position`` (``example_index`` repeats there)."""
-    return _numpy(table.column(keys.row_key(table.column_names)))
+    return _numpy(table.column(row_key(table.schema)))
+
+
+def row_key(schema) -> str:
+    """The column an output table's rows are keyed and ordered on: the one
+    to_table marked (a job over a mixture's pass: ``position``; an output of
+    a plain job may have that name too), else ``example_index``."""
+    for field in schema:
+        if field.metadata and field.metadata.get(_META_ROW_KEY) == b"1":
+            return field.name
+    return keys.EXAMPLE_INDEX

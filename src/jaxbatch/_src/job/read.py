@@ -16,7 +16,13 @@ from jaxbatch._src.base.optional import require
 from jaxbatch._src.collate import keys
 from jaxbatch._src.job.chain import check_covered, read_chain
 from jaxbatch._src.job.folder import Committed
-from jaxbatch._src.job.output import arrow_owned, example_indices, from_table, read_shards
+from jaxbatch._src.job.output import (
+    arrow_owned,
+    example_indices,
+    from_table,
+    read_shards,
+    row_key,
+)
 
 
 def read_output(output: str | os.PathLike, *, partial: bool = False) -> dict[str, Any]:
@@ -68,7 +74,7 @@ def read_output(output: str | os.PathLike, *, partial: bool = False) -> dict[str
     if len(repeated):
         raise ValueError(
             f"jb.read_output: {output} holds "
-            f"{keys.row_key(table.column_names).replace('_index', '')} "
+            f"{row_key(table.schema).replace('_index', '')} "
             f"{int(repeated[0])} more than once "
             f"({len(repeated)} repeats): parts of different jobs are mixed in it"
         )
