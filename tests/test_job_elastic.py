@@ -242,3 +242,9 @@ def test_a_part_the_chain_does_not_continue_is_refused_on_read(tmp_path, referen
     with pytest.raises(ValueError, match="process-00001-of-00002 of an earlier generation is not "
                        "among the parts generation 1 continues"):  # fmt: skip
         jb.read_output(tmp_path)
+
+
+def test_elastic_must_be_a_bool(tmp_path):
+    with pytest.raises(TypeError, match="jb.run: elastic must be a bool, found 'no'"):
+        jb.run(summarise, DATA, tmp_path / "out", elastic="no", **COMMON)
+    assert not (tmp_path / "out").exists()

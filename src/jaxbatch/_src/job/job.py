@@ -384,6 +384,8 @@ def run(
         who="jb.run",
     )
     refuse_seed(source, seed, "jb.run")
+    if not isinstance(elastic, bool):
+        raise TypeError(f"jb.run: elastic must be a bool, found {elastic!r}")
     drawn = None
     if isinstance(source, Mixture):  # One pass of its stream, as the engine draws it.
         drawn = draw_pass(source, planner, seed=seed, column=column, schema=schema, who="jb.run")
